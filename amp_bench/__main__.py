@@ -1,0 +1,5 @@
+import sys
+
+from amp_bench.cli import main
+
+sys.exit(main())

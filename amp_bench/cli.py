@@ -1,0 +1,245 @@
+"""Command line: run, validate, list-models, env. Rendering only; the work is in runner.py."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.markup import escape
+
+from amp_bench.errors import UserError
+
+
+def _fmt_bytes(value) -> str:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    if value != value:  # NaN
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1024
+    return "-"
+
+
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    try:
+        if value is None or value != value:
+            return "-"
+        return f"{value:{spec}}{suffix}"
+    except (TypeError, ValueError):
+        return "-"
+
+
+class RichReporter:
+    """Progress per case and per step, a line per finished case, warnings pyperf-style."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.run_task = None
+        self.case_task = None
+
+    def run_started(self, store, device, total):
+        self.console.print(f"[bold]device[/]: {device.name} ({device.architecture})   "
+                           f"[bold]results[/]: {store.dir}")
+        self.progress.start()
+        self.run_task = self.progress.add_task("cases", total=total)
+
+    def case_started(self, case, repeat, index, total):
+        label = f"{case.case_id} r{repeat}"
+        if self.case_task is not None:
+            self.progress.remove_task(self.case_task)
+        self.case_task = self.progress.add_task(f"  {label}: starting", total=case.warmup_steps + case.steps)
+
+    def worker_event(self, case, event):
+        if event.get("event") == "phase":
+            self.progress.update(self.case_task, description=f"  {case.case_id}: {event['phase']}")
+        elif event.get("event") == "step":
+            self.progress.update(self.case_task, completed=event["step"] + 1)
+
+    def case_finished(self, case, row):
+        self.progress.advance(self.run_task)
+        status = row.get("status")
+        colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow"}.get(status, "red")
+        if status == "ok":
+            memory = row.get("peak_mem_allocated_bytes") if row.get("device") == "cuda" else row.get("peak_rss_bytes")
+            detail = (f"{_fmt(row.get('step_time_ms_median'), '.1f', ' ms/step')}  "
+                      f"{_fmt(row.get('throughput'), '.1f', ' samples/s')}  "
+                      f"cv {_fmt(row.get('step_time_cv'), '.1%')}  peak {_fmt_bytes(memory)}")
+            if row.get("scaler_skipped_steps"):
+                detail += f"  scaler skipped {row['scaler_skipped_steps']}"
+        else:
+            detail = escape(str(row.get("reason", "")))
+        self.console.print(f"[{colour}]{status:>11}[/] {escape(case.case_id)} r{row.get('repeat')}  {detail}",
+                           highlight=False)
+        for warning in filter(None, str(row.get("warnings") or "").split(" | ")):
+            if warning != "nan":
+                self.console.print(f"            [yellow]warning:[/] {escape(warning)}", highlight=False)
+
+    def close(self):
+        self.progress.stop()
+
+
+def _summary_table(results, console) -> None:
+    from rich.table import Table
+
+    from amp_bench.summary import summarize
+    table = summarize(results)
+    cpu = (table["device"] == "cpu").all()
+    show_layout = table["channels_last"].astype(bool).any()
+    show_tf32 = table["speedup_vs_tf32"].notna().any()
+    out = Table(title="AMP vs FP32: medians across repeats", title_justify="left")
+    columns = ["model", "batch"] + (["layout"] if show_layout else []) + \
+        ["precision", "ms/step", "samples/s", "vs fp32"] + (["vs tf32"] if show_tf32 else []) + \
+        ["peak RSS" if cpu else "peak alloc", "mem saved"] + (["saved above base"] if cpu else [])
+    for name in columns:
+        out.add_column(name, justify="left" if name in ("model", "layout", "precision") else "right", no_wrap=True)
+    for _, r in table.iterrows():
+        ok = r["status"] == "ok"
+        cells = [str(r["model_label"]), str(int(r["batch_size"]))]
+        if show_layout:
+            cells.append("cl" if r["channels_last"] else "nchw")
+        cells += [r["precision"], _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
+                  _fmt(r["throughput"], ".1f"), _fmt(r["speedup_vs_fp32"], ".2f", "x")]
+        if show_tf32:
+            cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
+        cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r["mem_saving_vs_fp32"], ".1%")]
+        if cpu:
+            cells.append(_fmt(r["mem_saving_above_baseline_vs_fp32"], ".1%"))
+        out.add_row(*cells)
+    console.print(out)
+    if cpu:
+        console.print("[dim]CPU memory is the worker's peak RSS; 'saved above base' subtracts the RSS before the "
+                      "model was built (torch's own footprint).[/]")
+
+
+def cmd_run(args, console) -> int:
+    from amp_bench.runner import run_suite
+    overrides = {"steps": args.steps, "warmup_steps": args.warmup_steps, "repeats": args.repeats,
+                 "batch_sizes": args.batch_size, "precisions": args.precision, "timeout_s": args.timeout_s,
+                 "seed": args.seed}
+    reporter = RichReporter(console)
+    try:
+        results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,
+                            **{k: v for k, v in overrides.items() if v is not None})
+    except KeyboardInterrupt:
+        reporter.close()
+        console.print("[yellow]interrupted[/]: every finished case is saved; see the results directory above")
+        return 130
+    finally:
+        reporter.close()
+    counts = results["status"].value_counts().to_dict()
+    console.print(f"finished: {', '.join(f'{v} {k}' for k, v in counts.items())} -> {results.attrs['run_dir']}")
+    _summary_table(results, console)
+    return 0
+
+
+def cmd_validate(args, console) -> int:
+    from amp_bench.suite import load_suite
+    failed = []
+    for path in args.suites:
+        try:
+            suite = load_suite(path)
+        except UserError as exc:
+            failed.extend(exc.lines)
+            continue
+        counts = ", ".join(f"{len(suite.cases(d))} cases x {suite.settings_for(d)['repeats']} repeats on {d}"
+                           for d in ("cuda", "cpu"))
+        console.print(f"{path}: ok ({counts})", highlight=False, soft_wrap=True)
+    if failed:
+        raise UserError(failed)
+    return 0
+
+
+def cmd_list_models(args, console) -> int:
+    from amp_bench.models import torchvision_names, transformers_types
+    if args.kind in (None, "torchvision"):
+        names = torchvision_names()
+        console.print(f"[bold]torchvision/<name>[/] ({len(names)}, weights=None):")
+        console.print("  " + "  ".join(names), highlight=False)
+    if args.kind in (None, "transformers"):
+        types = transformers_types()
+        console.print(f"[bold]transformers/<model_type>[/] ({len(types)}, built from config; default task):")
+        console.print("  " + "  ".join(f"{k}[dim]({v})[/]" for k, v in sorted(types.items())), highlight=False)
+    if args.kind in (None, "python"):
+        console.print("[bold]python:<module>:<callable>[/]: callable(**options) -> (model, make_batch, loss_fn); "
+                      "make_batch(batch_size, device) -> (inputs, target); loss_fn(output, target) -> loss")
+    return 0
+
+
+def cmd_env(args, console) -> int:
+    from rich.table import Table
+
+    from amp_bench.runner import probe
+    info = probe(args.device)
+    device = info["device"]
+    console.print(f"[bold]device[/]: {device['name']} ({info['architecture']}"
+                  + (f", compute capability {device['capability'][0]}.{device['capability'][1]}"
+                     if device.get("capability") else "") + ")", highlight=False)
+    console.print(f"[bold]cpu[/]: {device['cpu_model']}; bf16/fp16 ISA: "
+                  + (", ".join(f for f in device["cpu_flags"] if f in ("amx_bf16", "amx_fp16", "avx512_bf16",
+                                                                       "avx512_fp16", "amx_tile")) or "none"),
+                  highlight=False)
+    console.print("  ".join(f"{k.replace('_version', '')} {v}" for k, v in info["versions"].items() if v),
+                  highlight=False)
+    table = Table("precision", "runs here", "why")
+    for mode, support in info["support"].items():
+        runs = "yes" if support["supported"] else ("only with allow_emulated" if support["emulated"] else "no")
+        table.add_row(mode, runs, support["reason"] or "-")
+    console.print(table)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="amp_bench", description="Measure what PyTorch AMP buys in training.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a suite and write results/<run-id>/")
+    run.add_argument("suite", type=Path)
+    run.add_argument("--device", choices=None, help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
+    run.add_argument("--results-dir", type=Path, default=Path("results"))
+    run.add_argument("--steps", type=int)
+    run.add_argument("--warmup-steps", type=int)
+    run.add_argument("--repeats", type=int)
+    run.add_argument("--batch-size", type=int, action="append", help="repeatable; replaces batch_sizes")
+    run.add_argument("--precision", action="append", help="repeatable; replaces precisions")
+    run.add_argument("--timeout-s", type=float)
+    run.add_argument("--seed", type=int)
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser("validate", help="check suite files without running them")
+    validate.add_argument("suites", nargs="+", type=Path)
+    validate.set_defaults(func=cmd_validate)
+
+    models = sub.add_parser("list-models", help="model references that resolve here")
+    models.add_argument("--kind", choices=("torchvision", "transformers", "python"))
+    models.set_defaults(func=cmd_list_models)
+
+    env = sub.add_parser("env", help="this machine's device and which precision modes it supports, and why")
+    env.add_argument("--device", default="auto")
+    env.set_defaults(func=cmd_env)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    args = build_parser().parse_args(argv)
+    console = Console()
+    try:
+        return args.func(args, console)
+    except UserError as exc:
+        err = Console(stderr=True)
+        for line in exc.lines:
+            err.print(f"[red]error[/]: {escape(line)}", highlight=False, soft_wrap=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""What device a case runs on and which precision modes that hardware really supports.
+
+CUDA queries go through a small seam (`CudaQuery`) so the gating logic is tested on a CPU-only
+machine with fakes that replay real GPUs' answers. The probe runs inside a worker process, never in
+the orchestrating parent, so the parent never creates a CUDA context.
+"""
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, dataclass, field
+
+# Compute capability -> architecture family (first match wins on major.minor, then major).
+_ARCH_BY_CC = {(7, 0): "Volta", (7, 2): "Volta", (7, 5): "Turing", (8, 0): "Ampere", (8, 6): "Ampere",
+               (8, 7): "Ampere", (8, 9): "Ada", (9, 0): "Hopper"}
+_ARCH_BY_MAJOR = {6: "Pascal", 10: "Blackwell", 12: "Blackwell"}
+
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+CPU_FP16_FLAGS = ("amx_fp16", "avx512_fp16")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    type: str  # "cpu" or "cuda"
+    name: str
+    index: int | None = None
+    capability: tuple[int, int] | None = None
+    total_memory_bytes: int | None = None
+    cpu_model: str = ""
+    cpu_flags: frozenset[str] = field(default_factory=frozenset)
+    cpu_fp16_autocast: bool = False  # does this torch's CPU autocast engage for float16?
+
+    @property
+    def torch_device(self) -> str:
+        return "cpu" if self.type == "cpu" else f"cuda:{self.index or 0}"
+
+    @property
+    def architecture(self) -> str:
+        if self.type == "cpu":
+            return "CPU"
+        cc = self.capability or (0, 0)
+        return _ARCH_BY_CC.get(cc) or _ARCH_BY_MAJOR.get(cc[0], f"sm_{cc[0]}{cc[1]}")
+
+    @property
+    def label(self) -> str:
+        """Short device name for run ids: 'cpu' or e.g. 'nvidia-h200'."""
+        if self.type == "cpu":
+            return "cpu"
+        return "".join(c if c.isalnum() else "-" for c in self.name.lower()).strip("-") or "cuda"
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["cpu_flags"] = sorted(self.cpu_flags)
+        data["capability"] = list(self.capability) if self.capability else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> DeviceInfo:
+        data = dict(data)
+        data["cpu_flags"] = frozenset(data.get("cpu_flags") or ())
+        data["capability"] = tuple(data["capability"]) if data.get("capability") else None
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Support:
+    supported: bool
+    reason: str = ""
+    emulated: bool = False  # runs, but without native hardware for this dtype
+
+
+def precision_support(mode: str, device: DeviceInfo) -> Support:
+    """Hardware gate per mode. Deliberately not torch.cuda.is_bf16_supported(): it counts
+    slow emulation on Volta/Turing as support."""
+    if mode == "fp32":
+        return Support(True)
+    if device.type == "cuda":
+        cc = device.capability or (0, 0)
+        cc_text = f"compute capability {cc[0]}.{cc[1]}"
+        if mode == "tf32":
+            if cc >= (8, 0):
+                return Support(True)
+            return Support(False, f"TF32 needs compute capability >= 8.0 (Ampere); {device.name} has {cc_text}")
+        if mode == "amp_fp16":
+            if cc >= (7, 0):
+                return Support(True)
+            return Support(False, f"fp16 tensor cores need compute capability >= 7.0; {device.name} has {cc_text}",
+                           emulated=True)
+        if mode == "amp_bf16":
+            if cc >= (8, 0):
+                return Support(True)
+            return Support(False, f"bf16 needs compute capability >= 8.0 (emulated and slow below); "
+                                  f"{device.name} has {cc_text}", emulated=True)
+    else:
+        if mode == "tf32":
+            return Support(False, "TF32 is a CUDA tensor-core mode; the CPU has no TF32")
+        if mode == "amp_bf16":
+            if device.cpu_flags & set(CPU_BF16_FLAGS):
+                return Support(True)
+            return Support(True, "CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated", emulated=True)
+        if mode == "amp_fp16":
+            if not device.cpu_fp16_autocast:
+                return Support(False, "this torch's CPU autocast does not support float16")
+            if device.cpu_flags & set(CPU_FP16_FLAGS):
+                return Support(True)
+            return Support(False, "CPU has no AVX512-FP16/AMX-FP16: fp16 would run emulated, often 10x "
+                                  "slower than fp32 (set allow_emulated: true to run it anyway)", emulated=True)
+    raise ValueError(f"unknown precision {mode!r}")
+
+
+def may_run(support: Support, allow_emulated: bool) -> bool:
+    return support.supported or (allow_emulated and support.emulated)
+
+
+class CudaQuery:
+    """The few torch.cuda calls the probe needs; replaced by a fake in tests."""
+
+    def is_available(self) -> bool:
+        import torch
+        return torch.cuda.is_available()
+
+    def device_count(self) -> int:
+        import torch
+        return torch.cuda.device_count()
+
+    def properties(self, index: int) -> tuple[str, tuple[int, int], int]:
+        import torch
+        props = torch.cuda.get_device_properties(index)
+        return props.name, (props.major, props.minor), props.total_memory
+
+
+def read_cpu_info(path: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
+    """CPU model name and ISA flags (the first processor's; they are the same on all)."""
+    model, flags = "", None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = value.strip()
+                elif key in ("flags", "Features") and flags is None:
+                    flags = frozenset(value.split())
+                if model and flags is not None:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), flags or frozenset()
+
+
+def cpu_fp16_autocast_works() -> bool:
+    from amp_bench.precision import MODES, autocast_engages
+    return autocast_engages(MODES["amp_fp16"], "cpu")[0]
+
+
+class DeviceUnavailable(Exception):
+    pass
+
+
+def probe_device(requested: str = "auto", cuda: CudaQuery | None = None,
+                 cpu_info: tuple[str, frozenset[str]] | None = None,
+                 cpu_fp16_autocast: bool | None = None) -> DeviceInfo:
+    """Resolve 'auto' | 'cpu' | 'cuda' | 'cuda:N' to a concrete device and describe it."""
+    cuda = cuda or CudaQuery()
+    cpu_model, cpu_flags = cpu_info or read_cpu_info()
+    if requested == "auto":
+        requested = "cuda" if cuda.is_available() else "cpu"
+    if requested == "cpu":
+        fp16 = cpu_fp16_autocast_works() if cpu_fp16_autocast is None else cpu_fp16_autocast
+        return DeviceInfo("cpu", cpu_model or "cpu", cpu_model=cpu_model, cpu_flags=cpu_flags,
+                          cpu_fp16_autocast=fp16)
+    if requested == "cuda" or requested.startswith("cuda:"):
+        index_text = requested.partition(":")[2] or "0"
+        if not index_text.isdigit():
+            raise DeviceUnavailable(f"device {requested!r}: expected cuda or cuda:N")
+        index = int(index_text)
+        if not cuda.is_available():
+            raise DeviceUnavailable(f"device {requested!r}: no CUDA device is available "
+                                    "(torch.cuda.is_available() is False)")
+        if index >= cuda.device_count():
+            raise DeviceUnavailable(f"device {requested!r}: only {cuda.device_count()} CUDA device(s)")
+        name, capability, memory = cuda.properties(index)
+        return DeviceInfo("cuda", name, index=index, capability=capability, total_memory_bytes=memory,
+                          cpu_model=cpu_model, cpu_flags=cpu_flags)
+    raise DeviceUnavailable(f"device {requested!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def describe_support(device: DeviceInfo) -> list[tuple[str, Support]]:
+    from amp_bench.precision import MODE_NAMES
+    return [(mode, precision_support(mode, device)) for mode in MODE_NAMES]

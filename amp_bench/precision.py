@@ -1,0 +1,120 @@
+"""Precision modes: what each mode means for math flags, autocast and the GradScaler.
+
+A mode is a value object; applying it sets the process-wide FP32 math flags (workers are fresh
+processes, so nothing leaks between cases) and hands back what the training step needs. Autocast is
+entered per step by the step itself, never as global state.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class PrecisionMode:
+    name: str
+    autocast_dtype: torch.dtype | None  # None: no autocast region
+    use_grad_scaler: bool
+    fp32_math: str  # "ieee" or "tf32": how FP32 matmuls/convolutions run outside autocast
+
+    @property
+    def uses_autocast(self) -> bool:
+        return self.autocast_dtype is not None
+
+
+# Under the AMP modes the ops autocast leaves in FP32 run as strict IEEE FP32, like the fp32
+# baseline, so the only difference between fp32 and amp_* is autocast (and the scaler).
+MODES: dict[str, PrecisionMode] = {
+    "fp32": PrecisionMode("fp32", None, False, "ieee"),
+    "tf32": PrecisionMode("tf32", None, False, "tf32"),
+    "amp_fp16": PrecisionMode("amp_fp16", torch.float16, True, "ieee"),
+    "amp_bf16": PrecisionMode("amp_bf16", torch.bfloat16, False, "ieee"),
+}
+MODE_NAMES = tuple(MODES)
+
+
+def get_mode(name: str) -> PrecisionMode:
+    try:
+        return MODES[name]
+    except KeyError:
+        raise ValueError(f"unknown precision {name!r} (expected one of {', '.join(MODE_NAMES)})") from None
+
+
+def _has_fp32_precision_api() -> bool:
+    # torch >= 2.9: per-backend fp32_precision; mixing it with the legacy allow_tf32 flags is
+    # unsupported (reading a legacy flag after a new-API write raises), so use one or the other.
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def set_fp32_math(fp32_math: str) -> None:
+    """Set TF32 on or off for matmul *and* cuDNN (cuDNN's TF32 is on by default)."""
+    if fp32_math not in ("ieee", "tf32"):
+        raise ValueError(f"fp32_math must be 'ieee' or 'tf32', not {fp32_math!r}")
+    if _has_fp32_precision_api():
+        torch.backends.cuda.matmul.fp32_precision = fp32_math
+        torch.backends.cudnn.conv.fp32_precision = fp32_math
+        torch.backends.cudnn.rnn.fp32_precision = fp32_math
+    else:  # pragma: no cover - torch < 2.9
+        allow = fp32_math == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
+
+
+def read_fp32_math_flags() -> dict[str, object]:
+    """The TF32-related flags as they stand now, for the result row."""
+    if _has_fp32_precision_api():
+        matmul = torch.backends.cuda.matmul.fp32_precision
+        conv = torch.backends.cudnn.conv.fp32_precision
+        rnn = torch.backends.cudnn.rnn.fp32_precision
+        return {
+            "tf32_matmul": matmul == "tf32",
+            "tf32_cudnn": conv == "tf32",
+            "fp32_precision_matmul": matmul,
+            "fp32_precision_cudnn_conv": conv,
+            "fp32_precision_cudnn_rnn": rnn,
+        }
+    return {  # pragma: no cover - torch < 2.9
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "fp32_precision_matmul": "",
+        "fp32_precision_cudnn_conv": "",
+        "fp32_precision_cudnn_rnn": "",
+    }
+
+
+def autocast_region(mode: PrecisionMode, device_type: str):
+    """A fresh autocast context for one step (disabled for the FP32 modes)."""
+    return torch.autocast(
+        device_type, dtype=mode.autocast_dtype or torch.bfloat16, enabled=mode.uses_autocast
+    )
+
+
+def make_grad_scaler(mode: PrecisionMode, device_type: str) -> torch.amp.GradScaler:
+    return torch.amp.GradScaler(device_type, enabled=mode.use_grad_scaler)
+
+
+def autocast_engages(mode: PrecisionMode, device_type: str) -> tuple[bool, str]:
+    """Prove autocast is really active: it silently disables itself on an unsupported device/dtype.
+
+    Runs a tiny linear inside the region and checks the output dtype.
+    """
+    if not mode.uses_autocast:
+        return True, ""
+    x = torch.ones(2, 2, device=device_type)
+    w = torch.ones(2, 2, device=device_type)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with autocast_region(mode, device_type):
+                out = torch.nn.functional.linear(x, w)
+        except Exception as exc:  # an unsupported combination may also raise
+            return False, f"autocast({device_type}, {mode.autocast_dtype}) failed: {exc}"
+    if out.dtype != mode.autocast_dtype:
+        why = "; ".join(str(w.message) for w in caught) or "no warning given"
+        return False, (
+            f"autocast({device_type}, {mode.autocast_dtype}) did not engage: linear returned "
+            f"{out.dtype} ({why})"
+        )
+    return True, ""

@@ -1,0 +1,127 @@
+"""Results store: results/<run-id>/ with a tidy table, per-step samples and a manifest.
+
+Every write goes to a temporary file that is then renamed over the old one, after each case, so a
+killed run keeps every finished case and no file is ever half-written.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import socket
+from pathlib import Path
+
+import pandas as pd
+
+from amp_bench.errors import UserError
+
+RESULTS_FILE = "results.csv"
+SAMPLES_FILE = "samples.csv"
+MANIFEST_FILE = "manifest.json"
+
+# The documented columns, in order; records may carry more (appended after these).
+RESULT_COLUMNS = [
+    "run_id", "suite", "case_id", "group_id", "model", "model_label", "batch_size", "precision",
+    "channels_last", "image_size", "seq_len", "device", "device_name", "architecture", "repeat", "status",
+    "reason", "warmup_steps", "steps", "step_time_ms_median", "step_time_ms_mean", "step_time_ms_p10",
+    "step_time_ms_p90", "step_time_ms_iqr", "step_time_cv", "step_time_ms_min", "step_time_ms_max",
+    "throughput", "window_s", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
+    "rss_before_model_bytes", "loss_first", "loss_last", "scaler_skipped_steps",
+    "scaler_skipped_warmup_steps", "scaler_final_scale", "output_dtype", "emulated", "tf32_matmul",
+    "tf32_cudnn", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
+    "optimizer", "optimizer_impl", "seed", "num_threads", "model_parameters", "model_attn_implementation",
+    "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "timestamp",
+    "worker_seconds", "log_file",
+]
+SAMPLE_COLUMNS = ["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"]
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def make_run_id(device_label: str, when: dt.datetime | None = None, host: str | None = None) -> str:
+    when = when or utc_now()
+    return f"{when:%Y%m%dT%H%M%SZ}-{_slug(host or socket.gethostname())}-{_slug(device_label)}"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class RunStore:
+    """One run directory. Append rows with add(); each call rewrites the tables atomically."""
+
+    def __init__(self, root: Path, run_id: str):
+        root = Path(root)
+        directory = root / run_id
+        n = 1
+        while directory.exists():  # two runs in the same second on the same host
+            n += 1
+            directory = root / f"{run_id}-{n}"
+        self.run_id = directory.name
+        self.dir = directory
+        (self.dir / "logs").mkdir(parents=True)
+        (self.dir / "work").mkdir()
+        self.rows: list[dict] = []
+        self.samples: list[dict] = []
+        self.manifest: dict = {}
+
+    def write_manifest(self, **fields) -> None:
+        self.manifest.update(fields)
+        write_text_atomic(self.dir / MANIFEST_FILE, json.dumps(self.manifest, indent=2, default=str) + "\n")
+
+    def add(self, row: dict, samples: list[dict]) -> None:
+        self.rows.append(row)
+        self.samples.extend(samples)
+        self._flush()
+
+    def _flush(self) -> None:
+        table = pd.DataFrame(self.rows)
+        extra = [c for c in table.columns if c not in RESULT_COLUMNS]
+        table = table.reindex(columns=RESULT_COLUMNS + extra)
+        write_text_atomic(self.dir / RESULTS_FILE, table.to_csv(index=False))
+        samples = pd.DataFrame(self.samples, columns=SAMPLE_COLUMNS)
+        write_text_atomic(self.dir / SAMPLES_FILE, samples.to_csv(index=False))
+
+
+def _run_dirs(path: Path) -> list[Path]:
+    if (path / RESULTS_FILE).is_file():
+        return [path]
+    return sorted(p.parent for p in path.rglob(RESULTS_FILE))
+
+
+def load_results(path: str | os.PathLike = "results") -> pd.DataFrame:
+    """One row per case and repeat, from one run directory or a tree of them."""
+    return _load(Path(path), RESULTS_FILE)
+
+
+def load_samples(path: str | os.PathLike = "results") -> pd.DataFrame:
+    """Per-step samples (long format), from one run directory or a tree of them."""
+    return _load(Path(path), SAMPLES_FILE)
+
+
+def _load(path: Path, name: str) -> pd.DataFrame:
+    if not path.exists():
+        raise UserError(f"{path}: no such results directory")
+    frames = []
+    for run_dir in _run_dirs(path):
+        file = run_dir / name
+        if file.is_file() and file.stat().st_size:
+            try:
+                frames.append(pd.read_csv(file))
+            except (ValueError, pd.errors.ParserError) as exc:
+                raise UserError(f"{file}: unreadable results table ({exc})") from None
+    if not frames:
+        raise UserError(f"{path}: no {name} found (expected a run directory or a tree of them)")
+    return pd.concat(frames, ignore_index=True)

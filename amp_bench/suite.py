@@ -1,0 +1,457 @@
+"""Suite files: load YAML, validate every field with a one-line message per problem, expand to cases.
+
+A suite is a matrix (models x image_size/seq_len x batch_sizes x channels_last x precisions) plus
+run settings. A `cpu:` or `cuda:` block replaces top-level settings on that device type, so the
+same file runs on a laptop with smaller batches and fewer steps.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from amp_bench import models as model_refs
+from amp_bench.errors import SuiteError
+from amp_bench.precision import MODE_NAMES
+
+MAX_BATCH_SIZE = 65536
+OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZER_IMPLS = ("for-loop", "foreach", "fused")
+DEVICE_BLOCKS = ("cpu", "cuda")
+
+DEFAULTS: dict[str, Any] = {
+    "image_size": [224], "seq_len": [128], "channels_last": [False], "precisions": ["fp32", "amp_bf16"],
+    "warmup_steps": 5, "steps": 20, "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
+    "optimizer": {"name": "sgd", "impl": "foreach", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
+}
+
+
+# --------------------------------------------------------------------------- value objects
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    name: str = "sgd"
+    impl: str = "foreach"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    ref: str
+    label: str
+    config: dict = field(default_factory=dict, hash=False, compare=True)
+    task: str | None = None
+    attn_implementation: str | None = None
+    options: dict = field(default_factory=dict, hash=False, compare=True)
+    num_classes: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return model_refs.kind_of(self.ref) or ""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cell of the matrix: everything a worker needs to run it."""
+    suite: str
+    model: ModelSpec
+    batch_size: int
+    precision: str
+    channels_last: bool
+    image_size: int | None
+    seq_len: int | None
+    warmup_steps: int
+    steps: int
+    repeats: int
+    optimizer: OptimizerSpec
+    seed: int
+    timeout_s: float
+    allow_emulated: bool
+    search_dirs: tuple[str, ...] = ()
+
+    @property
+    def group_id(self) -> str:
+        """Identity of the case without its precision: cases sharing it are compared."""
+        parts = [self.model.label, f"bs{self.batch_size}"]
+        if self.image_size:
+            parts.append(f"{self.image_size}px")
+        if self.seq_len:
+            parts.append(f"seq{self.seq_len}")
+        if self.channels_last:
+            parts.append("cl")
+        return "-".join(parts)
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.group_id}-{self.precision}"
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+        data = asdict(self)
+        data["search_dirs"] = list(self.search_dirs)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Case:
+        data = dict(data)
+        data["model"] = ModelSpec(**data["model"])
+        data["optimizer"] = OptimizerSpec(**data["optimizer"])
+        data["search_dirs"] = tuple(data.get("search_dirs") or ())
+        return cls(**data)
+
+
+@dataclass
+class Suite:
+    path: Path
+    name: str
+    description: str
+    device: str
+    sha256: str
+    text: str
+    settings: dict  # validated top-level settings (defaults filled in)
+    blocks: dict  # device type -> validated override settings
+
+    def settings_for(self, device_type: str, overrides: dict | None = None) -> dict:
+        settings = {**self.settings, **self.blocks.get(device_type, {})}
+        if overrides:
+            settings.update(validate_overrides(overrides, self.path))
+        return settings
+
+    def cases(self, device_type: str, overrides: dict | None = None) -> list[Case]:
+        settings = self.settings_for(device_type, overrides)
+        cases = expand(self, settings)
+        check_duplicates(cases, self.path)
+        return cases
+
+
+# --------------------------------------------------------------------------- field validators
+# Each takes (value, path, problems) and returns the normalised value (or None when invalid).
+
+Problems = list[str]
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _int(lo: int, hi: int, what: str = "an integer") -> Callable:
+    def check(value, path, problems):
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{path}: expected {what} between {lo} and {hi}, got {value!r} ({_type_name(value)})")
+            return None
+        if not lo <= value <= hi:
+            problems.append(f"{path}: expected {what} between {lo} and {hi}, got {value}")
+            return None
+        return value
+    return check
+
+
+def _number(lo_exclusive: float, hi: float) -> Callable:
+    def check(value, path, problems):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            problems.append(f"{path}: expected a number, got {value!r} ({_type_name(value)})")
+            return None
+        if not lo_exclusive < value <= hi:
+            problems.append(f"{path}: expected a number > {lo_exclusive} and <= {hi}, got {value}")
+            return None
+        return float(value)
+    return check
+
+
+def _bool(value, path, problems):
+    if not isinstance(value, bool):
+        problems.append(f"{path}: expected true or false, got {value!r} ({_type_name(value)})")
+        return None
+    return value
+
+
+def _str(value, path, problems):
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"{path}: expected a non-empty string, got {value!r} ({_type_name(value)})")
+        return None
+    return value
+
+
+def _choice(choices: tuple[str, ...]) -> Callable:
+    def check(value, path, problems):
+        if not isinstance(value, str) or value not in choices:
+            hint = ""
+            if isinstance(value, str):
+                close = difflib.get_close_matches(value, choices, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"{path}: expected one of {', '.join(choices)}, got {value!r}{hint}")
+            return None
+        return value
+    return check
+
+
+def _axis(item_check: Callable, what: str) -> Callable:
+    """A matrix axis: a single value or a non-empty list of distinct values."""
+    def check(value, path, problems):
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and not value:
+            problems.append(f"{path}: empty list: the matrix has no cases (expected at least one {what})")
+            return None
+        out, seen, ok = [], {}, True
+        for i, item in enumerate(items):
+            item_path = f"{path}[{i}]" if isinstance(value, list) else path
+            checked = item_check(item, item_path, problems)
+            if checked is None:
+                ok = False
+                continue
+            if checked in seen:
+                problems.append(f"{item_path}: duplicate case: {checked!r} is already listed at {path}[{seen[checked]}]")
+                ok = False
+                continue
+            seen[checked] = i
+            out.append(checked)
+        return out if ok else None
+    return check
+
+
+def _mapping(value, path, problems):
+    if not isinstance(value, dict):
+        problems.append(f"{path}: expected a mapping, got {value!r} ({_type_name(value)})")
+        return None
+    return value
+
+
+def _check_keys(mapping: dict, allowed, path: str, problems: Problems) -> None:
+    for key in mapping:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), list(allowed), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(f"{_join(path, str(key))}: unknown key ({hint}expected one of: {', '.join(allowed)})")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _optimizer(value, path, problems):
+    if isinstance(value, str):
+        value = {"name": value}
+    if _mapping(value, path, problems) is None:
+        return None
+    fields = {"name": _choice(OPTIMIZERS), "impl": _choice(OPTIMIZER_IMPLS), "lr": _number(0, 1e3),
+              "momentum": _number(-1e-12, 1.0), "weight_decay": _number(-1e-12, 1.0)}
+    _check_keys(value, fields, path, problems)
+    before = len(problems)
+    merged = dict(DEFAULTS["optimizer"])
+    for key, check in fields.items():
+        if key in value:
+            merged[key] = check(value[key], _join(path, key), problems)
+    if len(problems) > before:
+        return None
+    if merged["name"] != "sgd" and "momentum" in value:
+        problems.append(f"{_join(path, 'momentum')}: only sgd takes momentum")
+        return None
+    return OptimizerSpec(**merged)
+
+
+_MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes")
+
+
+def _model(search_dirs: tuple[str, ...]) -> Callable:
+    def check(value, path, problems):
+        if isinstance(value, str):
+            value = {"ref": value}
+        if _mapping(value, path, problems) is None:
+            return None
+        _check_keys(value, _MODEL_FIELDS, path, problems)
+        before = len(problems)
+        if "ref" not in value:
+            problems.append(f"{_join(path, 'ref')}: missing (expected a model reference such as torchvision/resnet50)")
+            return None
+        ref = _str(value["ref"], _join(path, "ref"), problems)
+        label = _str(value.get("label", ref and model_refs.short_name(ref)), _join(path, "label"), problems)
+        config = _mapping(value.get("config", {}), _join(path, "config"), problems)
+        options = _mapping(value.get("options", {}), _join(path, "options"), problems)
+        task = value.get("task")
+        if task is not None:
+            task = _choice(model_refs.TRANSFORMERS_TASKS)(task, _join(path, "task"), problems)
+        attn = value.get("attn_implementation")
+        if attn is not None:
+            attn = _choice(model_refs.ATTN_IMPLEMENTATIONS)(attn, _join(path, "attn_implementation"), problems)
+        num_classes = value.get("num_classes")
+        if num_classes is not None:
+            num_classes = _int(2, 1_000_000)(num_classes, _join(path, "num_classes"), problems)
+        if len(problems) > before:
+            return None
+        kind = model_refs.kind_of(ref)
+        for key, wants in (("config", "transformers"), ("task", "transformers"),
+                           ("attn_implementation", "transformers"), ("options", "python"),
+                           ("num_classes", "torchvision")):
+            if key in value and kind is not None and kind != wants:
+                problems.append(f"{_join(path, key)}: only applies to {wants}/ models, not {ref}")
+        for sub, message in model_refs.check_model(ref, config=config, task=task, search_dirs=search_dirs):
+            problems.append(f"{path}{sub}: {message}")
+        if len(problems) > before:
+            return None
+        return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
+                         options=options or {}, num_classes=num_classes)
+    return check
+
+
+def _models(search_dirs):
+    item = _model(search_dirs)
+
+    def check(value, path, problems):
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and not value:
+            problems.append(f"{path}: empty list: the matrix has no cases (expected at least one model)")
+            return None
+        out, labels = [], {}
+        for i, entry in enumerate(items):
+            item_path = f"{path}[{i}]" if isinstance(value, list) else path
+            spec = item(entry, item_path, problems)
+            if spec is None:
+                continue
+            if spec.label in labels:
+                problems.append(f"{item_path}: duplicate case: label {spec.label!r} is already used by "
+                                f"{labels[spec.label]} (give one a distinct 'label')")
+                continue
+            labels[spec.label] = item_path
+            out.append(spec)
+        return out if len(out) == len(items) else None
+    return check
+
+
+def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
+    return {
+        "models": _models(search_dirs),
+        "batch_sizes": _axis(_int(1, MAX_BATCH_SIZE, "a batch size"), "batch size"),
+        "precisions": _axis(_choice(MODE_NAMES), "precision"),
+        "image_size": _axis(_int(8, 8192, "an image size"), "image size"),
+        "seq_len": _axis(_int(1, 1 << 20, "a sequence length"), "sequence length"),
+        "channels_last": _axis(_bool, "layout"),
+        "warmup_steps": _int(0, 100_000),
+        "steps": _int(1, 1_000_000),
+        "repeats": _int(1, 1000),
+        "optimizer": _optimizer,
+        "seed": _int(0, 2**32 - 1),
+        "timeout_s": _number(0, 7 * 24 * 3600),
+        "allow_emulated": _bool,
+    }
+
+
+TOP_ONLY = ("name", "description", "device") + DEVICE_BLOCKS
+SETTING_KEYS = tuple(_setting_fields(()))
+
+
+def _validate_settings(data: dict, path: str, problems: Problems, search_dirs) -> dict:
+    fields = _setting_fields(search_dirs)
+    out = {}
+    for key, check in fields.items():
+        if key in data:
+            value = check(data[key], _join(path, key), problems)
+            if value is not None:
+                out[key] = value
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+
+def _read(path: Path) -> tuple[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: suite file not found") from None
+    except IsADirectoryError:
+        raise SuiteError(f"{path}: is a directory, expected a suite .yaml file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"{path}: cannot read suite file ({exc})") from None
+    try:
+        return text, yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SuiteError(f"{path}{where}: invalid YAML: {problem}") from None
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and validate a suite. Raises SuiteError listing every problem found."""
+    path = Path(path)
+    text, data = _read(path)
+    problems: Problems = []
+    if data is None:
+        raise SuiteError(f"{path}: empty suite file (expected a mapping with at least 'models' and 'batch_sizes')")
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}: expected a mapping at the top level, got {_type_name(data)}")
+    search_dirs = (str(path.resolve().parent),)
+    _check_keys(data, SETTING_KEYS + TOP_ONLY, "", problems)
+    settings = {**DEFAULTS, "optimizer": OptimizerSpec()}
+    settings.update(_validate_settings(data, "", problems, search_dirs))
+    for required in ("models", "batch_sizes"):
+        if required not in data:
+            problems.append(f"{required}: missing (the matrix needs models and batch_sizes)")
+    name = _str(data.get("name", path.stem), "name", problems)
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        problems.append(f"description: expected a string, got {_type_name(description)}")
+    device = _choice(("auto", "cpu", "cuda"))(data.get("device", "auto"), "device", problems)
+    blocks = {}
+    for block in DEVICE_BLOCKS:
+        if block in data:
+            if _mapping(data[block], block, problems) is None:
+                continue
+            _check_keys(data[block], SETTING_KEYS, block, problems)
+            blocks[block] = _validate_settings(data[block], block, problems, search_dirs)
+    if problems:
+        raise SuiteError([f"{path}: {p}" for p in problems])
+    suite = Suite(path=path, name=name, description=description, device=device,
+                  sha256=hashlib.sha256(text.encode()).hexdigest(), text=text,
+                  settings=settings, blocks=blocks)
+    for block in DEVICE_BLOCKS:  # every device's matrix must be sound, not just this machine's
+        suite.cases(block)
+    return suite
+
+
+def validate_overrides(overrides: dict, path: Path) -> dict:
+    """Command-line / API overrides go through the same checks as the file."""
+    problems: Problems = []
+    unknown = [k for k in overrides if k not in SETTING_KEYS]
+    for key in unknown:
+        problems.append(f"override {key!r}: unknown setting (expected one of: {', '.join(SETTING_KEYS)})")
+    known = {k: v for k, v in overrides.items() if k in SETTING_KEYS and v is not None}
+    out = _validate_settings(known, "override", problems, (str(Path(path).resolve().parent),))
+    if problems:
+        raise SuiteError([f"{path}: {p}" for p in problems])
+    return out
+
+
+def expand(suite: Suite, settings: dict) -> list[Case]:
+    cases = []
+    for spec in settings["models"]:
+        kind = spec.kind
+        image_sizes = settings["image_size"] if kind == "torchvision" else [None]
+        seq_lens = settings["seq_len"] if kind == "transformers" else [None]
+        layouts = settings["channels_last"] if kind != "transformers" else [False]
+        for image_size, seq_len, batch_size, channels_last, precision in itertools.product(
+                image_sizes, seq_lens, settings["batch_sizes"], layouts, settings["precisions"]):
+            cases.append(Case(
+                suite=suite.name, model=spec, batch_size=batch_size, precision=precision,
+                channels_last=channels_last, image_size=image_size, seq_len=seq_len,
+                warmup_steps=settings["warmup_steps"], steps=settings["steps"], repeats=settings["repeats"],
+                optimizer=settings["optimizer"], seed=settings["seed"], timeout_s=settings["timeout_s"],
+                allow_emulated=settings["allow_emulated"], search_dirs=(str(suite.path.resolve().parent),)))
+    return cases
+
+
+def check_duplicates(cases: list[Case], path: Path) -> None:
+    seen: set[str] = set()
+    dupes = []
+    for case in cases:
+        if case.case_id in seen:
+            dupes.append(f"{path}: models: duplicate case {case.case_id!r}")
+        seen.add(case.case_id)
+    if dupes:
+        raise SuiteError(dupes)

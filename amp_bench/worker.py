@@ -1,0 +1,226 @@
+"""The worker process: runs exactly one case (or the device probe) and writes one JSON record.
+
+    python -m amp_bench.worker case  SPEC.json RESULT.json
+    python -m amp_bench.worker probe DEVICE    RESULT.json
+
+Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON lines, so whatever
+the model prints to stdout/stderr goes to the case's log untouched. The result file is written
+atomically; a worker that dies without one is classified by the parent.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+import traceback
+
+OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "cudnn_status_alloc_failed",
+               "cuda error: out of memory")
+
+
+class EventChannel:
+    def __init__(self, fd: int | None):
+        self._file = os.fdopen(fd, "w", buffering=1) if fd is not None else None
+
+    def emit(self, **event) -> None:
+        if self._file is not None:
+            try:
+                self._file.write(json.dumps(event) + "\n")
+            except (BrokenPipeError, OSError):
+                self._file = None  # the parent stopped listening; keep measuring
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def is_oom(exc: BaseException) -> bool:
+    import torch
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
+def read_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def run_case(case, device, events: EventChannel) -> dict:
+    """Build, warm up and measure one case. Returns the record (status ok or nonfinite)."""
+    import numpy as np
+    import torch
+
+    from amp_bench.hardware import may_run, precision_support
+    from amp_bench.models import build_workload
+    from amp_bench.precision import autocast_engages, get_mode, read_fp32_math_flags, set_fp32_math
+    from amp_bench.step import TrainStep, UnsupportedCase, build_optimizer
+    from amp_bench.timing import CpuStepTimer, CudaStepTimer, StepStats
+
+    record: dict = {"num_threads": torch.get_num_threads()}
+    mode = get_mode(case.precision)
+    support = precision_support(case.precision, device)
+    record["emulated"] = support.emulated
+    if not may_run(support, case.allow_emulated):
+        raise UnsupportedCase(support.reason)
+    device_type = device.type
+    torch_device = torch.device(device.torch_device)
+    if device_type == "cuda":
+        torch.cuda.set_device(torch_device)
+
+    set_fp32_math(mode.fp32_math)
+    record.update(read_fp32_math_flags())
+    engaged, why = autocast_engages(mode, device_type)
+    if not engaged:
+        raise UnsupportedCase(why)
+
+    random.seed(case.seed)
+    np.random.seed(case.seed % 2**32)
+    torch.manual_seed(case.seed)
+    record["rss_before_model_bytes"] = read_rss_bytes()
+
+    workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
+                              channels_last=case.channels_last, search_dirs=case.search_dirs)
+    record.update({f"model_{k}": v for k, v in workload.details.items()})
+    model = workload.model.to(torch_device)
+    model.train()
+    record["model_parameters"] = sum(p.numel() for p in model.parameters())
+    try:
+        optimizer = build_optimizer(model.parameters(), case.optimizer)
+    except (RuntimeError, ValueError) as exc:
+        raise UnsupportedCase(f"optimizer {case.optimizer.name} ({case.optimizer.impl}): {exc}") from exc
+    inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
+    step = TrainStep(model, workload.loss_fn, optimizer, mode, device_type)
+
+    losses = []
+    total = case.warmup_steps + case.steps
+    events.emit(event="phase", phase="warmup", total=total)
+    for i in range(case.warmup_steps):
+        losses.append(step(inputs, target))
+        events.emit(event="step", phase="warmup", step=i, total=total)
+
+    if device_type == "cuda":
+        timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(torch_device)
+    else:
+        timer = CpuStepTimer()
+    events.emit(event="phase", phase="measure", total=total)
+    timer.begin_window()
+    for i in range(case.steps):
+        timer.step_started()
+        losses.append(step(inputs, target))
+        timer.step_ended()
+        events.emit(event="step", phase="measure", step=case.warmup_steps + i, total=total)
+    per_step_ms, window_s = timer.end_window()
+
+    if device_type == "cuda":
+        record["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
+        record["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)
+    loss_values = torch.stack(losses).float().cpu().tolist()
+    stats = StepStats.from_samples(per_step_ms)
+    record.update(stats.to_columns())
+    record.update({
+        "window_s": window_s,
+        "throughput": case.batch_size * case.steps / window_s,
+        "loss_first": loss_values[0],
+        "loss_last": loss_values[-1],
+        "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
+    })
+    warnings = [w for w in (stats.instability(),) if w]
+    if step.scaler.is_enabled():
+        skipped = step.skipped_steps()
+        record["scaler_skipped_steps"] = sum(1 for i in skipped if i >= case.warmup_steps)
+        record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < case.warmup_steps)
+        record["scaler_final_scale"] = step.final_scale()
+        if record["scaler_skipped_steps"]:
+            warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {case.steps} measured "
+                            "optimizer steps: those steps did less work, so throughput is flattered")
+    if mode.uses_autocast and step.output_dtype not in (None, mode.autocast_dtype):
+        warnings.append(f"model output is {step.output_dtype} under autocast {mode.autocast_dtype}")
+    record["warnings"] = " | ".join(warnings)
+
+    record["samples"] = [
+        {"phase": "warmup" if i < case.warmup_steps else "measure", "step": i,
+         "step_time_ms": per_step_ms[i - case.warmup_steps] if i >= case.warmup_steps else None,
+         "loss": loss_values[i]}
+        for i in range(total)
+    ]
+    bad = [i for i, v in enumerate(loss_values) if not math.isfinite(v)]
+    if bad:
+        record["status"] = "nonfinite"
+        record["reason"] = f"loss is {loss_values[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of {total})"
+    else:
+        record["status"] = "ok"
+        record["reason"] = ""
+    return record
+
+
+def _main_case(spec_path: str, result_path: str, events: EventChannel) -> int:
+    from amp_bench.hardware import DeviceInfo
+    from amp_bench.suite import Case
+    from amp_bench.step import UnsupportedCase
+
+    with open(spec_path, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    case = Case.from_json(spec["case"])
+    device = DeviceInfo.from_json(spec["device"])
+    started = time.time()
+    try:
+        record = run_case(case, device, events)
+    except UnsupportedCase as exc:
+        record = {"status": "unsupported", "reason": str(exc)}
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a crash
+        traceback.print_exc()
+        kind = "oom" if is_oom(exc) else "error"
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        record = {"status": kind, "reason": f"{type(exc).__name__}: {message}"[:500]}
+    record["worker_seconds"] = time.time() - started
+    write_json_atomic(result_path, record)
+    return 0
+
+
+def _main_probe(requested: str, result_path: str) -> int:
+    from amp_bench.environment import versions
+    from amp_bench.hardware import DeviceUnavailable, describe_support, probe_device
+    try:
+        device = probe_device(requested)
+    except DeviceUnavailable as exc:
+        write_json_atomic(result_path, {"error": str(exc)})
+        return 0
+    write_json_atomic(result_path, {
+        "device": device.to_json(),
+        "architecture": device.architecture,
+        "support": {mode: s.__dict__ for mode, s in describe_support(device)},
+        "versions": versions(),
+    })
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    fd = os.environ.get("AMP_BENCH_EVENT_FD")
+    events = EventChannel(int(fd) if fd else None)
+    if len(argv) == 3 and argv[0] == "case":
+        return _main_case(argv[1], argv[2], events)
+    if len(argv) == 3 and argv[0] == "probe":
+        return _main_probe(argv[1], argv[2])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
