@@ -1,0 +1,132 @@
+"""Every bad suite gets one clear line per problem naming file and field, exit code 2, no traceback."""
+import subprocess
+import sys
+
+import pytest
+
+from amp_bench.errors import SuiteError
+from amp_bench.suite import load_suite
+from conftest import ROOT
+
+GOOD = """
+models: [torchvision/resnet18]
+batch_sizes: [2, 4]
+precisions: [fp32, amp_bf16]
+"""
+
+
+def problems(write_suite, text):
+    path = write_suite(text)
+    with pytest.raises(SuiteError) as info:
+        load_suite(path)
+    for line in info.value.lines:
+        assert line.startswith(str(path)), line
+        assert "\n" not in line
+    return info.value.lines
+
+
+def test_good_suite_expands_to_the_matrix(write_suite):
+    suite = load_suite(write_suite(GOOD))
+    cases = suite.cases("cpu")
+    assert [(c.batch_size, c.precision) for c in cases] == [(2, "fp32"), (2, "amp_bf16"), (4, "fp32"), (4, "amp_bf16")]
+    assert cases[0].case_id == "resnet18-bs2-224px-fp32"
+    assert cases[0].group_id == cases[1].group_id != cases[2].group_id
+
+
+def test_cpu_block_overrides_top_level_on_cpu_only(write_suite):
+    suite = load_suite(write_suite(GOOD + "steps: 50\ncpu:\n  batch_sizes: [1]\n  steps: 3\n"))
+    cpu, cuda = suite.cases("cpu"), suite.cases("cuda")
+    assert {c.batch_size for c in cpu} == {1} and {c.steps for c in cpu} == {3}
+    assert {c.batch_size for c in cuda} == {2, 4} and {c.steps for c in cuda} == {50}
+
+
+@pytest.mark.parametrize("text, expected", [
+    (GOOD + "bach_size: 3\n", "bach_size: unknown key (did you mean 'batch_sizes'?"),
+    (GOOD + "cpu:\n  stpes: 3\n", "cpu.stpes: unknown key (did you mean 'steps'?"),
+    (GOOD + "optimizer: {name: sgd, implementation: fused}\n", "optimizer.implementation: unknown key"),
+    (GOOD + "steps: ten\n", "steps: expected an integer between 1 and 1000000, got 'ten' (str)"),
+    (GOOD + "channels_last: 1\n", "channels_last: expected true or false, got 1 (int)"),
+    (GOOD + "repeats: 2.5\n", "repeats: expected an integer between 1 and 1000, got 2.5 (float)"),
+    (GOOD + "timeout_s: -1\n", "timeout_s: expected a number > 0"),
+    (GOOD.replace("[2, 4]", "[2, 0]"), "batch_sizes[1]: expected a batch size between 1 and 65536, got 0"),
+    (GOOD.replace("[2, 4]", "[-8]"), "batch_sizes[0]: expected a batch size between 1 and 65536, got -8"),
+    (GOOD.replace("[2, 4]", "[10000000]"), "batch_sizes[0]: expected a batch size between 1 and 65536, got 10000000"),
+    (GOOD.replace("[2, 4]", "[true]"), "batch_sizes[0]: expected a batch size between 1 and 65536, got True (bool)"),
+    (GOOD.replace("torchvision/resnet18", "torchvision/resnet51"), "models[0]: unknown torchvision model 'resnet51'"),
+    (GOOD.replace("torchvision/resnet18", "transformers/gtp2"), "models[0]: unknown transformers model_type 'gtp2' (did you mean 'gpt2'?)"),
+    (GOOD.replace("torchvision/resnet18", "resnet18"), "models[0]: unknown model reference 'resnet18' (expected torchvision/<name>"),
+    (GOOD.replace("torchvision/resnet18", "python:no_such_module:build"), "models[0]: cannot import module 'no_such_module'"),
+    (GOOD.replace("torchvision/resnet18", "python:toy_models:no_such_fn"), "models[0]: module 'toy_models' has no callable 'no_such_fn'"),
+    (GOOD.replace("[torchvision/resnet18]", "[{ref: transformers/gpt2, config: {n_layers: 2}}]"),
+     "models[0].config.n_layers: not an attribute of GPT2Config"),
+    (GOOD.replace("amp_bf16", "fp16"), "precisions[1]: expected one of fp32, tf32, amp_fp16, amp_bf16, got 'fp16'"),
+    (GOOD.replace("[2, 4]", "[]"), "batch_sizes: empty list: the matrix has no cases"),
+    (GOOD.replace("[torchvision/resnet18]", "[]"), "models: empty list: the matrix has no cases"),
+    (GOOD.replace("[2, 4]", "[4, 4]"), "batch_sizes[1]: duplicate case: 4 is already listed at batch_sizes[0]"),
+    (GOOD.replace("[fp32, amp_bf16]", "[fp32, fp32]"), "precisions[1]: duplicate case"),
+    (GOOD.replace("[torchvision/resnet18]", "[torchvision/resnet18, torchvision/resnet18]"),
+     "models[1]: duplicate case: label 'resnet18' is already used by models[0]"),
+    ("batch_sizes: [1]\n", "models: missing"),
+    ("- a\n- b\n", "expected a mapping at the top level, got list"),
+    ("", "empty suite file"),
+])
+def test_each_problem_gets_a_clear_line(write_suite, text, expected):
+    lines = problems(write_suite, text)
+    assert any(expected in line for line in lines), lines
+
+
+def test_several_problems_are_all_reported(write_suite):
+    lines = problems(write_suite, GOOD.replace("[2, 4]", "[0, -1]").replace("amp_bf16", "amp_bf17") + "stepz: 1\n")
+    assert len(lines) == 4, lines
+
+
+def test_invalid_yaml_names_line_and_column(write_suite):
+    lines = problems(write_suite, "models: [torchvision/resnet18\nbatch_sizes: [1]\n")
+    assert len(lines) == 1 and "invalid YAML" in lines[0]
+    assert lines[0].split(": ")[0].count(":") == 2  # path:line:col
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SuiteError) as info:
+        load_suite(tmp_path / "nope.yaml")
+    assert info.value.lines == [f"{tmp_path / 'nope.yaml'}: suite file not found"]
+
+
+def test_overrides_are_validated_like_the_file(write_suite):
+    suite = load_suite(write_suite(GOOD))
+    with pytest.raises(SuiteError, match="override.batch_sizes\\[0\\]: expected a batch size"):
+        suite.cases("cpu", {"batch_sizes": [0]})
+    assert [c.steps for c in suite.cases("cpu", {"steps": 7})] == [7] * 4
+
+
+@pytest.mark.parametrize("suite", sorted((ROOT / "suites").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_suites_are_valid(suite):
+    loaded = load_suite(suite)
+    assert loaded.cases("cpu") and loaded.cases("cuda")
+
+
+def test_resnet50_suite_covers_the_gpu_matrix():
+    suite = load_suite(ROOT / "suites" / "resnet50.yaml")
+    cuda = suite.cases("cuda")
+    assert {c.batch_size for c in cuda} == {64, 128, 256}
+    assert {c.precision for c in cuda} == {"fp32", "tf32", "amp_fp16", "amp_bf16"}
+    assert {c.channels_last for c in cuda} == {False, True}
+    assert {c.precision for c in suite.cases("cpu")} >= {"fp32", "amp_bf16"}
+
+
+def test_cli_validate_exit_code_2_one_line_per_problem_no_traceback(write_suite):
+    path = write_suite(GOOD.replace("[2, 4]", "[0]") + "stepz: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "amp_bench", "validate", str(path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, proc.stderr
+    assert all(line.startswith(f"error: {path}: ") for line in lines)
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_cli_validate_ok(write_suite):
+    proc = subprocess.run([sys.executable, "-m", "amp_bench", "validate", str(write_suite(GOOD))],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout
