@@ -32,6 +32,7 @@ class WorkerOutcome:
 def _worker_env(event_fd: int) -> dict[str, str]:
     env = dict(os.environ)
     env["AMP_BENCH_EVENT_FD"] = str(event_fd)
+    env["AMP_BENCH_PARENT_PID"] = str(os.getpid())
     env.setdefault("HF_HUB_OFFLINE", "1")  # no network at run time, ever
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env["PYTHONUNBUFFERED"] = "1"

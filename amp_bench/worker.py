@@ -211,7 +211,24 @@ def _main_probe(requested: str, result_path: str) -> int:
     return 0
 
 
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this worker if the orchestrating parent dies (even by SIGKILL),
+    so no orphaned worker keeps a GPU or CPU busy."""
+    parent = os.environ.get("AMP_BENCH_PARENT_PID")
+    if not sys.platform.startswith("linux") or not parent:
+        return
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
+    die_with_parent()
     fd = os.environ.get("AMP_BENCH_EVENT_FD")
     events = EventChannel(int(fd) if fd else None)
     if len(argv) == 3 and argv[0] == "case":

@@ -1,0 +1,97 @@
+"""Hardware gating, tested with fakes that replay what real GPUs and CPUs report."""
+import pytest
+
+from amp_bench.hardware import DeviceInfo, DeviceUnavailable, may_run, precision_support, probe_device, read_cpu_info
+
+
+class FakeCuda:
+    def __init__(self, name=None, capability=None, memory=80 * 2**30):
+        self.gpu = (name, capability, memory) if name else None
+
+    def is_available(self):
+        return self.gpu is not None
+
+    def device_count(self):
+        return 1 if self.gpu else 0
+
+    def properties(self, index):
+        return self.gpu
+
+
+GPUS = {  # name, compute capability: what torch.cuda.get_device_properties reports
+    "P100": ("Tesla P100-PCIE-16GB", (6, 0)),
+    "V100": ("Tesla V100-SXM2-16GB", (7, 0)),
+    "T4": ("Tesla T4", (7, 5)),
+    "A100": ("NVIDIA A100-SXM4-80GB", (8, 0)),
+    "L4": ("NVIDIA L4", (8, 9)),
+    "H200": ("NVIDIA H200", (9, 0)),
+}
+
+
+def gpu(key):
+    name, cc = GPUS[key]
+    return probe_device("cuda", cuda=FakeCuda(name, cc), cpu_info=("Xeon", frozenset()))
+
+
+@pytest.mark.parametrize("key, arch, supported", [
+    ("P100", "Pascal", {"fp32"}),
+    ("V100", "Volta", {"fp32", "amp_fp16"}),
+    ("T4", "Turing", {"fp32", "amp_fp16"}),
+    ("A100", "Ampere", {"fp32", "tf32", "amp_fp16", "amp_bf16"}),
+    ("L4", "Ada", {"fp32", "tf32", "amp_fp16", "amp_bf16"}),
+    ("H200", "Hopper", {"fp32", "tf32", "amp_fp16", "amp_bf16"}),
+])
+def test_cuda_gates_by_compute_capability(key, arch, supported):
+    device = gpu(key)
+    assert device.architecture == arch
+    got = {m for m in ("fp32", "tf32", "amp_fp16", "amp_bf16") if precision_support(m, device).supported}
+    assert got == supported
+
+
+def test_v100_bf16_is_unsupported_with_a_reason_even_though_torch_would_emulate_it():
+    support = precision_support("amp_bf16", gpu("V100"))
+    assert not support.supported and support.emulated
+    assert "compute capability >= 8.0" in support.reason and "7.0" in support.reason
+    assert may_run(support, allow_emulated=True) and not may_run(support, allow_emulated=False)
+    tf32 = precision_support("tf32", gpu("T4"))
+    assert not tf32.supported and not may_run(tf32, allow_emulated=True)  # nothing to emulate
+
+
+def cpu(flags, fp16_autocast=True):
+    return probe_device("cpu", cuda=FakeCuda(), cpu_info=("EPYC", frozenset(flags)), cpu_fp16_autocast=fp16_autocast)
+
+
+def test_cpu_gates():
+    plain = cpu({"avx2"})
+    assert precision_support("amp_bf16", plain).supported and precision_support("amp_bf16", plain).emulated
+    assert not precision_support("tf32", plain).supported
+    assert not precision_support("amp_fp16", plain).supported and precision_support("amp_fp16", plain).emulated
+    sapphire = cpu({"avx512_bf16", "amx_bf16", "amx_fp16", "amx_tile"})
+    assert precision_support("amp_fp16", sapphire).supported
+    assert not precision_support("amp_bf16", sapphire).emulated
+    no_fp16_autocast = cpu({"amx_fp16"}, fp16_autocast=False)
+    assert "does not support float16" in precision_support("amp_fp16", no_fp16_autocast).reason
+
+
+def test_probe_resolution():
+    assert probe_device("auto", cuda=FakeCuda(*GPUS["H200"]), cpu_info=("x", frozenset())).type == "cuda"
+    assert probe_device("auto", cuda=FakeCuda(), cpu_info=("x", frozenset()), cpu_fp16_autocast=False).type == "cpu"
+    with pytest.raises(DeviceUnavailable, match="no CUDA device is available"):
+        probe_device("cuda", cuda=FakeCuda(), cpu_info=("x", frozenset()))
+    with pytest.raises(DeviceUnavailable, match="only 1 CUDA device"):
+        probe_device("cuda:3", cuda=FakeCuda(*GPUS["A100"]), cpu_info=("x", frozenset()))
+    with pytest.raises(DeviceUnavailable, match="expected auto, cpu, cuda"):
+        probe_device("tpu", cuda=FakeCuda(), cpu_info=("x", frozenset()))
+
+
+def test_device_info_round_trips_through_json():
+    device = gpu("H200")
+    assert DeviceInfo.from_json(device.to_json()) == device
+    assert device.label == "nvidia-h200" and device.torch_device == "cuda:0"
+
+
+def test_read_cpu_info(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx512_bf16 amx_tile\n\n"
+                    "processor\t: 1\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu\n")
+    assert read_cpu_info(str(info)) == ("AMD EPYC 9R14", frozenset({"fpu", "avx512_bf16", "amx_tile"}))

@@ -1,0 +1,164 @@
+"""Whole runs in real worker processes: every status, the run going on, interruption, the columns."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import amp_bench
+from amp_bench.results import RESULT_COLUMNS, SAMPLE_COLUMNS
+from amp_bench.runner import schedule
+from amp_bench.suite import load_suite
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+STATUS_SUITE = """
+models:
+  - python:toy_models:mlp
+  - python:toy_models:raises
+  - python:toy_models:huge_alloc
+  - {ref: "python:toy_models:sleeps", options: {seconds: 120}}
+  - python:toy_models:nan_loss
+  - python:toy_models:dies
+batch_sizes: [4]
+precisions: [fp32, tf32]
+warmup_steps: 1
+steps: 3
+timeout_s: 25
+"""
+
+
+def _workers_alive(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "amp_bench.worker" in cmdline and marker in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_every_status_is_recorded_and_the_run_goes_on(write_suite, tmp_path):
+    results = amp_bench.run_suite(write_suite(STATUS_SUITE), device="cpu", results_dir=tmp_path / "results")
+    status = {(r.model_label, r.precision): r for r in results.itertuples()}
+    assert status["mlp", "fp32"].status == "ok"
+    assert status["raises", "fp32"].status == "error"
+    assert "ValueError: this model is broken on purpose" in status["raises", "fp32"].reason
+    assert status["huge_alloc", "fp32"].status == "oom"
+    assert status["sleeps", "fp32"].status == "timeout"
+    assert status["nan_loss", "fp32"].status == "nonfinite"
+    assert status["dies", "fp32"].status == "error" and "exited with code 3" in status["dies", "fp32"].reason
+    for model in ("mlp", "raises", "huge_alloc", "sleeps", "nan_loss", "dies"):
+        row = status[model, "tf32"]
+        assert row.status == "unsupported" and "TF32" in row.reason
+    run_dir = Path(results.attrs["run_dir"])
+    assert "Traceback" in (run_dir / status["raises", "fp32"].log_file).read_text()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["cases_finished"] == 12
+    assert not _workers_alive(str(run_dir))
+    # the ok row is complete and sane
+    ok = status["mlp", "fp32"]
+    assert ok.step_time_ms_p10 <= ok.step_time_ms_median <= ok.step_time_ms_p90
+    assert ok.throughput > 0 and ok.peak_rss_bytes > 50e6 and ok.output_dtype == "float32"
+    assert not ok.tf32_matmul and not ok.tf32_cudnn
+
+
+def test_result_columns_and_samples(write_suite, tmp_path):
+    suite = write_suite(STATUS_SUITE.replace("timeout_s: 25", "timeout_s: 60").replace(
+        "  - python:toy_models:raises\n  - python:toy_models:huge_alloc\n"
+        '  - {ref: "python:toy_models:sleeps", options: {seconds: 120}}\n'
+        "  - python:toy_models:nan_loss\n  - python:toy_models:dies\n", "")
+        .replace("[fp32, tf32]", "[fp32, amp_bf16]"))
+    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path, repeats=2)
+    run_dir = Path(results.attrs["run_dir"])
+    table = amp_bench.load_results(run_dir)
+    assert list(table.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS
+    assert len(table) == 4 and set(table.status) == {"ok"}
+    assert list(table.precision) == ["fp32", "amp_bf16", "fp32", "amp_bf16"]  # interleaved repeats
+    assert list(table.repeat) == [0, 0, 1, 1]
+    bf16 = table[table.precision == "amp_bf16"].iloc[0]
+    assert bf16.output_dtype == "bfloat16" and pd.isna(bf16.scaler_skipped_steps)
+    samples = amp_bench.load_samples(run_dir)
+    assert list(samples.columns) == SAMPLE_COLUMNS
+    assert len(samples) == 4 * (1 + 3)
+    measured = samples[samples.phase == "measure"]
+    assert measured.step_time_ms.notna().all() and len(measured) == 12
+    first = table.iloc[0]
+    steps = measured[(measured.case_id == first.case_id) & (measured.repeat == 0)].step_time_ms
+    assert steps.median() == pytest.approx(first.step_time_ms_median)
+    assert amp_bench.load_results(tmp_path).shape[0] == 4  # a tree of runs loads too
+
+
+def test_scaler_skips_inside_the_timed_window_are_counted(write_suite, tmp_path):
+    suite = write_suite("""
+models: [{ref: "python:toy_models:inf_grad", options: {at_steps: [1, 3]}}]
+batch_sizes: [8]
+precisions: [amp_fp16]
+allow_emulated: true
+warmup_steps: 2
+steps: 4
+""")
+    row = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path).iloc[0]
+    assert row.status == "ok", row.reason
+    assert row.scaler_skipped_warmup_steps == 1 and row.scaler_skipped_steps == 1
+    assert row.scaler_final_scale == 2.0**14
+    assert "GradScaler skipped 1 of 4" in row.warnings
+
+
+def test_schedule_interleaves_precisions_across_repeats(write_suite):
+    suite = load_suite(write_suite("models: [python:toy_models:mlp]\nbatch_sizes: [1, 2]\n"
+                                   "precisions: [fp32, amp_bf16]\nrepeats: 2\n"))
+    order = [(c.batch_size, c.precision, r) for c, r in schedule(suite.cases("cpu"))]
+    assert order == [(1, "fp32", 0), (1, "amp_bf16", 0), (1, "fp32", 1), (1, "amp_bf16", 1),
+                     (2, "fp32", 0), (2, "amp_bf16", 0), (2, "fp32", 1), (2, "amp_bf16", 1)]
+
+
+INTERRUPT_SUITE = """
+models:
+  - python:toy_models:mlp
+  - {ref: "python:toy_models:sleeps", options: {seconds: 300}}
+batch_sizes: [4]
+precisions: [fp32]
+warmup_steps: 1
+steps: 2
+timeout_s: 600
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_an_interrupted_run_keeps_finished_cases(write_suite, tmp_path, sig):
+    results_dir = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(write_suite(INTERRUPT_SUITE)),
+                             "--device", "cpu", "--results-dir", str(results_dir)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    table = None
+    while time.monotonic() < deadline:
+        files = list(results_dir.glob("*/results.csv"))
+        if files and len(pd.read_csv(files[0])) == 1 and _workers_alive(str(files[0].parent)):
+            table = files[0]
+            break
+        time.sleep(0.2)
+    assert table is not None, "the first case never finished"
+    run_dir = table.parent
+    proc.send_signal(sig)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == (-9 if sig == signal.SIGKILL else 130), output
+    kept = amp_bench.load_results(run_dir)
+    assert list(kept.model_label) == ["mlp"] and kept.status.iloc[0] == "ok"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == ("running" if sig == signal.SIGKILL else "interrupted")
+    assert not [p for p in run_dir.rglob("*") if ".tmp" in p.name]
+    time.sleep(0.5)  # the kernel delivers the parent-death signal asynchronously
+    assert not _workers_alive(str(run_dir))
+    if sig != signal.SIGKILL:
+        assert "interrupted" in output and "Traceback" not in output

@@ -1,0 +1,78 @@
+"""Timers and step statistics, with fake clocks and fake CUDA events."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from amp_bench.timing import CpuStepTimer, CudaStepTimer, StepStats
+
+
+def test_stats_of_known_samples():
+    stats = StepStats.from_samples([10, 11, 12, 13, 14, 15, 16, 17, 18, 19])
+    assert stats.median == 14.5 and stats.mean == 14.5
+    assert stats.p10 == pytest.approx(10.9) and stats.p90 == pytest.approx(18.1)
+    assert stats.iqr == pytest.approx(4.5)
+    assert stats.cv == pytest.approx(np.std(range(10, 20), ddof=1) / 14.5)
+    assert "CV is 21%" in stats.instability()
+    cols = stats.to_columns()
+    assert set(cols) >= {"step_time_ms_median", "step_time_ms_mean", "step_time_ms_p10", "step_time_ms_p90",
+                         "step_time_cv", "step_time_ms_iqr"}
+
+
+def test_instability_warning_pyperf_style():
+    assert "CV is" in StepStats.from_samples([10, 10, 10, 30, 10, 10]).instability()
+    assert StepStats.from_samples([100.0] * 5).instability() is None
+
+
+@given(st.lists(st.floats(0.01, 1e5), min_size=1, max_size=200))
+def test_stats_are_ordered(samples):
+    s = StepStats.from_samples(samples)
+    assert s.min <= s.p10 <= s.median <= s.p90 <= s.max
+    assert s.min <= s.mean * (1 + 1e-9) and s.mean <= s.max * (1 + 1e-9)
+    assert s.cv >= 0 and s.n == len(samples)
+
+
+def test_cpu_timer_with_fake_clock():
+    ticks = iter([0.0, 1.0, 1.5, 1.5, 2.25, 3.0])
+    timer = CpuStepTimer(clock=lambda: next(ticks))
+    timer.begin_window()
+    for _ in range(2):
+        timer.step_started()
+        timer.step_ended()
+    per_step, window = timer.end_window()
+    assert per_step == [500.0, 750.0] and window == 3.0
+
+
+class FakeEvent:
+    """Replays GPU timestamps (ms) the way torch.cuda.Event does: elapsed_time between records."""
+    def __init__(self, timeline):
+        self.timeline, self.t = timeline, None
+
+    def record(self):
+        self.t = next(self.timeline)
+
+    def elapsed_time(self, end):
+        return end.t - self.t
+
+
+def test_cuda_timer_uses_events_per_step_and_syncs_only_at_the_window_edges():
+    gpu_times = iter([0.0, 7.5, 7.5, 15.25, 15.25, 23.0])
+    syncs = []
+    host = iter([100.0, 100.5])
+    timer = CudaStepTimer(lambda: FakeEvent(gpu_times), lambda: syncs.append("sync"), clock=lambda: next(host))
+    timer.begin_window()
+    for _ in range(3):
+        timer.step_started()
+        timer.step_ended()
+    assert syncs == ["sync"]  # nothing inside the loop
+    per_step, window = timer.end_window()
+    assert syncs == ["sync", "sync"]
+    assert per_step == [7.5, 7.75, 7.75] and window == 0.5
+
+
+def test_empty_window_is_an_error():
+    with pytest.raises(ValueError):
+        StepStats.from_samples([])
+    assert math.isnan(StepStats.from_samples([0.0]).cv)
