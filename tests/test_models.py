@@ -1,0 +1,49 @@
+"""Model references build real models offline and produce trainable batches."""
+import torch
+
+from amp_bench.models import build_workload, forward, short_name
+
+
+def train_once(workload, batch_size=2):
+    inputs, target = workload.make_batch(batch_size, torch.device("cpu"))
+    loss = workload.loss_fn(forward(workload.model, inputs), target)
+    loss.backward()
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    return inputs
+
+
+def test_torchvision_model_with_channels_last():
+    workload = build_workload({"ref": "torchvision/resnet18", "num_classes": 10}, image_size=32, seq_len=None,
+                              channels_last=True)
+    inputs = train_once(workload)
+    assert inputs.is_contiguous(memory_format=torch.channels_last)
+    assert workload.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_torchvision_model_with_aux_outputs():
+    workload = build_workload({"ref": "torchvision/googlenet", "num_classes": 10}, image_size=64, seq_len=None,
+                              channels_last=False)
+    train_once(workload)
+
+
+def test_transformers_models_from_config_record_attention():
+    bert = build_workload({"ref": "transformers/bert", "config": {"num_hidden_layers": 1, "hidden_size": 32,
+                                                                  "num_attention_heads": 2, "intermediate_size": 64},
+                           "attn_implementation": "eager"}, image_size=None, seq_len=16, channels_last=False)
+    inputs = train_once(bert)
+    assert inputs["input_ids"].shape == (2, 16)
+    assert bert.details == {"attn_implementation": "eager", "task": "masked-lm"}
+    gpt2 = build_workload({"ref": "transformers/gpt2", "task": "sequence-classification",
+                           "config": {"n_layer": 1, "n_embd": 32, "n_head": 2}}, image_size=None, seq_len=8,
+                          channels_last=False)
+    train_once(gpt2)
+    assert gpt2.details == {"attn_implementation": "sdpa", "task": "sequence-classification"}
+
+
+def test_python_model(tmp_path):
+    from conftest import FIXTURES
+    workload = build_workload({"ref": "python:toy_models:mlp", "options": {"hidden": 8}}, image_size=None,
+                              seq_len=None, channels_last=False, search_dirs=(str(FIXTURES),))
+    train_once(workload)
+    assert workload.model[0].out_features == 8
+    assert short_name("python:toy_models:mlp") == "mlp" and short_name("torchvision/resnet50") == "resnet50"

@@ -1,0 +1,69 @@
+"""Results store and the pairing of each precision with its baseline."""
+import datetime as dt
+import math
+
+import pandas as pd
+import pytest
+
+from amp_bench import load_results
+from amp_bench.errors import UserError
+from amp_bench.results import RESULT_COLUMNS, RunStore, make_run_id
+from amp_bench.summary import summarize
+
+
+def test_run_id_is_utc_time_host_device():
+    when = dt.datetime(2026, 11, 29, 21, 5, 7, tzinfo=dt.timezone.utc)
+    assert make_run_id("nvidia-h200", when, host="node 7.local") == "20261129T210507Z-node-7-local-nvidia-h200"
+
+
+def test_store_writes_atomically_and_never_collides(tmp_path):
+    a, b = RunStore(tmp_path, "run"), RunStore(tmp_path, "run")
+    assert a.dir != b.dir and b.run_id == "run-2"
+    a.write_manifest(status="running")
+    a.add({"run_id": "run", "case_id": "x", "status": "ok", "extra_column": 1}, [{"step": 0}])
+    a.add({"run_id": "run", "case_id": "y", "status": "oom"}, [])
+    table = load_results(a.dir)
+    assert list(table.columns) == RESULT_COLUMNS + ["extra_column"]
+    assert list(table.case_id) == ["x", "y"]
+    assert not [p for p in a.dir.iterdir() if "tmp" in p.name]
+
+
+def test_load_results_errors(tmp_path):
+    with pytest.raises(UserError, match="no such results directory"):
+        load_results(tmp_path / "missing")
+    with pytest.raises(UserError, match="no results.csv found"):
+        load_results(tmp_path)
+
+
+def row(precision, ms, mem, status="ok", repeat=0, device="cuda", **extra):
+    return {"model_label": "resnet50", "batch_size": 64, "image_size": 224, "seq_len": None, "channels_last": False,
+            "device": device, "device_name": "GPU", "precision": precision, "status": status, "repeat": repeat,
+            "step_time_ms_median": ms, "throughput": 64 / ms * 1e3 if ms else None, "peak_mem_allocated_bytes": mem,
+            "peak_rss_bytes": 10 * mem if mem else None, "rss_before_model_bytes": 0, **extra}
+
+
+def test_summary_pairs_with_fp32_and_tf32_using_medians_across_repeats():
+    frame = pd.DataFrame([
+        row("fp32", 100, 1000, repeat=0), row("fp32", 110, 1000, repeat=1), row("fp32", 300, 1000, repeat=2),
+        row("tf32", 50, 1000), row("amp_bf16", 40, 600), row("amp_fp16", None, None, status="oom"),
+    ])
+    table = summarize(frame).set_index("precision")
+    assert table.loc["fp32", "step_time_ms"] == 110  # the median resists the 300 ms outlier
+    assert table.loc["amp_bf16", "speedup_vs_fp32"] == pytest.approx(110 / 40)
+    assert table.loc["amp_bf16", "speedup_vs_tf32"] == pytest.approx(50 / 40)
+    assert table.loc["amp_bf16", "mem_saving_vs_fp32"] == pytest.approx(0.4)
+    assert table.loc["amp_fp16", "status"] == "oom" and math.isnan(table.loc["amp_fp16", "speedup_vs_fp32"])
+    assert table.loc["fp32", "repeats_ok"] == 3
+    assert list(table.index) == ["fp32", "tf32", "amp_fp16", "amp_bf16"]
+
+
+def test_summary_without_a_baseline_gives_nan_not_a_guess():
+    table = summarize(pd.DataFrame([row("fp32", 100, 1000, status="error"), row("amp_bf16", 50, 500)]))
+    amp = table.set_index("precision").loc["amp_bf16"]
+    assert math.isnan(amp["speedup_vs_fp32"]) and math.isnan(amp["mem_saving_vs_fp32"])
+
+
+def test_summary_uses_rss_on_cpu():
+    table = summarize(pd.DataFrame([row("fp32", 100, 1000, device="cpu"), row("amp_bf16", 50, 800, device="cpu")]))
+    amp = table.set_index("precision").loc["amp_bf16"]
+    assert amp["peak_mem_bytes"] == 8000 and amp["mem_saving_vs_fp32"] == pytest.approx(0.2)
