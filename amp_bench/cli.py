@@ -86,36 +86,38 @@ class RichReporter:
 
 
 def _summary_table(results, console) -> None:
+    """One table per model: each precision's step time, speedup and memory saving vs fp32."""
+    from rich import box
     from rich.table import Table
 
     from amp_bench.summary import summarize
-    table = summarize(results)
-    cpu = (table["device"] == "cpu").all()
-    show_layout = table["channels_last"].astype(bool).any()
-    show_tf32 = table["speedup_vs_tf32"].notna().any()
-    out = Table(title="AMP vs FP32: medians across repeats", title_justify="left")
-    columns = ["model", "batch"] + (["layout"] if show_layout else []) + \
-        ["precision", "ms/step", "samples/s", "vs fp32"] + (["vs tf32"] if show_tf32 else []) + \
-        ["peak RSS" if cpu else "peak alloc", "mem saved"] + (["saved above base"] if cpu else [])
-    for name in columns:
-        out.add_column(name, justify="left" if name in ("model", "layout", "precision") else "right", no_wrap=True)
-    for _, r in table.iterrows():
-        ok = r["status"] == "ok"
-        cells = [str(r["model_label"]), str(int(r["batch_size"]))]
-        if show_layout:
-            cells.append("cl" if r["channels_last"] else "nchw")
-        cells += [r["precision"], _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
-                  _fmt(r["throughput"], ".1f"), _fmt(r["speedup_vs_fp32"], ".2f", "x")]
-        if show_tf32:
-            cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
-        cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r["mem_saving_vs_fp32"], ".1%")]
-        if cpu:
-            cells.append(_fmt(r["mem_saving_above_baseline_vs_fp32"], ".1%"))
-        out.add_row(*cells)
-    console.print(out)
-    if cpu:
-        console.print("[dim]CPU memory is the worker's peak RSS; 'saved above base' subtracts the RSS before the "
-                      "model was built (torch's own footprint).[/]")
+    summary = summarize(results)
+    for (model, device_name), table in summary.groupby(["model_label", "device_name"], sort=False):
+        cpu = (table["device"] == "cpu").all()
+        show_layout = table["channels_last"].astype(bool).any()
+        show_tf32 = table["speedup_vs_tf32"].notna().any()
+        out = Table(title=f"{model} on {device_name}: medians across repeats", title_justify="left",
+                    box=box.SIMPLE_HEAD, pad_edge=False)
+        columns = ["bs"] + (["layout"] if show_layout else []) + \
+            ["precision", "ms/step", "samples/s", "vs fp32"] + (["vs tf32"] if show_tf32 else []) + \
+            ["peak RSS" if cpu else "peak alloc", "saved"] + (["saved*"] if cpu else [])
+        for name in columns:
+            out.add_column(name, justify="left" if name in ("layout", "precision") else "right", no_wrap=True)
+        for _, r in table.iterrows():
+            ok = r["status"] == "ok"
+            cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
+            cells += [r["precision"], _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
+                      _fmt(r["throughput"], ".1f"), _fmt(r["speedup_vs_fp32"], ".2f", "x")]
+            if show_tf32:
+                cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
+            cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r["mem_saving_vs_fp32"], ".1%")]
+            if cpu:
+                cells.append(_fmt(r["mem_saving_above_baseline_vs_fp32"], ".1%"))
+            out.add_row(*cells)
+        console.print(out)
+    if (summary["device"] == "cpu").any():
+        console.print("[dim]CPU memory is the worker's peak RSS; saved* leaves out the RSS before the model was "
+                      "built (the torch runtime's own footprint)[/]")
 
 
 def cmd_run(args, console) -> int:

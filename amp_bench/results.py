@@ -29,7 +29,7 @@ RESULT_COLUMNS = [
     "throughput", "window_s", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
     "rss_before_model_bytes", "loss_first", "loss_last", "scaler_skipped_steps",
     "scaler_skipped_warmup_steps", "scaler_final_scale", "output_dtype", "emulated", "tf32_matmul",
-    "tf32_cudnn", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
+    "tf32_cudnn", "cudnn_benchmark", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
     "optimizer", "optimizer_impl", "seed", "num_threads", "model_parameters", "model_attn_implementation",
     "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "timestamp",
     "worker_seconds", "log_file",
@@ -71,8 +71,11 @@ class RunStore:
             directory = root / f"{run_id}-{n}"
         self.run_id = directory.name
         self.dir = directory
-        (self.dir / "logs").mkdir(parents=True)
-        (self.dir / "work").mkdir()
+        try:
+            (self.dir / "logs").mkdir(parents=True)
+            (self.dir / "work").mkdir()
+        except OSError as exc:
+            raise UserError(f"{root}: cannot create the results directory ({exc.strerror or exc})") from None
         self.rows: list[dict] = []
         self.samples: list[dict] = []
         self.manifest: dict = {}

@@ -27,6 +27,7 @@ DEVICE_BLOCKS = ("cpu", "cuda")
 DEFAULTS: dict[str, Any] = {
     "image_size": [224], "seq_len": [128], "channels_last": [False], "precisions": ["fp32", "amp_bf16"],
     "warmup_steps": 5, "steps": 20, "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
+    "cudnn_benchmark": True,
     "optimizer": {"name": "sgd", "impl": "foreach", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
 }
 
@@ -74,6 +75,7 @@ class Case:
     seed: int
     timeout_s: float
     allow_emulated: bool
+    cudnn_benchmark: bool = True
     search_dirs: tuple[str, ...] = ()
 
     @property
@@ -339,6 +341,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "seed": _int(0, 2**32 - 1),
         "timeout_s": _number(0, 7 * 24 * 3600),
         "allow_emulated": _bool,
+        "cudnn_benchmark": _bool,
     }
 
 
@@ -442,7 +445,8 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 channels_last=channels_last, image_size=image_size, seq_len=seq_len,
                 warmup_steps=settings["warmup_steps"], steps=settings["steps"], repeats=settings["repeats"],
                 optimizer=settings["optimizer"], seed=settings["seed"], timeout_s=settings["timeout_s"],
-                allow_emulated=settings["allow_emulated"], search_dirs=(str(suite.path.resolve().parent),)))
+                allow_emulated=settings["allow_emulated"], cudnn_benchmark=settings["cudnn_benchmark"],
+                search_dirs=(str(suite.path.resolve().parent),)))
     return cases
 
 

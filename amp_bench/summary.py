@@ -39,10 +39,11 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         mem_above_baseline_bytes=("mem_above_baseline_bytes", "median"),
         repeats_ok=("status", "size"),
     )
-    statuses = frame.groupby(GROUP_KEYS + ["precision"], dropna=False)["status"].agg(
-        lambda s: "ok" if (s == "ok").all() else ", ".join(f"{k}x{v}" if v > 1 else k
-                                                            for k, v in s.value_counts().items()))
-    table = pd.DataFrame({"status": statuses}).join(medians).reset_index()
+    by_case = frame.groupby(GROUP_KEYS + ["precision"], dropna=False)["status"]
+    # "ok" only when every repeat was ok; otherwise the commonest failure, with all counts alongside
+    statuses = by_case.agg(lambda s: "ok" if (s == "ok").all() else s[s != "ok"].value_counts().index[0])
+    counts = by_case.agg(lambda s: ", ".join(f"{v} {k}" for k, v in s.value_counts().items()))
+    table = pd.DataFrame({"status": statuses, "status_counts": counts}).join(medians).reset_index()
     table["repeats_ok"] = table["repeats_ok"].fillna(0).astype(int)
 
     def baseline(precision: str, column: str) -> pd.Series:

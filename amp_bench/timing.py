@@ -86,14 +86,16 @@ class CpuStepTimer:
 
 class CudaStepTimer:
     """CUDA events around each step (no host sync inside the loop), and a wall-clock window
-    bracketed by device synchronisations for throughput."""
+    bracketed by device synchronisations for throughput. Events are created before the window so
+    the loop only records them."""
 
-    def __init__(self, event_factory: Callable[[], object], synchronize: Callable[[], None],
+    def __init__(self, event_factory: Callable[[], object], synchronize: Callable[[], None], steps: int,
                  clock: Callable[[], float] = time.perf_counter):
-        self._event_factory = event_factory
         self._synchronize = synchronize
         self._clock = clock
-        self._events: list[tuple[object, object]] = []
+        self._starts = [event_factory() for _ in range(steps)]
+        self._ends = [event_factory() for _ in range(steps)]
+        self._recorded = 0
         self._window_start = math.nan
 
     def begin_window(self) -> None:
@@ -101,18 +103,14 @@ class CudaStepTimer:
         self._window_start = self._clock()
 
     def step_started(self) -> None:
-        start = self._event_factory()
-        start.record()
-        self._events.append((start, None))
+        self._starts[self._recorded].record()
 
     def step_ended(self) -> None:
-        end = self._event_factory()
-        end.record()
-        start, _ = self._events[-1]
-        self._events[-1] = (start, end)
+        self._ends[self._recorded].record()
+        self._recorded += 1
 
     def end_window(self) -> tuple[list[float], float]:
         self._synchronize()
         window = self._clock() - self._window_start
-        per_step = [start.elapsed_time(end) for start, end in self._events]
-        return per_step, window
+        pairs = zip(self._starts[: self._recorded], self._ends[: self._recorded])
+        return [start.elapsed_time(end) for start, end in pairs], window

@@ -84,6 +84,9 @@ def run_case(case, device, events: EventChannel) -> dict:
 
     set_fp32_math(mode.fp32_math)
     record.update(read_fp32_math_flags())
+    # cuDNN autotuning, as NVIDIA's and timm's training scripts use it; the warmup absorbs the search
+    torch.backends.cudnn.benchmark = case.cudnn_benchmark
+    record["cudnn_benchmark"] = case.cudnn_benchmark
     engaged, why = autocast_engages(mode, device_type)
     if not engaged:
         raise UnsupportedCase(why)
@@ -114,7 +117,7 @@ def run_case(case, device, events: EventChannel) -> dict:
         events.emit(event="step", phase="warmup", step=i, total=total)
 
     if device_type == "cuda":
-        timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
+        timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize, case.steps)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(torch_device)
     else:

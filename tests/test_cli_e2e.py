@@ -36,7 +36,11 @@ def test_smoke_suite_end_to_end_on_cpu(tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["suite"]["sha256"] and manifest["versions"]["torch_version"]
     assert (run_dir / "suite.yaml").read_text() == (ROOT / "suites" / "smoke.yaml").read_text()
-    assert "vs fp32" in proc.stdout and "amp_bf16" in proc.stdout and "mem saved" in proc.stdout
+    assert "resnet18 on " in proc.stdout and "gpt2-tiny on " in proc.stdout
+    header = next(line for line in proc.stdout.splitlines() if "vs fp32" in line)
+    assert header.split() == ["bs", "precision", "ms/step", "samples/s", "vs", "fp32", "peak", "RSS", "saved", "saved*"]
+    bf16_rows = [line.split() for line in proc.stdout.splitlines() if line.split()[1:2] == ["amp_bf16"]]
+    assert len(bf16_rows) == 2 and all(row[4].endswith("x") and row[-1].endswith("%") for row in bf16_rows)
 
 
 def test_env_reports_modes_and_reasons():

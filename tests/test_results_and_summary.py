@@ -53,8 +53,16 @@ def test_summary_pairs_with_fp32_and_tf32_using_medians_across_repeats():
     assert table.loc["amp_bf16", "speedup_vs_tf32"] == pytest.approx(50 / 40)
     assert table.loc["amp_bf16", "mem_saving_vs_fp32"] == pytest.approx(0.4)
     assert table.loc["amp_fp16", "status"] == "oom" and math.isnan(table.loc["amp_fp16", "speedup_vs_fp32"])
-    assert table.loc["fp32", "repeats_ok"] == 3
+    assert table.loc["fp32", "repeats_ok"] == 3 and table.loc["fp32", "status_counts"] == "3 ok"
     assert list(table.index) == ["fp32", "tf32", "amp_fp16", "amp_bf16"]
+
+
+def test_summary_status_when_some_repeats_fail():
+    table = summarize(pd.DataFrame([row("fp32", 100, 1000), row("amp_bf16", 50, 500, repeat=0),
+                                    row("amp_bf16", None, None, status="timeout", repeat=1)]))
+    amp = table.set_index("precision").loc["amp_bf16"]
+    assert amp["status"] == "timeout" and amp["status_counts"] == "1 ok, 1 timeout"
+    assert amp["repeats_ok"] == 1 and amp["speedup_vs_fp32"] == pytest.approx(2.0)
 
 
 def test_summary_without_a_baseline_gives_nan_not_a_guess():
@@ -67,3 +75,10 @@ def test_summary_uses_rss_on_cpu():
     table = summarize(pd.DataFrame([row("fp32", 100, 1000, device="cpu"), row("amp_bf16", 50, 800, device="cpu")]))
     amp = table.set_index("precision").loc["amp_bf16"]
     assert amp["peak_mem_bytes"] == 8000 and amp["mem_saving_vs_fp32"] == pytest.approx(0.2)
+
+
+def test_unwritable_results_directory_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(UserError, match="cannot create the results directory"):
+        RunStore(blocker, "run")

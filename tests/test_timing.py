@@ -61,7 +61,10 @@ def test_cuda_timer_uses_events_per_step_and_syncs_only_at_the_window_edges():
     gpu_times = iter([0.0, 7.5, 7.5, 15.25, 15.25, 23.0])
     syncs = []
     host = iter([100.0, 100.5])
-    timer = CudaStepTimer(lambda: FakeEvent(gpu_times), lambda: syncs.append("sync"), clock=lambda: next(host))
+    created = []
+    timer = CudaStepTimer(lambda: created.append(1) or FakeEvent(gpu_times), lambda: syncs.append("sync"), steps=3,
+                          clock=lambda: next(host))
+    assert len(created) == 6  # all events exist before the window opens
     timer.begin_window()
     for _ in range(3):
         timer.step_started()

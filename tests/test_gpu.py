@@ -1,0 +1,93 @@
+"""Real-GPU checks (pytest -m gpu). They skip cleanly on a machine without CUDA."""
+import pytest
+import torch
+
+import amp_bench
+from amp_bench.precision import MODES, autocast_region, set_fp32_math
+from amp_bench.step import TrainStep, build_optimizer
+from amp_bench.suite import OptimizerSpec
+from amp_bench.timing import CudaStepTimer
+from conftest import ROOT
+
+pytestmark = pytest.mark.gpu
+
+
+def _capability():
+    return torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+
+
+def _relative_error(op):
+    torch.manual_seed(0)
+    a, b = torch.randn(1024, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda")
+    got = op(a, b).double()
+    ref = op(a.double(), b.double())
+    return ((got - ref).norm() / ref.norm()).item()
+
+
+@pytest.fixture
+def strict_fp32_after():
+    yield
+    set_fp32_math("ieee")
+
+
+def test_fp32_is_strict_ieee_and_tf32_is_tf32(strict_fp32_after):
+    def conv(x, w):  # a 3x3 convolution built from the same random data (cuDNN path)
+        return torch.nn.functional.conv2d(x.reshape(1, 16, 256, 256), w[:16, :144].reshape(16, 16, 3, 3))
+
+    set_fp32_math("ieee")
+    assert _relative_error(torch.matmul) < 1e-5
+    assert _relative_error(conv) < 1e-5  # cuDNN's TF32 default is really off
+    if _capability() >= (8, 0):
+        set_fp32_math("tf32")
+        assert _relative_error(torch.matmul) > 1e-4
+        assert _relative_error(conv) > 1e-4
+
+
+@pytest.mark.parametrize("name, dtype", [("amp_fp16", torch.float16), ("amp_bf16", torch.bfloat16)])
+def test_autocast_engages_on_cuda(name, dtype):
+    if name == "amp_bf16" and _capability() < (8, 0):
+        pytest.skip("bf16 needs compute capability >= 8.0")
+    with autocast_region(MODES[name], "cuda"):
+        out = torch.nn.functional.linear(torch.randn(4, 4, device="cuda"), torch.randn(4, 4, device="cuda"))
+    assert out.dtype == dtype
+
+
+def test_cuda_timer_with_real_events():
+    x = torch.randn(2048, 2048, device="cuda")
+    timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize, steps=5)
+    timer.begin_window()
+    for _ in range(5):
+        timer.step_started()
+        for _ in range(10):
+            x = torch.tanh(x @ x / 2048)
+        timer.step_ended()
+    per_step, window = timer.end_window()
+    assert len(per_step) == 5 and all(t > 0 for t in per_step)
+    assert sum(per_step) / 1e3 <= window * 1.05
+
+
+def test_grad_scaler_skips_on_cuda():
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+    from toy_models import inf_grad
+    model, make_batch, loss_fn = inf_grad(at_steps=(1,))
+    model = model.cuda()
+    step = TrainStep(model, loss_fn, build_optimizer(model.parameters(), OptimizerSpec("adamw", "fused", 1e-3, 0.0)),
+                     MODES["amp_fp16"], "cuda")
+    x, y = make_batch(8, torch.device("cuda"))
+    for _ in range(4):
+        step(x, y)
+    assert step.skipped_steps() == [1] and step.output_dtype == torch.float16
+
+
+def test_smoke_suite_on_cuda(tmp_path):
+    results = amp_bench.run_suite(ROOT / "suites" / "smoke.yaml", device="cuda", results_dir=tmp_path)
+    by = results.set_index(["model_label", "precision"])
+    for model in ("resnet18", "gpt2-tiny"):
+        assert by.loc[(model, "fp32"), "status"] == "ok"
+        assert by.loc[(model, "fp32"), "peak_mem_allocated_bytes"] > 0
+        assert by.loc[(model, "amp_fp16"), "status"] == "ok"
+        assert by.loc[(model, "amp_fp16"), "output_dtype"] == "float16"
+        expected = "ok" if _capability() >= (8, 0) else "unsupported"
+        assert by.loc[(model, "amp_bf16"), "status"] == expected
+        assert by.loc[(model, "tf32"), "status"] == expected
