@@ -1,5 +1,7 @@
-"""amp_bench: what PyTorch automatic mixed precision really buys in training."""
-from amp_bench.results import load_results, load_samples
+"""amp_bench: what PyTorch automatic mixed precision really buys in training.
+
+Imports are lazy: worker processes import this package too, and must not pay for pandas.
+"""
 
 
 def run_suite(path, **overrides):
@@ -10,6 +12,18 @@ def run_suite(path, **overrides):
     """
     from amp_bench.runner import run_suite as _run_suite
     return _run_suite(path, **overrides)
+
+
+def load_results(path="results"):
+    """One row per case and repeat, from one run directory or a tree of them."""
+    from amp_bench.results import load_results as _load_results
+    return _load_results(path)
+
+
+def load_samples(path="results"):
+    """Per-step samples (long format), from one run directory or a tree of them."""
+    from amp_bench.results import load_samples as _load_samples
+    return _load_samples(path)
 
 
 __all__ = ["load_results", "load_samples", "run_suite"]

@@ -33,7 +33,12 @@ def _fmt(value, spec: str, suffix: str = "") -> str:
         return "-"
 
 
-class RichReporter:
+def _reporter_base():
+    from amp_bench.runner import Reporter
+    return Reporter
+
+
+class RichReporter(_reporter_base()):
     """Progress per case and per step, a line per finished case, warnings pyperf-style."""
 
     def __init__(self, console):
