@@ -43,45 +43,53 @@ def get_mode(name: str) -> PrecisionMode:
 
 
 def _has_fp32_precision_api() -> bool:
-    # torch >= 2.9: per-backend fp32_precision; mixing it with the legacy allow_tf32 flags is
-    # unsupported (reading a legacy flag after a new-API write raises), so use one or the other.
     return hasattr(torch.backends.cuda.matmul, "fp32_precision")
 
 
 def set_fp32_math(fp32_math: str) -> None:
-    """Set TF32 on or off for matmul *and* cuDNN (cuDNN's TF32 is on by default)."""
+    """Set TF32 on or off for matmul *and* cuDNN (cuDNN's TF32 is on by default).
+
+    Written through the legacy allow_tf32 flags on purpose: on torch 2.9-2.14 a write through the
+    newer per-backend fp32_precision API makes every later read of a legacy flag raise (as user
+    code, inductor or a library may do), while a legacy write keeps both APIs readable.
+    """
     if fp32_math not in ("ieee", "tf32"):
         raise ValueError(f"fp32_math must be 'ieee' or 'tf32', not {fp32_math!r}")
-    if _has_fp32_precision_api():
+    allow = fp32_math == "tf32"
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
+    except (RuntimeError, AttributeError):  # a torch that dropped the legacy flags
         torch.backends.cuda.matmul.fp32_precision = fp32_math
         torch.backends.cudnn.conv.fp32_precision = fp32_math
         torch.backends.cudnn.rnn.fp32_precision = fp32_math
-    else:  # pragma: no cover - torch < 2.9
-        allow = fp32_math == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
+
+
+def _read(getter):
+    try:
+        return getter()
+    except (RuntimeError, AttributeError):
+        return None
 
 
 def read_fp32_math_flags() -> dict[str, object]:
-    """The TF32-related flags as they stand now, for the result row."""
-    if _has_fp32_precision_api():
-        matmul = torch.backends.cuda.matmul.fp32_precision
-        conv = torch.backends.cudnn.conv.fp32_precision
-        rnn = torch.backends.cudnn.rnn.fp32_precision
-        return {
-            "tf32_matmul": matmul == "tf32",
-            "tf32_cudnn": conv == "tf32",
-            "fp32_precision_matmul": matmul,
-            "fp32_precision_cudnn_conv": conv,
-            "fp32_precision_cudnn_rnn": rnn,
-        }
-    return {  # pragma: no cover - torch < 2.9
-        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-        "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+    """The TF32-related settings as they stand now, through both APIs, for the result row."""
+    flags = {
+        "tf32_matmul": _read(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+        "tf32_cudnn": _read(lambda: bool(torch.backends.cudnn.allow_tf32)),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision) or "",
         "fp32_precision_matmul": "",
         "fp32_precision_cudnn_conv": "",
         "fp32_precision_cudnn_rnn": "",
     }
+    if _has_fp32_precision_api():
+        flags["fp32_precision_matmul"] = _read(lambda: torch.backends.cuda.matmul.fp32_precision) or ""
+        flags["fp32_precision_cudnn_conv"] = _read(lambda: torch.backends.cudnn.conv.fp32_precision) or ""
+        flags["fp32_precision_cudnn_rnn"] = _read(lambda: torch.backends.cudnn.rnn.fp32_precision) or ""
+        if flags["tf32_matmul"] is None:  # legacy reads refused: derive from the new API
+            flags["tf32_matmul"] = flags["fp32_precision_matmul"] == "tf32"
+            flags["tf32_cudnn"] = flags["fp32_precision_cudnn_conv"] == "tf32"
+    return flags
 
 
 def autocast_region(mode: PrecisionMode, device_type: str):

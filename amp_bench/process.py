@@ -2,14 +2,14 @@
 
 The worker gets its own session (process group), so a timeout or Ctrl-C kills it and anything it
 started, and the terminal's Ctrl-C reaches only the parent. The parent reaps it with os.wait4 to read
-its peak RSS (ru_maxrss). Progress events arrive on a dedicated pipe; we wait on it with select, so
-there is no busy loop.
+its peak RSS (ru_maxrss). Progress events arrive on a dedicated pipe; the parent waits on that pipe
+and on a pidfd for the process together, so there is no busy loop.
 """
 from __future__ import annotations
 
 import json
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -46,60 +46,110 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
                on_event: Callable[[dict], None] | None = None) -> WorkerOutcome:
     """Run `python -m amp_bench.worker ARGS...`; never raises for worker failures.
 
-    KeyboardInterrupt in the parent kills the worker's process group and propagates.
+    The deadline holds until the worker process has exited, not just until it closes its event
+    pipe (interpreter shutdown can hang on a thread the model started). KeyboardInterrupt in the
+    parent kills the worker's process group and propagates.
     """
     result_path.unlink(missing_ok=True)
     read_fd, write_fd = os.pipe()
     started = time.monotonic()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "amp_bench.worker", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=_worker_env(write_fd), pass_fds=(write_fd,), start_new_session=True,
-        )
-    os.close(write_fd)
-    timed_out = False
     try:
-        timed_out = not _pump_events(read_fd, started + timeout_s, on_event)
-        if timed_out:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "amp_bench.worker", *args],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=_worker_env(write_fd), pass_fds=(write_fd,), start_new_session=True,
+            )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    deadline_hit = False
+    try:
+        exited = _wait(proc.pid, read_fd, started + timeout_s, on_event)
+        if exited is None:
+            deadline_hit = True
             _kill_group(proc.pid)
+            exited = os.wait4(proc.pid, 0)
     except BaseException:
         _kill_group(proc.pid)
-        _reap(proc)
+        _reap_quietly(proc.pid)
         raise
     finally:
         os.close(read_fd)
-    exit_code, peak_rss = _reap(proc)
+    _kill_group(proc.pid)  # anything the worker left behind in its group
+    _, status, usage = exited
+    proc.returncode = os.waitstatus_to_exitcode(status)
     result = None
-    if result_path.exists() and not timed_out:
+    if result_path.exists():
         try:
             result = json.loads(result_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             result = None
-    return WorkerOutcome(result, exit_code, timed_out, peak_rss, time.monotonic() - started, log_path)
+    if deadline_hit and result is not None:  # measured fine, then hung while shutting down
+        note = f"worker hung after writing its result and was killed at timeout_s={timeout_s:g}"
+        result["warnings"] = " | ".join(w for w in (result.get("warnings"), note) if w)
+    return WorkerOutcome(result, proc.returncode, deadline_hit and result is None, usage.ru_maxrss * 1024,
+                         time.monotonic() - started, log_path)
 
 
-def _pump_events(fd: int, deadline: float, on_event) -> bool:
-    """Forward events until the worker closes the pipe (True) or the deadline passes (False)."""
-    buffer = b""
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            return False
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return True
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            if on_event and line.strip():
-                try:
-                    on_event(json.loads(line))
-                except ValueError:
-                    pass
+def _wait(pid: int, event_fd: int, deadline: float, on_event) -> tuple | None:
+    """Forward events until the worker exits (its wait4 triple) or the deadline passes (None).
+
+    Waits on the pipe and on a pidfd for the process, so there is no busy loop; without pidfd
+    support, the exit is polled twice a second.
+    """
+    selector = selectors.DefaultSelector()
+    selector.register(event_fd, selectors.EVENT_READ, "events")
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(pid)
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        except OSError:
+            pidfd = None
+    buffer = [b""]
+    try:
+        while True:
+            exited = os.wait4(pid, os.WNOHANG)
+            if exited[0]:
+                _drain(event_fd, buffer, on_event)
+                return exited
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            for key, _ in selector.select(min(remaining, 0.5) if pidfd is None else remaining):
+                if key.data == "events" and not _read_events(event_fd, buffer, on_event):
+                    selector.unregister(event_fd)  # EOF; the exit may still be pending
+    finally:
+        selector.close()
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _read_events(fd: int, buffer: list, on_event) -> bool:
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        return False
+    *lines, buffer[0] = (buffer[0] + chunk).split(b"\n")
+    for line in lines:
+        if on_event and line.strip():
+            try:
+                on_event(json.loads(line))
+            except ValueError:
+                pass
+    return True
+
+
+def _drain(fd: int, buffer: list, on_event) -> None:
+    """Read what the exited worker left in the pipe, without blocking on its grandchildren."""
+    os.set_blocking(fd, False)
+    try:
+        while _read_events(fd, buffer, on_event):
+            pass
+    except BlockingIOError:
+        pass
 
 
 def _kill_group(pid: int) -> None:
@@ -109,12 +159,8 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _reap(proc: subprocess.Popen) -> tuple[int | None, int | None]:
-    """Wait for the worker and return (exit code, peak RSS in bytes) from its rusage."""
+def _reap_quietly(pid: int) -> None:
     try:
-        _, status, usage = os.wait4(proc.pid, 0)
+        os.waitpid(pid, 0)
     except ChildProcessError:
-        return proc.poll(), None
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    _kill_group(proc.pid)  # grandchildren the worker left behind
-    return proc.returncode, usage.ru_maxrss * 1024  # ru_maxrss is KiB on Linux
+        pass

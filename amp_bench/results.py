@@ -26,10 +26,10 @@ RESULT_COLUMNS = [
     "channels_last", "image_size", "seq_len", "device", "device_name", "architecture", "repeat", "status",
     "reason", "warmup_steps", "steps", "step_time_ms_median", "step_time_ms_mean", "step_time_ms_p10",
     "step_time_ms_p90", "step_time_ms_iqr", "step_time_cv", "step_time_ms_min", "step_time_ms_max",
-    "throughput", "window_s", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
+    "throughput", "window_s", "window_gap_fraction", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
     "rss_before_model_bytes", "loss_first", "loss_last", "scaler_skipped_steps",
     "scaler_skipped_warmup_steps", "scaler_final_scale", "output_dtype", "emulated", "tf32_matmul",
-    "tf32_cudnn", "cudnn_benchmark", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
+    "tf32_cudnn", "cudnn_benchmark", "float32_matmul_precision", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
     "optimizer", "optimizer_impl", "seed", "num_threads", "model_parameters", "model_attn_implementation",
     "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "timestamp",
     "worker_seconds", "log_file",
@@ -78,6 +78,7 @@ class RunStore:
             raise UserError(f"{root}: cannot create the results directory ({exc.strerror or exc})") from None
         self.rows: list[dict] = []
         self.samples: list[dict] = []
+        self.saved = 0  # rows on disk
         self.manifest: dict = {}
 
     def write_manifest(self, **fields) -> None:
@@ -93,9 +94,12 @@ class RunStore:
         table = pd.DataFrame(self.rows)
         extra = [c for c in table.columns if c not in RESULT_COLUMNS]
         table = table.reindex(columns=RESULT_COLUMNS + extra)
-        write_text_atomic(self.dir / RESULTS_FILE, table.to_csv(index=False))
         samples = pd.DataFrame(self.samples, columns=SAMPLE_COLUMNS)
+        # samples first: a kill between the two renames leaves samples without a row, never a row
+        # without its samples
         write_text_atomic(self.dir / SAMPLES_FILE, samples.to_csv(index=False))
+        write_text_atomic(self.dir / RESULTS_FILE, table.to_csv(index=False))
+        self.saved = len(self.rows)
 
 
 def _run_dirs(path: Path) -> list[Path]:

@@ -48,14 +48,15 @@ def probe(requested: str) -> dict:
 def schedule(cases: list[Case]) -> list[tuple[Case, int]]:
     """Group by everything but precision; within a group run repeat 0 of every precision, then
     repeat 1, ... (fp32, amp, fp32, amp): drift then hits both sides, and a group is complete
-    before the next starts."""
+    before the next starts. Each repeat rotates the order, so no mode always runs first."""
     groups: dict[str, list[Case]] = {}
     for case in cases:
         groups.setdefault(case.group_id, []).append(case)
     order = []
     for group in groups.values():
         for repeat in range(group[0].repeats):
-            order.extend((case, repeat) for case in group)
+            shift = repeat % len(group)
+            order.extend((case, repeat) for case in group[shift:] + group[:shift])
     return order
 
 
@@ -95,8 +96,9 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         status = "complete"
     finally:
         restore()
-        counts = pd.Series([r["status"] for r in store.rows], dtype=object).value_counts().to_dict()
-        store.write_manifest(status=status, finished_at=utc_now().isoformat(), cases_finished=len(store.rows),
+        saved = store.rows[: store.saved]
+        counts = pd.Series([r["status"] for r in saved], dtype=object).value_counts().to_dict()
+        store.write_manifest(status=status, finished_at=utc_now().isoformat(), cases_finished=len(saved),
                              status_counts=counts)
     frame = pd.DataFrame(store.rows)
     frame.attrs["run_dir"] = str(store.dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -157,7 +158,12 @@ def _int(lo: int, hi: int, what: str = "an integer") -> Callable:
 
 def _number(lo_exclusive: float, hi: float) -> Callable:
     def check(value, path, problems):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             problems.append(f"{path}: expected a number, got {value!r} ({_type_name(value)})")
             return None
         if not lo_exclusive < value <= hi:
@@ -197,6 +203,7 @@ def _choice(choices: tuple[str, ...]) -> Callable:
 def _axis(item_check: Callable, what: str) -> Callable:
     """A matrix axis: a single value or a non-empty list of distinct values."""
     def check(value, path, problems):
+        value = list(value) if isinstance(value, tuple) else value
         items = value if isinstance(value, list) else [value]
         if isinstance(value, list) and not value:
             problems.append(f"{path}: empty list: the matrix has no cases (expected at least one {what})")
@@ -258,6 +265,18 @@ def _optimizer(value, path, problems):
     return OptimizerSpec(**merged)
 
 
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def _label(value, path, problems):
+    """Labels name cases and their log files: keep them to safe file-name characters."""
+    if not isinstance(value, str) or not _LABEL.fullmatch(value):
+        problems.append(f"{path}: expected a label of letters, digits, '.', '_', '+', '-' (at most 64, "
+                        f"starting with a letter or digit), got {value!r}; set 'label' to name this model")
+        return None
+    return value
+
+
 _MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes")
 
 
@@ -273,8 +292,13 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
             problems.append(f"{_join(path, 'ref')}: missing (expected a model reference such as torchvision/resnet50)")
             return None
         ref = _str(value["ref"], _join(path, "ref"), problems)
-        label = _str(value.get("label", ref and model_refs.short_name(ref)), _join(path, "label"), problems)
+        if ref is None:
+            return None
+        label = _label(value.get("label", model_refs.short_name(ref)), _join(path, "label"), problems)
         config = _mapping(value.get("config", {}), _join(path, "config"), problems)
+        for key in config or {}:
+            if not isinstance(key, str):
+                problems.append(f"{_join(path, 'config')}: keys must be attribute names, got {key!r}")
         options = _mapping(value.get("options", {}), _join(path, "options"), problems)
         task = value.get("task")
         if task is not None:
@@ -400,7 +424,9 @@ def load_suite(path: str | Path) -> Suite:
     description = data.get("description", "")
     if not isinstance(description, str):
         problems.append(f"description: expected a string, got {_type_name(description)}")
-    device = _choice(("auto", "cpu", "cuda"))(data.get("device", "auto"), "device", problems)
+    device = data.get("device", "auto")
+    if not (isinstance(device, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", device)):
+        problems.append(f"device: expected auto, cpu, cuda or cuda:N, got {device!r}")
     blocks = {}
     for block in DEVICE_BLOCKS:
         if block in data:

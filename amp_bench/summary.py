@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-GROUP_KEYS = ["model_label", "batch_size", "image_size", "seq_len", "channels_last", "device", "device_name"]
+# A precision is only ever paired with a baseline from the same run (same machine, suite, torch).
+GROUP_KEYS = ["run_id", "suite", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device",
+              "device_name"]
 
 
 def _memory(frame: pd.DataFrame) -> pd.Series:
@@ -50,7 +52,9 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         base = table[table["precision"] == precision].set_index(GROUP_KEYS)[column]
         return table.join(base.rename("_base"), on=GROUP_KEYS)["_base"]
 
+    # from median step times (robust to outliers); the throughput ratio includes host gaps between steps
     table["speedup_vs_fp32"] = baseline("fp32", "step_time_ms") / table["step_time_ms"]
+    table["throughput_speedup_vs_fp32"] = table["throughput"] / baseline("fp32", "throughput")
     table["speedup_vs_tf32"] = baseline("tf32", "step_time_ms") / table["step_time_ms"]
     table["mem_saving_vs_fp32"] = 1 - table["peak_mem_bytes"] / baseline("fp32", "peak_mem_bytes")
     table["mem_saving_above_baseline_vs_fp32"] = (
@@ -58,4 +62,4 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     table[["image_size", "seq_len"]] = table[["image_size", "seq_len"]].replace(-1, np.nan)
     order = {p: i for i, p in enumerate(["fp32", "tf32", "amp_fp16", "amp_bf16"])}
     table["_order"] = table["precision"].map(order)
-    return table.sort_values(GROUP_KEYS[:5] + ["_order"]).drop(columns="_order").reset_index(drop=True)
+    return table.sort_values(GROUP_KEYS[:7] + ["_order"]).drop(columns="_order").reset_index(drop=True)

@@ -23,6 +23,8 @@ OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "c
 
 class EventChannel:
     def __init__(self, fd: int | None):
+        if fd is not None:
+            os.set_inheritable(fd, False)  # a process the model starts must not hold the pipe open
         self._file = os.fdopen(fd, "w", buffering=1) if fd is not None else None
 
     def emit(self, **event) -> None:
@@ -144,7 +146,13 @@ def run_case(case, device, events: EventChannel) -> dict:
         "loss_last": loss_values[-1],
         "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
     })
+    # time inside the window but outside every step: host work between steps (or, on CUDA, the GPU
+    # idling while the host catches up)
+    record["window_gap_fraction"] = max(0.0, 1 - sum(per_step_ms) / 1e3 / window_s) if window_s > 0 else None
     warnings = [w for w in (stats.instability(),) if w]
+    if record["window_gap_fraction"] and record["window_gap_fraction"] > 0.05:
+        warnings.append(f"{record['window_gap_fraction']:.0%} of the measured window fell between steps "
+                        "(host-bound?): throughput is below what the per-step times suggest")
     if step.scaler.is_enabled():
         skipped = step.skipped_steps()
         record["scaler_skipped_steps"] = sum(1 for i in skipped if i >= case.warmup_steps)

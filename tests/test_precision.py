@@ -32,10 +32,22 @@ def test_mode_sets_tf32_for_matmul_and_cudnn(name, tf32):
     flags = read_fp32_math_flags()
     assert flags["tf32_matmul"] is tf32
     assert flags["tf32_cudnn"] is tf32  # cuDNN's TF32 defaults on: fp32 must turn it off too
-    if flags["fp32_precision_matmul"]:
-        expected = "tf32" if tf32 else "ieee"
-        assert (flags["fp32_precision_matmul"], flags["fp32_precision_cudnn_conv"],
-                flags["fp32_precision_cudnn_rnn"]) == (expected,) * 3
+    assert flags["float32_matmul_precision"] == ("high" if tf32 else "highest")
+    if flags["fp32_precision_matmul"]:  # torch >= 2.9: the newer API agrees
+        assert flags["fp32_precision_matmul"] == ("tf32" if tf32 else "ieee")
+        assert (flags["fp32_precision_cudnn_conv"] == "tf32") is tf32
+        assert (flags["fp32_precision_cudnn_rnn"] == "tf32") is tf32
+
+
+def test_flags_stay_readable_through_both_apis_after_every_mode():
+    for name in ("tf32", "fp32"):
+        set_fp32_math(get_mode(name).fp32_math)
+        # user code, libraries and inductor may read either API: neither read may raise
+        assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
+        assert isinstance(torch.backends.cudnn.allow_tf32, bool)
+        torch.get_float32_matmul_precision()
+        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+            assert torch.backends.cuda.matmul.fp32_precision in ("ieee", "tf32")
 
 
 def test_grad_scaler_only_for_fp16():

@@ -36,7 +36,7 @@ def test_load_results_errors(tmp_path):
 
 
 def row(precision, ms, mem, status="ok", repeat=0, device="cuda", **extra):
-    return {"model_label": "resnet50", "batch_size": 64, "image_size": 224, "seq_len": None, "channels_last": False,
+    return {"run_id": "r1", "suite": "s", "model_label": "resnet50", "batch_size": 64, "image_size": 224, "seq_len": None, "channels_last": False,
             "device": device, "device_name": "GPU", "precision": precision, "status": status, "repeat": repeat,
             "step_time_ms_median": ms, "throughput": 64 / ms * 1e3 if ms else None, "peak_mem_allocated_bytes": mem,
             "peak_rss_bytes": 10 * mem if mem else None, "rss_before_model_bytes": 0, **extra}
@@ -51,6 +51,7 @@ def test_summary_pairs_with_fp32_and_tf32_using_medians_across_repeats():
     assert table.loc["fp32", "step_time_ms"] == 110  # the median resists the 300 ms outlier
     assert table.loc["amp_bf16", "speedup_vs_fp32"] == pytest.approx(110 / 40)
     assert table.loc["amp_bf16", "speedup_vs_tf32"] == pytest.approx(50 / 40)
+    assert table.loc["amp_bf16", "throughput_speedup_vs_fp32"] == pytest.approx((64 / 40) / (64 / 110))
     assert table.loc["amp_bf16", "mem_saving_vs_fp32"] == pytest.approx(0.4)
     assert table.loc["amp_fp16", "status"] == "oom" and math.isnan(table.loc["amp_fp16", "speedup_vs_fp32"])
     assert table.loc["fp32", "repeats_ok"] == 3 and table.loc["fp32", "status_counts"] == "3 ok"
@@ -69,6 +70,11 @@ def test_summary_without_a_baseline_gives_nan_not_a_guess():
     table = summarize(pd.DataFrame([row("fp32", 100, 1000, status="error"), row("amp_bf16", 50, 500)]))
     amp = table.set_index("precision").loc["amp_bf16"]
     assert math.isnan(amp["speedup_vs_fp32"]) and math.isnan(amp["mem_saving_vs_fp32"])
+
+
+def test_summary_never_pairs_across_runs():
+    frame = pd.DataFrame([row("fp32", 100, 1000), {**row("amp_bf16", 50, 500), "run_id": "r2"}])
+    assert summarize(frame).set_index("precision")["speedup_vs_fp32"].isna().loc["amp_bf16"]
 
 
 def test_summary_uses_rss_on_cpu():

@@ -83,7 +83,7 @@ def test_result_columns_and_samples(write_suite, tmp_path):
     table = amp_bench.load_results(run_dir)
     assert list(table.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS
     assert len(table) == 4 and set(table.status) == {"ok"}
-    assert list(table.precision) == ["fp32", "amp_bf16", "fp32", "amp_bf16"]  # interleaved repeats
+    assert list(table.precision) == ["fp32", "amp_bf16", "amp_bf16", "fp32"]  # interleaved, rotated
     assert list(table.repeat) == [0, 0, 1, 1]
     bf16 = table[table.precision == "amp_bf16"].iloc[0]
     assert bf16.output_dtype == "bfloat16" and pd.isna(bf16.scaler_skipped_steps)
@@ -114,12 +114,43 @@ steps: 4
     assert "GradScaler skipped 1 of 4" in row.warnings
 
 
+def test_deadline_covers_process_exit_and_grandchildren_are_cleaned_up(write_suite, tmp_path):
+    suite = write_suite("""
+models: [python:toy_models:leaves_thread, python:toy_models:forks_child]
+batch_sizes: [4]
+precisions: [fp32]
+warmup_steps: 1
+steps: 2
+timeout_s: 20
+""")
+    started = time.monotonic()
+    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path)
+    assert time.monotonic() - started < 90
+    by = results.set_index("model_label")
+    # the measurement finished: keep it, and say the worker hung on exit
+    assert by.loc["leaves_thread", "status"] == "ok"
+    assert "hung after writing its result" in by.loc["leaves_thread", "warnings"]
+    # a grandchild holding nothing back: the case finishes promptly and the grandchild is killed
+    assert by.loc["forks_child", "status"] == "ok" and by.loc["forks_child", "worker_seconds"] < 20
+    time.sleep(0.5)
+    leftovers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).startswith(
+        f"{sys.executable} -c import time; time.sleep(3600)")]
+    assert not leftovers
+
+
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 def test_schedule_interleaves_precisions_across_repeats(write_suite):
     suite = load_suite(write_suite("models: [python:toy_models:mlp]\nbatch_sizes: [1, 2]\n"
                                    "precisions: [fp32, amp_bf16]\nrepeats: 2\n"))
     order = [(c.batch_size, c.precision, r) for c, r in schedule(suite.cases("cpu"))]
-    assert order == [(1, "fp32", 0), (1, "amp_bf16", 0), (1, "fp32", 1), (1, "amp_bf16", 1),
-                     (2, "fp32", 0), (2, "amp_bf16", 0), (2, "fp32", 1), (2, "amp_bf16", 1)]
+    assert order == [(1, "fp32", 0), (1, "amp_bf16", 0), (1, "amp_bf16", 1), (1, "fp32", 1),
+                     (2, "fp32", 0), (2, "amp_bf16", 0), (2, "amp_bf16", 1), (2, "fp32", 1)]
 
 
 INTERRUPT_SUITE = """

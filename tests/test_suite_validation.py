@@ -130,3 +130,31 @@ def test_cli_validate_ok(write_suite):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
+
+
+@pytest.mark.parametrize("text, expected", [
+    (GOOD.replace("[torchvision/resnet18]", '[{ref: torchvision/resnet18, label: "mlp/v2"}]'),
+     "models[0].label: expected a label of letters, digits"),
+    (GOOD.replace("[torchvision/resnet18]", '[{ref: torchvision/resnet18, label: "../../x"}]'),
+     "models[0].label: expected a label"),
+    (GOOD.replace("[torchvision/resnet18]", "[{ref: transformers/gpt2, config: {1: 2}}]"),
+     "models[0].config: keys must be attribute names, got 1"),
+    (GOOD.replace("[torchvision/resnet18]", "[{ref: 5}]"), "models[0].ref: expected a non-empty string, got 5"),
+    (GOOD + "device: tpu\n", "device: expected auto, cpu, cuda or cuda:N, got 'tpu'"),
+])
+def test_more_problems_get_one_line(write_suite, text, expected):
+    lines = problems(write_suite, text)
+    assert len(lines) == 1 and expected in lines[0], lines
+
+
+def test_yaml_exponents_and_cuda_index_are_accepted(write_suite):
+    suite = load_suite(write_suite(GOOD + "device: cuda:1\ntimeout_s: 1e3\n"
+                                          "optimizer: {name: adamw, impl: foreach, lr: 1e-3, weight_decay: 1e-4}\n"))
+    case = suite.cases("cuda")[0]
+    assert suite.device == "cuda:1" and case.timeout_s == 1000.0
+    assert case.optimizer.lr == 0.001 and case.optimizer.weight_decay == 0.0001
+
+
+def test_api_overrides_accept_tuples(write_suite):
+    suite = load_suite(write_suite(GOOD))
+    assert {c.precision for c in suite.cases("cpu", {"precisions": ("fp32", "amp_bf16")})} == {"fp32", "amp_bf16"}

@@ -58,7 +58,7 @@ class FakeEvent:
 
 
 def test_cuda_timer_uses_events_per_step_and_syncs_only_at_the_window_edges():
-    gpu_times = iter([0.0, 7.5, 7.5, 15.25, 15.25, 23.0])
+    gpu_times = iter([-1.0] * 6 + [0.0, 7.5, 7.5, 15.25, 15.25, 23.0])  # 6 creation records, then the steps
     syncs = []
     host = iter([100.0, 100.5])
     created = []
