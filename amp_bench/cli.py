@@ -143,6 +143,42 @@ def cmd_run(args, console) -> int:
     counts = results["status"].value_counts().to_dict()
     console.print(f"finished: {', '.join(f'{v} {k}' for k, v in counts.items())} -> {results.attrs['run_dir']}")
     _summary_table(results, console)
+    if not args.no_report:
+        _auto_report(results.attrs["run_dir"], args.reports_dir, console)
+    return 0
+
+
+def _auto_report(run_dir: str, reports_dir: Path, console) -> None:
+    """The run's report; a missing plotly or an unwritable folder never costs the measured results."""
+    from amp_bench.report import build_report
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        console.print("report skipped: plotly is not installed (results are saved; "
+                      "`python -m amp_bench report` renders them elsewhere)", highlight=False)
+        return
+    try:
+        written = build_report([run_dir], reports_dir / f"{Path(run_dir).name}.html")
+    except UserError as exc:
+        console.print(f"report skipped: {exc.lines[0]}", highlight=False)
+        return
+    console.print(f"report: {written['html']}", highlight=False, soft_wrap=True)
+
+
+def cmd_report(args, console) -> int:
+    from amp_bench.report import build_report
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    unknown = [f for f in formats if f not in ("html", "md", "csv")]
+    if unknown or not formats:
+        raise UserError(f"--format: expected a comma-separated list of html, md, csv, got {args.format!r}")
+    written = build_report(args.results, args.output, formats, args.images)
+    for kind, path in written.items():
+        if kind == "images" and isinstance(path, str):
+            console.print(path, highlight=False, soft_wrap=True)
+        elif kind == "images":
+            console.print(f"images: {len(path)} files in {path[0].parent if path else '-'}", highlight=False)
+        else:
+            console.print(f"{kind}: {path}", highlight=False, soft_wrap=True)
     return 0
 
 
@@ -217,7 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", action="append", help="repeatable; replaces precisions")
     run.add_argument("--timeout-s", type=float)
     run.add_argument("--seed", type=int)
+    run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
+    run.add_argument("--reports-dir", type=Path, default=Path("reports"))
     run.set_defaults(func=cmd_run)
+
+    report = sub.add_parser("report", help="HTML report, markdown summary and CSV tables from results")
+    report.add_argument("results", nargs="+", help="run directories, trees of them, or globs")
+    report.add_argument("-o", "--output", type=Path, help="the HTML path (default reports/<run-id or merged>.html); "
+                        "the .md and .csv files go next to it")
+    report.add_argument("--format", default="html,md,csv", help="comma-separated: html, md, csv (default: all)")
+    report.add_argument("--images", choices=("png", "svg"), help="also export each chart (needs kaleido)")
+    report.set_defaults(func=cmd_report)
 
     validate = sub.add_parser("validate", help="check suite files without running them")
     validate.add_argument("suites", nargs="+", type=Path)

@@ -1,65 +1,99 @@
-"""Pair every precision with the fp32 (and tf32) baseline of the same model, batch size, layout
-and device, and compute speedup and memory saving from medians across repeats."""
+"""Pair every precision with the fp32 (and tf32) baseline of the same model, batch size, layout,
+device and run, and compute speedups and memory savings from medians across repeats.
+
+This is the plotting-free layer under the CLI table and the report: a precision is only ever
+compared with a baseline measured in the same run (same machine, suite and torch), and a missing
+or failed baseline gives an empty ratio, never a guess.
+"""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-# A precision is only ever paired with a baseline from the same run (same machine, suite, torch).
 GROUP_KEYS = ["run_id", "suite", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device",
               "device_name"]
+PRECISION_ORDER = ["fp32", "tf32", "amp_fp16", "amp_bf16"]
+# memory metric -> result column; a metric is summarised only when its column has values
+MEMORY_METRICS = {
+    "allocated": "peak_mem_allocated_bytes",
+    "reserved": "peak_mem_reserved_bytes",
+    "rss": "peak_rss_bytes",
+    "rss_above_baseline": "mem_above_baseline_bytes",
+    "nvml": "nvml_mem_used_delta_bytes",
+}
+CARRIED = ["hostname", "architecture", "torch_version", "cuda_version"]  # constant within a run
 
 
-def _memory(frame: pd.DataFrame) -> pd.Series:
-    """Peak memory per row: CUDA allocator peak on GPUs, the worker's peak RSS on the CPU."""
-    cuda = frame.get("peak_mem_allocated_bytes", pd.Series(np.nan, index=frame.index))
-    return cuda.where(frame["device"] == "cuda", frame.get("peak_rss_bytes"))
-
-
-def _above_baseline(frame: pd.DataFrame) -> pd.Series:
-    """CPU only: peak RSS minus the RSS before the model was built (drops torch's own footprint)."""
-    if "rss_before_model_bytes" not in frame:
-        return pd.Series(np.nan, index=frame.index)
-    growth = frame["peak_rss_bytes"] - frame["rss_before_model_bytes"]
-    return growth.where(frame["device"] == "cpu")
-
-
-def summarize(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per comparison group and precision, with speedups and memory savings."""
+def _prepare(results: pd.DataFrame) -> pd.DataFrame:
     frame = results.copy()
-    for key in GROUP_KEYS:
+    for key in GROUP_KEYS + CARRIED + ["repeat"]:
         if key not in frame:
             frame[key] = np.nan
     frame[["image_size", "seq_len"]] = frame[["image_size", "seq_len"]].fillna(-1)
-    frame["peak_mem_bytes"] = _memory(frame)
-    frame["mem_above_baseline_bytes"] = _above_baseline(frame)
+    if "rss_before_model_bytes" in frame and "peak_rss_bytes" in frame:
+        # CPU: peak RSS minus the RSS before the model was built (drops torch's own footprint)
+        growth = frame["peak_rss_bytes"] - frame["rss_before_model_bytes"]
+        frame["mem_above_baseline_bytes"] = growth.where(frame["device"] == "cpu")
+    # the headline memory figure: the allocator's peak on GPUs, the worker's peak RSS on the CPU
+    cuda = frame.get("peak_mem_allocated_bytes", pd.Series(np.nan, index=frame.index))
+    frame["peak_mem_bytes"] = cuda.where(frame["device"] == "cuda", frame.get("peak_rss_bytes"))
+    return frame
+
+
+def summarize(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per comparison group and precision, with speedups (and their spread across repeats)
+    and memory savings per metric."""
+    frame = _prepare(results)
+    keys = GROUP_KEYS + ["precision"]
     ok = frame[frame["status"] == "ok"]
-    medians = ok.groupby(GROUP_KEYS + ["precision"], dropna=False).agg(
-        step_time_ms=("step_time_ms_median", "median"),
-        throughput=("throughput", "median"),
-        peak_mem_bytes=("peak_mem_bytes", "median"),
-        mem_above_baseline_bytes=("mem_above_baseline_bytes", "median"),
-        repeats_ok=("status", "size"),
-    )
-    by_case = frame.groupby(GROUP_KEYS + ["precision"], dropna=False)["status"]
+    metrics = {"peak_mem_bytes": "peak_mem_bytes"} | {f"mem_{m}_bytes": c for m, c in MEMORY_METRICS.items()
+                                                      if c in frame and frame[c].notna().any()}
+    aggregations = {"step_time_ms": ("step_time_ms_median", "median"), "throughput": ("throughput", "median"),
+                    "repeats_ok": ("status", "size")}
+    aggregations |= {name: (column, "median") for name, column in metrics.items()}
+    medians = ok.groupby(keys, dropna=False).agg(**aggregations)
+    by_case = frame.groupby(keys, dropna=False)
     # "ok" only when every repeat was ok; otherwise the commonest failure, with all counts alongside
-    statuses = by_case.agg(lambda s: "ok" if (s == "ok").all() else s[s != "ok"].value_counts().index[0])
-    counts = by_case.agg(lambda s: ", ".join(f"{v} {k}" for k, v in s.value_counts().items()))
-    table = pd.DataFrame({"status": statuses, "status_counts": counts}).join(medians).reset_index()
+    statuses = by_case["status"].agg(lambda s: "ok" if (s == "ok").all() else s[s != "ok"].value_counts().index[0])
+    counts = by_case["status"].agg(lambda s: ", ".join(f"{v} {k}" for k, v in s.value_counts().items()))
+    reasons = by_case["reason"].agg(lambda s: next((r for r in s if isinstance(r, str) and r), "")) \
+        if "reason" in frame else pd.Series("", index=statuses.index)
+    carried = by_case[CARRIED].first()
+    table = pd.DataFrame({"status": statuses, "status_counts": counts, "reason": reasons}) \
+        .join(carried).join(medians).reset_index()
     table["repeats_ok"] = table["repeats_ok"].fillna(0).astype(int)
 
     def baseline(precision: str, column: str) -> pd.Series:
         base = table[table["precision"] == precision].set_index(GROUP_KEYS)[column]
         return table.join(base.rename("_base"), on=GROUP_KEYS)["_base"]
 
-    # from median step times (robust to outliers); the throughput ratio includes host gaps between steps
-    table["speedup_vs_fp32"] = baseline("fp32", "step_time_ms") / table["step_time_ms"]
+    for base in ("fp32", "tf32"):
+        # from median step times (robust to outliers); the throughput ratio includes host gaps
+        table[f"speedup_vs_{base}"] = baseline(base, "step_time_ms") / table["step_time_ms"]
+        low, high, pairs = _repeat_spread(ok, base)
+        table = table.join(pd.DataFrame({f"speedup_vs_{base}_min": low, f"speedup_vs_{base}_max": high,
+                                         f"speedup_vs_{base}_pairs": pairs}), on=keys)
     table["throughput_speedup_vs_fp32"] = table["throughput"] / baseline("fp32", "throughput")
-    table["speedup_vs_tf32"] = baseline("tf32", "step_time_ms") / table["step_time_ms"]
     table["mem_saving_vs_fp32"] = 1 - table["peak_mem_bytes"] / baseline("fp32", "peak_mem_bytes")
-    table["mem_saving_above_baseline_vs_fp32"] = (
-        1 - table["mem_above_baseline_bytes"] / baseline("fp32", "mem_above_baseline_bytes"))
+    for name in metrics:
+        if name != "peak_mem_bytes":
+            metric = name[len("mem_"):-len("_bytes")]
+            table[f"mem_saving_{metric}_vs_fp32"] = 1 - table[name] / baseline("fp32", name)
+    if "mem_saving_rss_above_baseline_vs_fp32" in table:  # the CLI's name for it
+        table["mem_saving_above_baseline_vs_fp32"] = table["mem_saving_rss_above_baseline_vs_fp32"]
+    else:
+        table["mem_saving_above_baseline_vs_fp32"] = np.nan
     table[["image_size", "seq_len"]] = table[["image_size", "seq_len"]].replace(-1, np.nan)
-    order = {p: i for i, p in enumerate(["fp32", "tf32", "amp_fp16", "amp_bf16"])}
-    table["_order"] = table["precision"].map(order)
+    table["_order"] = table["precision"].map({p: i for i, p in enumerate(PRECISION_ORDER)})
     return table.sort_values(GROUP_KEYS[:7] + ["_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def _repeat_spread(ok: pd.DataFrame, base: str) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Min and max of the per-repeat speedups, pairing repeat r of the baseline with repeat r of
+    the mode (they ran interleaved, next to each other)."""
+    keys = GROUP_KEYS + ["repeat"]
+    base_times = ok[ok["precision"] == base].set_index(keys)["step_time_ms_median"].rename("_base")
+    paired = ok.join(base_times, on=keys)
+    paired["_ratio"] = paired["_base"] / paired["step_time_ms_median"]
+    grouped = paired.dropna(subset=["_ratio"]).groupby(GROUP_KEYS + ["precision"], dropna=False)["_ratio"]
+    return grouped.min(), grouped.max(), grouped.size()

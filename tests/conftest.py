@@ -31,3 +31,15 @@ def write_suite(tmp_path):
         (tmp_path / "toy_models.py").write_text((FIXTURES / "toy_models.py").read_text(), encoding="utf-8")
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """One real CPU run of suites/smoke.yaml through the CLI, shared by the tests that read it."""
+    import subprocess
+    out = tmp_path_factory.mktemp("smoke")
+    proc = subprocess.run([sys.executable, "-m", "amp_bench", "run", "suites/smoke.yaml", "--device", "cpu",
+                           "--results-dir", str(out / "results"), "--reports-dir", str(out / "reports")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "160"})
+    return proc, out

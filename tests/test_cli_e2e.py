@@ -17,11 +17,11 @@ def amp_bench_cli(*args, timeout=300):
 
 
 @pytest.mark.slow
-def test_smoke_suite_end_to_end_on_cpu(tmp_path):
-    proc = amp_bench_cli("run", "suites/smoke.yaml", "--device", "cpu", "--results-dir", str(tmp_path))
+def test_smoke_suite_end_to_end_on_cpu(smoke_run):
+    proc, out = smoke_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
-    run_dir = next(tmp_path.iterdir())
+    run_dir = next((out / "results").iterdir())
     assert run_dir.name.endswith("-cpu") and run_dir.name[:8].isdigit()
     table = pd.read_csv(run_dir / "results.csv")
     assert list(table.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS
@@ -41,6 +41,37 @@ def test_smoke_suite_end_to_end_on_cpu(tmp_path):
     assert header.split() == ["bs", "precision", "ms/step", "samples/s", "vs", "fp32", "peak", "RSS", "saved", "saved*"]
     bf16_rows = [line.split() for line in proc.stdout.splitlines() if line.split()[1:2] == ["amp_bf16"]]
     assert len(bf16_rows) == 2 and all(row[4].endswith("x") and row[-1].endswith("%") for row in bf16_rows)
+    # the run wrote its report and said where
+    report = out / "reports" / f"{run_dir.name}.html"
+    assert f"report: {report}" in proc.stdout.replace("\n", "")
+    for suffix in (".md", ".summary.csv", ".claims.csv", ".environment.csv", ".not_measured.csv"):
+        assert report.with_suffix("").with_name(report.stem + suffix).exists(), suffix
+
+
+def test_report_command_on_a_real_cpu_run(smoke_run, tmp_path):
+    _, out = smoke_run
+    proc = amp_bench_cli("report", str(out / "results"), "-o", str(tmp_path / "r.html"))
+    assert proc.returncode == 0, proc.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert "The claims, checked" in html and "plotly" in html
+    assert "<script src=\"http" not in html and "cdn.plot.ly/plotly" not in html  # plotly.js is inline
+    md = (tmp_path / "r.md").read_text()
+    assert "| gpt2-tiny | 4 | amp_bf16 | ok |" in md
+    claims = pd.read_csv(tmp_path / "r.claims.csv")
+    assert set(claims.baseline) == {"fp32"}  # no tf32 on a CPU, so no tf32 rows
+    assert set(claims[claims.precision == "amp_bf16"].speedup_verdict) <= {"below", "within", "above"}
+    md_only = amp_bench_cli("report", str(out / "results"), "-o", str(tmp_path / "m.html"), "--format", "md")
+    assert md_only.returncode == 0 and (tmp_path / "m.md").exists() and not (tmp_path / "m.html").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["report", "nope/"], "nope: no such results directory"),
+    (["report", "suites/"], "no results.csv found"),
+    (["report", "suites/", "--format", "pdf"], "--format: expected a comma-separated list"),
+])
+def test_report_bad_input(args, message):
+    proc = amp_bench_cli(*args)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_env_reports_modes_and_reasons():

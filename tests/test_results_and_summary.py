@@ -88,3 +88,19 @@ def test_unwritable_results_directory_is_a_clear_error(tmp_path):
     blocker.write_text("not a directory")
     with pytest.raises(UserError, match="cannot create the results directory"):
         RunStore(blocker, "run")
+
+
+def test_speedup_spread_pairs_repeats_and_memory_metrics():
+    frame = pd.DataFrame([
+        row("fp32", 100, 1000, repeat=0, peak_mem_reserved_bytes=2000),
+        row("fp32", 120, 1000, repeat=1, peak_mem_reserved_bytes=2000),
+        row("amp_fp16", 50, 600, repeat=0, peak_mem_reserved_bytes=1500),
+        row("amp_fp16", 40, 600, repeat=1, peak_mem_reserved_bytes=1500),
+    ])
+    amp = summarize(frame).set_index("precision").loc["amp_fp16"]
+    assert amp["speedup_vs_fp32"] == pytest.approx(110 / 45)
+    assert amp["speedup_vs_fp32_min"] == pytest.approx(2.0) and amp["speedup_vs_fp32_max"] == pytest.approx(3.0)
+    assert amp["speedup_vs_fp32_pairs"] == 2
+    assert amp["mem_saving_allocated_vs_fp32"] == pytest.approx(0.4)
+    assert amp["mem_saving_reserved_vs_fp32"] == pytest.approx(0.25)
+    assert math.isnan(amp["speedup_vs_tf32"]) and math.isnan(amp["speedup_vs_tf32_min"])

@@ -1,0 +1,210 @@
+"""Plotly figures for the report. Each function takes the plotting-free tables from data.py and
+returns a figure, or None when the results hold nothing for that chart (the report says so)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from amp_bench.report.data import AMP_MODES, ARCH_ORDER, precision_sort_key
+from amp_bench.summary import PRECISION_ORDER
+
+COLORS = {"fp32": "#636efa", "tf32": "#00cc96", "amp_fp16": "#ef553b", "amp_bf16": "#ab63fa"}
+TEMPLATE = "plotly_white"
+
+
+def _px():
+    import plotly.express as px
+    return px
+
+
+def _x_label(frame: pd.DataFrame) -> pd.Series:
+    label = "bs " + frame["batch_size"].astype(int).astype(str)
+    if "channels_last" in frame and frame["channels_last"].astype(bool).any():
+        label = label + np.where(frame["channels_last"].astype(bool), " cl", " nchw")
+    return label
+
+
+def _facets(frame: pd.DataFrame) -> dict:
+    """Facet columns by model; rows by machine when several machines are merged."""
+    facets = {"facet_col": "model_label",
+              "category_orders": {"model_label": list(dict.fromkeys(frame["model_label"])),
+                                  "precision": PRECISION_ORDER}}
+    if frame["machine"].nunique() > 1:
+        facets["facet_row"] = "machine"
+    return facets
+
+
+def _finish(fig, title: str, y_title: str, height_per_row: int = 360):
+    rows = len(fig._grid_ref) if getattr(fig, "_grid_ref", None) else 1
+    fig.update_layout(title=title, template=TEMPLATE, height=max(380, height_per_row * rows + 80),
+                      legend_title_text="", margin=dict(t=80, r=20))
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    fig.update_yaxes(title_text=y_title, col=1)
+    return fig
+
+
+def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
+    """Speedup of each mode over the baseline, per model and batch size, error bars = repeat spread.
+    Cases that were not measured are drawn as labelled crosses on the parity line, never as zero."""
+    frame = summary[summary["precision"] != base].copy()
+    frame = frame[frame["precision"].isin(AMP_MODES + (("tf32",) if base == "fp32" else ()))]
+    if frame.empty or frame[f"speedup_vs_{base}"].notna().sum() == 0:
+        return None
+    frame["x"] = _x_label(frame)
+    frame["err_plus"] = (frame[f"speedup_vs_{base}_max"] - frame[f"speedup_vs_{base}"]).clip(lower=0)
+    frame["err_minus"] = (frame[f"speedup_vs_{base}"] - frame[f"speedup_vs_{base}_min"]).clip(lower=0)
+    frame["repeats"] = frame[f"speedup_vs_{base}_pairs"].fillna(0).astype(int)
+    frame = frame.sort_values(["batch_size", "channels_last"], kind="stable")
+    measured = frame[frame[f"speedup_vs_{base}"].notna()]
+    fig = _px().bar(measured, x="x", y=f"speedup_vs_{base}", color="precision", barmode="group",
+                    error_y="err_plus", error_y_minus="err_minus", color_discrete_map=COLORS,
+                    hover_data={"batch_size": True, "step_time_ms": ":.2f", "repeats": True, "status_counts": True,
+                                "x": False, "err_plus": False, "err_minus": False},
+                    labels={f"speedup_vs_{base}": f"speedup vs {base}", "x": "batch size"}, **_facets(frame))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    _mark_not_measured(fig, frame, f"speedup_vs_{base}", base)
+    return _finish(fig, f"Training-step speedup over {base} (median step time; bars span the repeats)",
+                   f"speedup vs {base} (x)")
+
+
+def _mark_not_measured(fig, frame: pd.DataFrame, column: str, base: str) -> None:
+    """A labelled cross on the parity line for every case without a ratio: its own failure, or its
+    baseline's. px lays facet rows out from the bottom, so row 1 is the last machine."""
+    missing = frame[frame[column].isna()].copy()
+    if missing.empty:
+        return
+    import plotly.graph_objects as go
+    models = list(dict.fromkeys(frame["model_label"]))
+    machines = list(dict.fromkeys(frame["machine"]))
+    missing["why"] = np.where(missing["status"] == "ok", missing["precision"] + ": no " + base + " baseline",
+                              missing["precision"] + ": " + missing["status"])
+    missing["detail"] = np.where(missing["status"] == "ok", missing["precision"] + " was measured, but " + base +
+                                 " was not (see 'Cases not measured')",
+                                 missing["precision"] + " " + missing["status"] + ": " + missing["reason"].fillna(""))
+    first = True
+    for (model, machine, x), group in missing.groupby(["model_label", "machine", "x"], sort=False):
+        fig.add_trace(go.Scatter(
+            x=[x], y=[1.0], mode="markers+text", text=["<br>".join(group["why"])], textposition="top center",
+            marker=dict(symbol="x-thin-open", size=16, color="black", line=dict(width=2)), name="not measured",
+            legendgroup="not measured", showlegend=first, hovertext=["<br>".join(group["detail"])], hoverinfo="text"),
+            row=len(machines) - machines.index(machine), col=models.index(model) + 1)
+        first = False
+
+
+def memory_chart(summary: pd.DataFrame):
+    """Memory saving against fp32 for every memory metric the results hold."""
+    metrics = [c for c in summary.columns if c.startswith("mem_saving_") and c.endswith("_vs_fp32")
+               and c not in ("mem_saving_vs_fp32", "mem_saving_above_baseline_vs_fp32") and summary[c].notna().any()]
+    frame = summary[summary["precision"] != "fp32"]
+    if frame.empty or not metrics:
+        return None
+    long = frame.melt(id_vars=["model_label", "machine", "batch_size", "channels_last", "precision", "status"],
+                      value_vars=metrics, var_name="metric", value_name="saving").dropna(subset=["saving"])
+    if long.empty:
+        return None
+    long["metric"] = long["metric"].str[len("mem_saving_"):-len("_vs_fp32")].str.replace("_", " ")
+    long["x"] = _x_label(long) + " · " + long["metric"]
+    long = long.sort_values(["batch_size", "metric"])
+    fig = _px().bar(long, x="x", y="saving", color="precision", barmode="group", color_discrete_map=COLORS,
+                    hover_data={"metric": True, "batch_size": True, "saving": ":.1%", "x": False},
+                    labels={"x": "batch size · memory metric"}, **_facets(long))
+    fig.update_yaxes(tickformat=".0%")
+    fig.add_hrect(y0=0.40, y1=0.50, fillcolor="orange", opacity=0.12, line_width=0,
+                  annotation_text="claimed 40-50%", annotation_position="top left")
+    return _finish(fig, "Peak-memory saving against fp32 (allocated/reserved: CUDA allocator; rss: worker process)",
+                   "saving vs fp32")
+
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def phase_memory_chart(results: pd.DataFrame):
+    """Per-phase peaks (forward / backward / optimizer step) side by side for FP32 and AMP."""
+    columns = [f"peak_mem_{p}_bytes" for p in PHASES]
+    if not all(c in results for c in columns) or results[columns].notna().sum().sum() == 0:
+        return None
+    ok = results[results["status"] == "ok"].copy()
+    ok["machine"] = ok.get("machine", ok["device_name"])
+    long = ok.melt(id_vars=["model_label", "machine", "batch_size", "channels_last", "precision"], value_vars=columns,
+                   var_name="phase", value_name="bytes").dropna(subset=["bytes"])
+    long = long.groupby(["model_label", "machine", "batch_size", "channels_last", "precision", "phase"],
+                        as_index=False)["bytes"].median()
+    long["phase"] = long["phase"].str[len("peak_mem_"):-len("_bytes")]
+    long["GiB"] = long["bytes"] / 2**30
+    long["x"] = _x_label(long) + " · " + long["precision"]
+    long = long.sort_values(["batch_size", "precision"], key=lambda s: precision_sort_key(s) if s.name == "precision" else s)
+    fig = _px().bar(long, x="x", y="GiB", color="phase", barmode="group",
+                    hover_data={"bytes": True, "x": False}, labels={"x": "batch size · precision"}, **_facets(long))
+    return _finish(fig, "Peak memory per phase of the step (only activations shrink under autocast)", "peak (GiB)")
+
+
+def throughput_chart(summary: pd.DataFrame):
+    frame = summary[summary["throughput"].notna()].copy()
+    if frame.empty:
+        return None
+    frame = frame.sort_values("batch_size")
+    frame["layout"] = np.where(frame["channels_last"].astype(bool), "channels_last", "nchw")
+    fig = _px().line(frame, x="batch_size", y="throughput", color="precision", markers=True,
+                     line_dash="layout" if frame["layout"].nunique() > 1 else None, color_discrete_map=COLORS,
+                     hover_data={"step_time_ms": ":.2f", "repeats_ok": True, "status_counts": True},
+                     labels={"batch_size": "batch size", "throughput": "samples / s"}, **_facets(frame))
+    fig.update_xaxes(type="log")
+    return _finish(fig, "Throughput against batch size (samples per second over the measured window)", "samples / s")
+
+
+def step_time_chart(samples: pd.DataFrame):
+    """Per-step time distributions, so a noisy case is visible."""
+    if samples.empty:
+        return None
+    frame = samples.copy()
+    frame["x"] = "bs " + frame["batch_size"].astype(int).astype(str)
+    fig = _px().box(frame, x="x", y="step_time_ms", color="precision", points="outliers", color_discrete_map=COLORS,
+                    hover_data={"repeat": True, "step": True}, labels={"x": "batch size"}, **_facets(frame))
+    return _finish(fig, "Per-step time distribution over the measured steps (all repeats)", "step time (ms)")
+
+
+def scaler_chart(results: pd.DataFrame):
+    if "scaler_skipped_steps" not in results or not (results["scaler_skipped_steps"].fillna(0) > 0).any():
+        return None
+    frame = results[results["precision"] == "amp_fp16"].copy()
+    frame["machine"] = frame.get("machine", frame["device_name"])
+    frame["x"] = frame["case_id"] + " r" + frame["repeat"].astype(str)
+    fig = _px().bar(frame, x="x", y="scaler_skipped_steps", hover_data={"scaler_final_scale": True, "steps": True},
+                    labels={"x": "case and repeat", "scaler_skipped_steps": "skipped steps"}, **_facets(frame))
+    return _finish(fig, "GradScaler skipped optimizer steps inside the measured window (those steps did less work)",
+                   "skipped steps")
+
+
+def energy_and_mfu_chart(summary: pd.DataFrame, results: pd.DataFrame):
+    columns = [c for c in ("energy_j_per_sample", "mfu") if c in results and results[c].notna().any()]
+    if not columns:
+        return None
+    ok = results[results["status"] == "ok"].copy()
+    ok["machine"] = ok.get("machine", ok["device_name"])
+    long = ok.melt(id_vars=["model_label", "machine", "batch_size", "channels_last", "precision"], value_vars=columns,
+                   var_name="metric", value_name="value").dropna(subset=["value"])
+    long = long.groupby(["model_label", "machine", "batch_size", "channels_last", "precision", "metric"],
+                        as_index=False)["value"].median()
+    long["x"] = _x_label(long) + " · " + long["metric"]
+    fig = _px().bar(long, x="x", y="value", color="precision", barmode="group", color_discrete_map=COLORS,
+                    labels={"x": "batch size · metric"}, **_facets(long))
+    return _finish(fig, "Energy per sample (J) and model-FLOPs utilisation", "value")
+
+
+def machines_chart(summary: pd.DataFrame):
+    """The same cases on different machines side by side, ordered by architecture family."""
+    if summary["machine"].nunique() < 2:
+        return None
+    frame = summary[summary["throughput"].notna()].copy()
+    if frame.empty:
+        return None
+    frame["arch_rank"] = frame["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))
+    frame = frame.sort_values(["arch_rank", "machine", "batch_size"])
+    frame["x"] = frame["machine"] + " · " + _x_label(frame)
+    fig = _px().bar(frame, x="x", y="throughput", color="precision", barmode="group", color_discrete_map=COLORS,
+                    pattern_shape="architecture",
+                    hover_data={"architecture": True, "speedup_vs_fp32": ":.2f", "step_time_ms": ":.2f", "x": False},
+                    labels={"x": "machine · batch size", "throughput": "samples / s"},
+                    facet_col="model_label", category_orders={"precision": PRECISION_ORDER})
+    return _finish(fig, "Machines compared: throughput of the same cases (pattern = architecture family)",
+                   "samples / s")

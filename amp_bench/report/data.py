@@ -1,0 +1,191 @@
+"""The report's data, without any plotting: which results, paired how, compared with which claims.
+
+Everything here is a pandas table, so it is tested directly and written out as CSV beside the HTML.
+"""
+from __future__ import annotations
+
+import glob
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from amp_bench.errors import UserError
+from amp_bench.results import MANIFEST_FILE, RESULTS_FILE, SAMPLES_FILE
+from amp_bench.summary import PRECISION_ORDER, summarize
+
+# The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
+CLAIMED_SPEEDUP = (1.5, 3.0)
+CLAIMED_MEMORY_SAVING = (0.40, 0.50)
+AMP_MODES = ("amp_fp16", "amp_bf16")
+ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
+
+
+@dataclass
+class ReportData:
+    run_dirs: list[Path]
+    results: pd.DataFrame
+    samples: pd.DataFrame
+    manifests: list[dict] = field(default_factory=list)
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        table = summarize(self.results)
+        table["machine"] = machine_label(table)
+        return table
+
+
+def find_run_dirs(inputs: list[str | Path]) -> list[Path]:
+    """Run directories from paths to run dirs, trees of them, or glob patterns."""
+    found: list[Path] = []
+    for item in inputs:
+        text = str(item)
+        matches = [Path(p) for p in sorted(glob.glob(text, recursive=True))] if glob.has_magic(text) else [Path(text)]
+        if not matches:
+            raise UserError(f"{text}: no path matches this pattern")
+        for path in matches:
+            if not path.exists():
+                raise UserError(f"{path}: no such results directory")
+            if (path / RESULTS_FILE).is_file():
+                found.append(path)
+            else:
+                found.extend(sorted(p.parent for p in path.rglob(RESULTS_FILE)))
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise UserError(f"{', '.join(map(str, inputs))}: no results.csv found (expected run directories "
+                        "written by `amp_bench run`, a tree of them, or a glob)")
+    return unique
+
+
+def collect(inputs: list[str | Path]) -> ReportData:
+    run_dirs = find_run_dirs(inputs)
+    results, samples, manifests = [], [], []
+    for run_dir in run_dirs:
+        try:
+            results.append(pd.read_csv(run_dir / RESULTS_FILE))
+            if (run_dir / SAMPLES_FILE).is_file():
+                samples.append(pd.read_csv(run_dir / SAMPLES_FILE))
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise UserError(f"{run_dir}: unreadable results table ({exc})") from None
+        manifest_path = run_dir / MANIFEST_FILE
+        if manifest_path.is_file():
+            try:
+                manifests.append(json.loads(manifest_path.read_text(encoding="utf-8")))
+            except ValueError:
+                raise UserError(f"{manifest_path}: unreadable manifest (invalid JSON)") from None
+    frame = pd.concat(results, ignore_index=True)
+    if frame.empty:
+        raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
+    sample_frame = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame(
+        columns=["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"])
+    return ReportData(run_dirs, frame, sample_frame, manifests)
+
+
+def machine_label(frame: pd.DataFrame) -> pd.Series:
+    """'NVIDIA H200 (Hopper) @ host' — what a reader calls the machine a row came from."""
+    arch = frame.get("architecture", pd.Series("", index=frame.index)).fillna("")
+    host = frame.get("hostname", pd.Series("", index=frame.index)).fillna("")
+    name = frame["device_name"].fillna("?").astype(str)
+    label = name.where(arch.eq("") | arch.eq("CPU"), name + " (" + arch.astype(str) + ")")
+    return label.where(host.eq(""), label + " @ " + host.astype(str))
+
+
+def verdict(value: float, band: tuple[float, float]) -> str:
+    if value is None or not np.isfinite(value):
+        return "not measured"
+    if value < band[0]:
+        return "below"
+    if value > band[1]:
+        return "above"
+    return "within"
+
+
+def claims_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Each AMP case's speedup and memory saving next to the seed articles' claims, against fp32 and,
+    where it was run, against tf32 (the picture changes on Ampere and later)."""
+    from amp_bench.summary import GROUP_KEYS
+    rows = []
+    amp = summary[summary["precision"].isin(AMP_MODES)]
+    # a tf32 baseline is worth a row where tf32 could run (measured, or failed for a reason worth seeing)
+    tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] != "unsupported")]
+    tf32_groups = set(map(tuple, tf32[GROUP_KEYS].astype(str).values))
+    for _, case in amp.iterrows():
+        for base in ("fp32", "tf32"):
+            if base == "tf32" and tuple(case[GROUP_KEYS].astype(str)) not in tf32_groups:
+                continue
+            speedup = case[f"speedup_vs_{base}"]
+            saving = case["mem_saving_vs_fp32"] if base == "fp32" else np.nan
+            rows.append({
+                "machine": case["machine"], "model": case["model_label"], "batch_size": int(case["batch_size"]),
+                "channels_last": bool(case["channels_last"]), "precision": case["precision"], "baseline": base,
+                "status": case["status"], "speedup": speedup,
+                "speedup_claim": f"{CLAIMED_SPEEDUP[0]}-{CLAIMED_SPEEDUP[1]}x",
+                "speedup_verdict": verdict(speedup, CLAIMED_SPEEDUP) if case["status"] == "ok" else case["status"],
+                "memory_saving": saving,
+                "memory_claim": f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%}",
+                "memory_verdict": (verdict(saving, CLAIMED_MEMORY_SAVING) if base == "fp32" else "n/a (vs fp32 only)")
+                if case["status"] == "ok" else case["status"],
+                "memory_metric": "peak allocated" if case["device"] == "cuda" else "peak RSS",
+            })
+    return pd.DataFrame(rows, columns=[
+        "machine", "model", "batch_size", "channels_last", "precision", "baseline", "status", "speedup",
+        "speedup_claim", "speedup_verdict", "memory_saving", "memory_claim", "memory_verdict", "memory_metric"])
+
+
+ENV_COLUMNS = ["device_name", "architecture", "hostname", "torch_version", "cuda_version", "cudnn_version",
+               "driver_version", "python_version", "transformers_version", "cpu_model", "num_threads"]
+
+
+def environment_table(data: ReportData) -> pd.DataFrame:
+    """One row per run with what can change a result; attrs["differs"] lists the columns that vary."""
+    frame = data.results.copy()
+    frame["machine"] = machine_label(frame)
+    manifests = {m.get("run_id"): m for m in data.manifests}
+    rows = []
+    for run_id, group in frame.groupby("run_id", sort=False):
+        first = group.iloc[0]
+        row = {"run_id": run_id, "machine": first["machine"], "suite": first.get("suite", "")}
+        for column in ENV_COLUMNS:
+            value = first.get(column)
+            row[column] = "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+        manifest = manifests.get(run_id, {})
+        for key in ("python_version", "transformers_version", "cudnn_version"):  # versions only it holds
+            row[key] = str((manifest.get("versions") or {}).get(key) or row[key])
+        row["cpu_model"] = str((manifest.get("device") or {}).get("cpu_model") or row["cpu_model"])
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    table = table[[c for c in table.columns if c in ("run_id", "machine", "suite") or (table[c] != "").any()]]
+    table.attrs["differs"] = [c for c in table.columns if c not in ("run_id", "machine", "suite")
+                              and table[c].nunique() > 1]
+    return table
+
+
+def not_measured(results: pd.DataFrame) -> pd.DataFrame:
+    """Every case that did not produce a measurement, with why (repeats that failed alike, merged)."""
+    bad = results[results["status"] != "ok"].copy()
+    columns = ["machine", "case_id", "status", "repeats", "reason"]
+    if bad.empty:
+        return pd.DataFrame(columns=columns)
+    bad["machine"] = machine_label(bad)
+    bad["reason"] = bad["reason"].fillna("")
+    merged = bad.groupby(["machine", "case_id", "status", "reason"], sort=False)["repeat"].agg(
+        lambda r: ", ".join(str(int(x)) for x in sorted(r))).rename("repeats").reset_index()
+    return merged[columns]
+
+
+def step_samples(data: ReportData) -> pd.DataFrame:
+    """Measured per-step times joined with what the case was, for distribution plots."""
+    if data.samples.empty:
+        return data.samples
+    measured = data.samples[data.samples["phase"] == "measure"]
+    info = data.results[["run_id", "case_id", "repeat", "model_label", "batch_size", "device_name",
+                         "hostname", "architecture"]].drop_duplicates(["run_id", "case_id", "repeat"])
+    joined = measured.merge(info, on=["run_id", "case_id", "repeat"], how="inner")
+    joined["machine"] = machine_label(joined)
+    return joined
+
+
+def precision_sort_key(values: pd.Series) -> pd.Series:
+    return values.map({p: i for i, p in enumerate(PRECISION_ORDER)}).fillna(len(PRECISION_ORDER))

@@ -1,0 +1,218 @@
+"""Writing the report: one self-contained HTML file (plotly.js inlined, no CDN, no network), a
+markdown summary, the tidy tables as CSV, and optional static images."""
+from __future__ import annotations
+
+import datetime as dt
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from amp_bench.report import charts
+from amp_bench.report.data import (CLAIMED_MEMORY_SAVING, CLAIMED_SPEEDUP, ReportData, claims_table,
+                                   environment_table, not_measured, step_samples)
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222}
+h1{margin-bottom:.2em} h2{margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+.scroll{overflow-x:auto} table{border-collapse:collapse;font-size:13px;margin:.5em 0}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
+th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
+.within{background:#e3f6e3} .below{background:#fde2e1} .above{background:#e1ecfd} .differs{background:#fff4cc}
+.note{color:#666;font-size:13px} .chart{margin:1em 0}
+"""
+
+
+def _fmt_cell(value, column: str) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "-"
+    if isinstance(value, (float, np.floating)):
+        if "saving" in column or column == "mfu":
+            return f"{value:.1%}"
+        if "speedup" in column:
+            return f"{value:.2f}x"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def html_table(frame: pd.DataFrame, cell_class=None) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for _, row in frame.iterrows():
+        cells = []
+        for column in frame.columns:
+            css = cell_class(column, row) if cell_class else ""
+            cls = f' class="{css}"' if css else ""
+            cells.append(f"<td{cls}>{html.escape(_fmt_cell(row[column], column))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(_fmt_cell(row[c], c).replace("|", "/") for c in frame.columns) + " |")
+    return "\n".join(lines)
+
+
+def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary as a person reads it: fewer columns, units in the names, spread as a range."""
+    def spread(row):
+        low, high = row["speedup_vs_fp32_min"], row["speedup_vs_fp32_max"]
+        return f"{low:.2f}-{high:.2f}x" if np.isfinite(low) and np.isfinite(high) and row["speedup_vs_fp32_pairs"] > 1 else "-"
+    table = pd.DataFrame({
+        "machine": summary["machine"], "model": summary["model_label"], "batch": summary["batch_size"].astype(int),
+        "precision": summary["precision"], "status": summary["status_counts"],
+        "step ms": summary["step_time_ms"], "samples/s": summary["throughput"],
+        "speedup vs fp32": summary["speedup_vs_fp32"], "repeat range": summary.apply(spread, axis=1),
+        "speedup vs tf32": summary["speedup_vs_tf32"], "peak memory (MiB)": summary["peak_mem_bytes"] / 2**20,
+        "memory saving vs fp32": summary["mem_saving_vs_fp32"]})
+    if summary["channels_last"].astype(bool).any():
+        table.insert(3, "layout", np.where(summary["channels_last"].astype(bool), "channels_last", "nchw"))
+    if summary["speedup_vs_tf32"].isna().all():
+        table = table.drop(columns="speedup vs tf32")
+    return table
+
+
+def claims_for_reading(claims: pd.DataFrame) -> pd.DataFrame:
+    table = claims.drop(columns=["speedup_claim", "memory_claim"]).rename(columns={
+        "batch_size": "batch", "speedup_verdict": "speedup verdict", "memory_saving": "memory saving",
+        "memory_verdict": "memory verdict", "memory_metric": "memory metric"})
+    if not table["channels_last"].any():
+        table = table.drop(columns="channels_last")
+    return table
+
+
+def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, str, object]]:
+    """(section id, title, figure or None) in report order."""
+    results = data.results.copy()
+    return [
+        ("speedup", "Speedup over FP32", charts.speedup_chart(summary, "fp32")),
+        ("speedup-tf32", "Speedup over TF32", charts.speedup_chart(summary, "tf32")),
+        ("memory", "Memory saving", charts.memory_chart(summary)),
+        ("phases", "Memory per phase", charts.phase_memory_chart(results)),
+        ("throughput", "Throughput against batch size", charts.throughput_chart(summary)),
+        ("distributions", "Step-time distributions", charts.step_time_chart(step_samples(data))),
+        ("energy", "Energy and MFU", charts.energy_and_mfu_chart(summary, results)),
+        ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
+        ("machines", "Machines compared", charts.machines_chart(summary)),
+    ]
+
+
+ABSENT = {
+    "speedup-tf32": "No tf32 baseline in these results (tf32 runs only on CUDA GPUs with compute capability >= 8.0).",
+    "phases": "These results carry no per-phase memory (forward / backward / optimizer) peaks.",
+    "energy": "These results carry no energy or MFU figures (they come from NVML and FLOP counting on GPUs).",
+    "scaler": "GradScaler skipped no step in any measured window.",
+    "machines": "Only one machine in these results: merge run directories from several machines to compare them.",
+}
+
+
+def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, env: pd.DataFrame,
+                missing: pd.DataFrame, figures) -> str:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>amp_bench report</title>"
+             f"<style>{CSS}</style></head><body>",
+             "<h1>What AMP bought</h1>",
+             f"<p class='note'>{len(data.run_dirs)} run(s), {len(data.results)} case runs, "
+             f"{summary['machine'].nunique()} machine(s); written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
+             "by amp_bench. Speedups are ratios of median step times (medians across repeats); error bars span "
+             "the per-repeat ratios.</p>"]
+    if not missing.empty:
+        parts += ["<h2 id='not-measured'>Cases not measured</h2>",
+                  "<p class='note'>These are shown as such in the charts, never as zero.</p>", html_table(missing)]
+    parts.append("<h2 id='summary'>Summary</h2>" + html_table(summary_for_reading(summary)))
+    first = True
+    for section, title, figure in figures:
+        parts.append(f"<h2 id='{section}'>{html.escape(title)}</h2>")
+        if figure is None:
+            parts.append(f"<p class='note'>{html.escape(ABSENT.get(section, 'Nothing to show.'))}</p>")
+            continue
+        # plotly.js goes inline, once: the file must open on an air-gapped machine
+        chart = figure.to_html(full_html=False, include_plotlyjs=first, div_id=f"chart-{section}",
+                               config={"displaylogo": False})
+        parts.append(f"<div class='chart'>{chart}</div>")
+        if not missing.empty and section not in ("distributions", "scaler"):
+            parts.append("<p class='note'>Cases without a measurement (or without a baseline) have no mark here "
+                         "except the labelled crosses on the speedup charts: see <a href='#not-measured'>Cases not "
+                         "measured</a>.</p>")
+        first = False
+    parts += ["<h2 id='claims'>The claims, checked</h2>",
+              f"<p class='note'>Seed articles: AMP is {CLAIMED_SPEEDUP[0]}-{CLAIMED_SPEEDUP[1]}x faster and saves "
+              f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%} memory. Each AMP case against fp32 and, "
+              "where run, against tf32 — on Ampere and later TF32 is what 'FP32' means to most users. Verdicts: "
+              "below, within or above the claimed range.</p>",
+              html_table(claims_for_reading(claims), lambda c, r: r[c] if c.endswith("verdict") and
+                         r[c] in ("within", "below", "above") else "")
+              if not claims.empty else "<p>No AMP case in these results.</p>"]
+    differs = set(env.attrs.get("differs", []))
+    parts += ["<h2 id='environment'>Environment</h2>",
+              "<p class='note'>Highlighted: what differs between the runs compared here.</p>",
+              html_table(env, lambda c, r: "differs" if c in differs else ""), "</body></html>"]
+    return "\n".join(parts)
+
+
+def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, missing: pd.DataFrame) -> str:
+    lines = ["# amp_bench report", "",
+             f"{len(data.run_dirs)} run(s), {summary['machine'].nunique()} machine(s). Speedup = ratio of median "
+             "step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against fp32.", ""]
+    amp = summary[summary["precision"] != "fp32"].reindex(columns=[
+        "machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
+        "speedup_vs_tf32", "mem_saving_vs_fp32"])
+    lines += ["## Speedup and memory saving", "", markdown_table(amp), ""]
+    if not claims.empty:
+        lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
+            "machine", "model", "batch_size", "precision", "baseline", "speedup", "speedup_verdict", "memory_saving",
+            "memory_verdict"])), ""]
+    if not missing.empty:
+        lines += ["## Not measured", "", markdown_table(missing), ""]
+    return "\n".join(lines)
+
+
+def write_images(figures, directory: Path, fmt: str) -> list[Path] | str:
+    """Static images through plotly's image exporter; returns a one-line reason when unavailable."""
+    written = []
+    for section, _, figure in figures:
+        if figure is None:
+            continue
+        path = directory / f"{section}.{fmt}"
+        try:
+            figure.write_image(str(path))
+        except (ImportError, ValueError, RuntimeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return (f"static {fmt} images skipped: plotly's image exporter is not available ({first}); "
+                    "`pip install kaleido` adds it")
+        written.append(path)
+    return written
+
+
+def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("html", "md", "csv"),
+                 images: str | None = None) -> dict[str, object]:
+    """Write the requested outputs next to `output` (reports/NAME.html); returns what was written."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    summary = data.summary
+    claims = claims_table(summary)
+    env = environment_table(data)
+    missing = not_measured(data.results)
+    stem = output.with_suffix("")
+    written: dict[str, object] = {}
+    figures = build_figures(data, summary) if ("html" in formats or images) else []
+    if "html" in formats:
+        output.write_text(render_html(data, summary, claims, env, missing, figures), encoding="utf-8")
+        written["html"] = output
+    if "md" in formats:
+        md = stem.with_suffix(".md")
+        md.write_text(render_markdown(data, summary, claims, missing), encoding="utf-8")
+        written["md"] = md
+    if "csv" in formats:
+        for name, table in (("summary", summary), ("claims", claims), ("environment", env),
+                            ("not_measured", missing)):
+            path = Path(f"{stem}.{name}.csv")
+            table.to_csv(path, index=False)
+            written[f"csv_{name}"] = path
+    if images:
+        image_dir = Path(f"{stem}-images")
+        image_dir.mkdir(exist_ok=True)
+        written["images"] = write_images(figures, image_dir, images)
+    return written

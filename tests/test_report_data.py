@@ -1,0 +1,75 @@
+"""The report's plotting-free layer: pairing, ratios, failed and missing baselines, merged machines."""
+import math
+
+import pandas as pd
+import pytest
+
+from amp_bench.errors import UserError
+from amp_bench.report.data import claims_table, collect, environment_table, find_run_dirs, not_measured, verdict
+from fake_results import write_machine_runs
+
+
+@pytest.fixture
+def two_machines(tmp_path):
+    return write_machine_runs(tmp_path / "results")
+
+
+def test_two_machines_merge_but_never_pair_across_machines(two_machines, tmp_path):
+    data = collect([tmp_path / "results"])
+    assert len(data.run_dirs) == 2
+    summary = data.summary
+    assert set(summary["machine"]) == {"NVIDIA A100-SXM4-80GB (Ampere) @ node-a", "NVIDIA H200 (Hopper) @ node-b"}
+    h200 = summary[(summary.machine.str.contains("H200")) & (summary.batch_size == 128)].set_index("precision")
+    a100 = summary[(summary.machine.str.contains("A100")) & (summary.batch_size == 128)].set_index("precision")
+    # each machine's AMP is compared with its own fp32: the ratios differ as the machines do
+    assert h200.loc["amp_fp16", "speedup_vs_fp32"] == pytest.approx(3079 / 800, rel=0.1)
+    assert a100.loc["amp_fp16", "speedup_vs_fp32"] == pytest.approx(2470 / 410, rel=0.1)
+    assert h200.loc["amp_fp16", "speedup_vs_tf32"] == pytest.approx(3079 / 2259, rel=0.1)
+    assert h200.loc["amp_fp16", "mem_saving_allocated_vs_fp32"] == pytest.approx(0.38, abs=0.03)
+    assert h200.loc["amp_fp16", "speedup_vs_fp32_pairs"] == 2
+    assert h200.loc["amp_fp16", "speedup_vs_fp32_min"] <= h200.loc["amp_fp16", "speedup_vs_fp32"] \
+        <= h200.loc["amp_fp16", "speedup_vs_fp32_max"]
+
+
+def test_failed_baseline_leaves_ratios_empty_and_the_failure_listed(two_machines, tmp_path):
+    data = collect([tmp_path / "results"])
+    summary = data.summary
+    a100_256 = summary[(summary.machine.str.contains("A100")) & (summary.batch_size == 256)].set_index("precision")
+    assert a100_256.loc["fp32", "status"] == "oom"
+    assert math.isnan(a100_256.loc["amp_bf16", "speedup_vs_fp32"])
+    assert a100_256.loc["amp_bf16", "speedup_vs_tf32"] > 1  # the tf32 baseline still stands
+    missing = not_measured(data.results)
+    assert list(missing.status) == ["oom"] and list(missing.repeats) == ["0, 1"]
+    assert missing.case_id.iloc[0] == "resnet50-bs256-224px-fp32" and "CUDA out of memory" in missing.reason.iloc[0]
+    claims = claims_table(summary)
+    row = claims[(claims.machine.str.contains("A100")) & (claims.batch_size == 256) &
+                 (claims.precision == "amp_bf16") & (claims.baseline == "fp32")].iloc[0]
+    assert row.speedup_verdict == "not measured" and math.isnan(row.speedup)
+
+
+def test_claims_state_the_baseline_and_give_a_verdict(two_machines, tmp_path):
+    claims = claims_table(collect([tmp_path / "results"]).summary)
+    h200 = claims[(claims.machine.str.contains("H200")) & (claims.batch_size == 128) & (claims.precision == "amp_fp16")]
+    by_base = h200.set_index("baseline")
+    assert by_base.loc["fp32", "speedup_verdict"] == "above"  # ~3.8x vs strict fp32
+    assert by_base.loc["tf32", "speedup_verdict"] == "below"  # ~1.36x vs tf32
+    assert by_base.loc["fp32", "memory_verdict"] == "below"  # ~38% saved
+    assert by_base.loc["tf32", "memory_verdict"].startswith("n/a")
+    assert verdict(1.5, (1.5, 3.0)) == "within" and verdict(float("nan"), (1.5, 3.0)) == "not measured"
+
+
+def test_environment_differences_are_flagged(two_machines, tmp_path):
+    env = environment_table(collect([tmp_path / "results"]))
+    assert {"torch_version", "driver_version", "device_name"} <= set(env.attrs["differs"])
+    assert "cuda_version" not in env.attrs["differs"]
+    assert set(env.python_version) == {"3.11.7"}
+
+
+def test_inputs_resolve_dirs_trees_and_globs(two_machines, tmp_path):
+    assert len(find_run_dirs([two_machines[0]])) == 1
+    assert len(find_run_dirs([tmp_path / "results"])) == 2
+    assert len(find_run_dirs([str(tmp_path / "results" / "*node-b*")])) == 1
+    with pytest.raises(UserError, match="no path matches"):
+        find_run_dirs([str(tmp_path / "nothing*")])
+    with pytest.raises(UserError, match="no results.csv found"):
+        find_run_dirs([two_machines[0] / "logs"])
