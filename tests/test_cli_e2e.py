@@ -108,3 +108,30 @@ def test_cuda_without_gpu_is_a_clear_error(tmp_path):
         pytest.skip("this machine has a GPU")
     proc = amp_bench_cli("run", "suites/smoke.yaml", "--device", "cuda", "--results-dir", str(tmp_path))
     assert proc.returncode == 2 and "no CUDA device is available" in proc.stderr
+
+
+def test_report_images_without_an_exporter_say_so(smoke_run, tmp_path):
+    pytest.importorskip("plotly")
+    try:
+        import kaleido  # noqa: F401
+        pytest.skip("kaleido is installed here: images would be written")
+    except ImportError:
+        pass
+    _, out = smoke_run
+    proc = amp_bench_cli("report", str(out / "results"), "-o", str(tmp_path / "r.html"), "--images", "png")
+    assert proc.returncode == 0, proc.stderr
+    assert "static png images skipped" in proc.stdout and "pip install kaleido" in proc.stdout
+    assert (tmp_path / "r.html").exists()
+
+
+def test_run_without_plotly_keeps_results_and_skips_the_report(tmp_path, monkeypatch):
+    import sys
+
+    from rich.console import Console
+
+    from amp_bench.cli import _auto_report
+    monkeypatch.setitem(sys.modules, "plotly", None)  # as on a GPU image without plotly
+    console = Console(record=True, width=200)
+    _auto_report(str(tmp_path / "run"), tmp_path / "reports", console)
+    assert "report skipped: plotly is not installed" in console.export_text()
+    assert not (tmp_path / "reports").exists()
