@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from amp_bench.report.data import AMP_MODES, ARCH_ORDER, precision_sort_key
+from amp_bench.report.data import AMP_MODES, ARCH_ORDER, machine_label, precision_sort_key
 from amp_bench.summary import PRECISION_ORDER
 
 COLORS = {"fp32": "#636efa", "tf32": "#00cc96", "amp_fp16": "#ef553b", "amp_bf16": "#ab63fa"}
@@ -116,6 +116,17 @@ def memory_chart(summary: pd.DataFrame):
 
 
 PHASES = ("forward", "backward", "optimizer")
+CASE_KEYS = ["model_label", "machine", "batch_size", "channels_last", "precision"]
+
+
+def _long_medians(results: pd.DataFrame, columns: list[str], name: str) -> pd.DataFrame:
+    """Per-row metric columns -> one row per case and metric, the median across ok repeats."""
+    ok = results[results["status"] == "ok"].copy()
+    ok["machine"] = machine_label(ok)
+    long = ok.melt(id_vars=CASE_KEYS, value_vars=columns, var_name=name, value_name="value").dropna(subset=["value"])
+    long = long.groupby(CASE_KEYS + [name], as_index=False)["value"].median()
+    long["_order"] = precision_sort_key(long["precision"])
+    return long.sort_values(["batch_size", "_order"]).drop(columns="_order")
 
 
 def phase_memory_chart(results: pd.DataFrame):
@@ -123,18 +134,12 @@ def phase_memory_chart(results: pd.DataFrame):
     columns = [f"peak_mem_{p}_bytes" for p in PHASES]
     if not all(c in results for c in columns) or results[columns].notna().sum().sum() == 0:
         return None
-    ok = results[results["status"] == "ok"].copy()
-    ok["machine"] = ok.get("machine", ok["device_name"])
-    long = ok.melt(id_vars=["model_label", "machine", "batch_size", "channels_last", "precision"], value_vars=columns,
-                   var_name="phase", value_name="bytes").dropna(subset=["bytes"])
-    long = long.groupby(["model_label", "machine", "batch_size", "channels_last", "precision", "phase"],
-                        as_index=False)["bytes"].median()
+    long = _long_medians(results, columns, "phase")
     long["phase"] = long["phase"].str[len("peak_mem_"):-len("_bytes")]
-    long["GiB"] = long["bytes"] / 2**30
+    long["GiB"] = long["value"] / 2**30
     long["x"] = _x_label(long) + " · " + long["precision"]
-    long = long.sort_values(["batch_size", "precision"], key=lambda s: precision_sort_key(s) if s.name == "precision" else s)
-    fig = _px().bar(long, x="x", y="GiB", color="phase", barmode="group",
-                    hover_data={"bytes": True, "x": False}, labels={"x": "batch size · precision"}, **_facets(long))
+    fig = _px().bar(long, x="x", y="GiB", color="phase", barmode="group", hover_data={"value": ":,.0f", "x": False},
+                    labels={"x": "batch size · precision", "value": "bytes"}, **_facets(long))
     return _finish(fig, "Peak memory per phase of the step (only activations shrink under autocast)", "peak (GiB)")
 
 
@@ -167,7 +172,7 @@ def scaler_chart(results: pd.DataFrame):
     if "scaler_skipped_steps" not in results or not (results["scaler_skipped_steps"].fillna(0) > 0).any():
         return None
     frame = results[results["precision"] == "amp_fp16"].copy()
-    frame["machine"] = frame.get("machine", frame["device_name"])
+    frame["machine"] = machine_label(frame)
     frame["x"] = frame["case_id"] + " r" + frame["repeat"].astype(str)
     fig = _px().bar(frame, x="x", y="scaler_skipped_steps", hover_data={"scaler_final_scale": True, "steps": True},
                     labels={"x": "case and repeat", "scaler_skipped_steps": "skipped steps"}, **_facets(frame))
@@ -179,12 +184,7 @@ def energy_and_mfu_chart(summary: pd.DataFrame, results: pd.DataFrame):
     columns = [c for c in ("energy_j_per_sample", "mfu") if c in results and results[c].notna().any()]
     if not columns:
         return None
-    ok = results[results["status"] == "ok"].copy()
-    ok["machine"] = ok.get("machine", ok["device_name"])
-    long = ok.melt(id_vars=["model_label", "machine", "batch_size", "channels_last", "precision"], value_vars=columns,
-                   var_name="metric", value_name="value").dropna(subset=["value"])
-    long = long.groupby(["model_label", "machine", "batch_size", "channels_last", "precision", "metric"],
-                        as_index=False)["value"].median()
+    long = _long_medians(results, columns, "metric")
     long["x"] = _x_label(long) + " · " + long["metric"]
     fig = _px().bar(long, x="x", y="value", color="precision", barmode="group", color_discrete_map=COLORS,
                     labels={"x": "batch size · metric"}, **_facets(long))
