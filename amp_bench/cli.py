@@ -129,7 +129,7 @@ def cmd_run(args, console) -> int:
     from amp_bench.runner import run_suite
     overrides = {"steps": args.steps, "warmup_steps": args.warmup_steps, "repeats": args.repeats,
                  "batch_sizes": args.batch_size, "precisions": args.precision, "timeout_s": args.timeout_s,
-                 "seed": args.seed}
+                 "seed": args.seed, "peak_tflops": args.peak_tflops}
     reporter = RichReporter(console)
     try:
         results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,
@@ -216,24 +216,43 @@ def cmd_list_models(args, console) -> int:
 
 
 def cmd_env(args, console) -> int:
+    import json
+
     from rich.table import Table
 
+    from amp_bench.environment import fingerprint_columns, host_facts
     from amp_bench.runner import probe
     info = probe(args.device)
-    device = info["device"]
-    console.print(f"[bold]device[/]: {device['name']} ({info['architecture']}"
-                  + (f", compute capability {device['capability'][0]}.{device['capability'][1]}"
-                     if device.get("capability") else "") + ")", highlight=False)
-    console.print(f"[bold]cpu[/]: {device['cpu_model']}; bf16/fp16 ISA: "
-                  + (", ".join(f for f in device["cpu_flags"] if f in ("amx_bf16", "amx_fp16", "avx512_bf16",
-                                                                       "avx512_fp16", "amx_tile")) or "none"),
-                  highlight=False)
+    info["host"] = host_facts()
+    info["fingerprint"] = fingerprint_columns(info["device"], info["versions"], info.get("gpu", {}),
+                                              info["host"]["hostname"])
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 0
+    device, gpu, fp = info["device"], info.get("gpu", {}), info["fingerprint"]
+    line = f"[bold]device[/]: {escape(device['name'])} ({info['architecture']}"
+    if device.get("capability"):
+        line += f", compute capability {fp['compute_capability']}, {device['total_memory_bytes'] / 2**30:.0f} GiB"
+    console.print(line + ")", highlight=False)
+    if device["type"] == "cuda":
+        nvml = gpu.get("nvml") or "ok"
+        console.print(f"[bold]gpu[/]: driver {gpu.get('driver_version') or '-'}, uuid {gpu.get('gpu_uuid') or '-'}, "
+                      f"power limit {gpu.get('power_limit_w') or '-'} W, persistence {gpu.get('persistence_mode')}, "
+                      f"MIG {gpu.get('mig_mode')}; NVML: {escape(str(nvml))}", highlight=False)
+    console.print(f"[bold]cpu[/]: {escape(device['cpu_model'])}, {fp['cpu_count']} cores; bf16/fp16 ISA: "
+                  f"{fp['cpu_bf16_isa']}", highlight=False)
     console.print("  ".join(f"{k.replace('_version', '')} {v}" for k, v in info["versions"].items() if v),
                   highlight=False)
+    software = info.get("software", {})
+    console.print(f"[bold]fingerprint[/]: {fp['fingerprint']}   git: {software.get('git_commit', '-')}   "
+                  f"pip packages: {len(software.get('pip_freeze', []))}"
+                  + ("   conda env: recorded" if software.get("conda_env") else ""), highlight=False)
+    if info["host"]["env"]:
+        console.print("[bold]env[/]: " + " ".join(f"{k}={v}" for k, v in info["host"]["env"].items()), highlight=False)
     table = Table("precision", "runs here", "why")
     for mode, support in info["support"].items():
         runs = "yes" if support["supported"] else ("only with allow_emulated" if support["emulated"] else "no")
-        table.add_row(mode, runs, support["reason"] or "-")
+        table.add_row(mode, runs, escape(support["reason"]) or "-")
     console.print(table)
     return 0
 
@@ -253,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", action="append", help="repeatable; replaces precisions")
     run.add_argument("--timeout-s", type=float)
     run.add_argument("--seed", type=int)
+    run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU (overrides the built-in table)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"))
     run.set_defaults(func=cmd_run)
@@ -275,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="this machine's device and which precision modes it supports, and why")
     env.add_argument("--device", default="auto")
+    env.add_argument("--json", action="store_true", help="the whole record as JSON, for machines")
     env.set_defaults(func=cmd_env)
     return parser
 

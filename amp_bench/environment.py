@@ -42,3 +42,85 @@ def host_facts() -> dict[str, object]:
         "env": {k: os.environ[k] for k in RESULT_AFFECTING_ENV if k in os.environ},
         "argv": sys.argv,
     }
+
+
+def gpu_facts(device) -> dict[str, object]:
+    """Driver and board facts through NVML (empty values, with the reason, where unreadable)."""
+    facts: dict[str, object] = {"nvml": ""}
+    if device.type != "cuda":
+        return facts
+    from amp_bench.nvml import device_handle, load_nvml
+    try:
+        import torch
+        nvml = load_nvml()
+        uuid = str(getattr(torch.cuda.get_device_properties(device.index or 0), "uuid", "") or "")
+        handle = device_handle(nvml, uuid, device.index or 0)
+    except Exception as exc:
+        facts["nvml"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return facts
+
+    def read(name, call, convert=lambda v: v):
+        try:
+            facts[name] = convert(call())
+        except Exception as exc:
+            facts[name] = None
+            facts.setdefault("unreadable", {})[name] = f"{type(exc).__name__}: {exc}"
+
+    def text(value):
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    read("driver_version", nvml.nvmlSystemGetDriverVersion, text)
+    read("gpu_uuid", lambda: nvml.nvmlDeviceGetUUID(handle), text)
+    read("power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)
+    read("application_sm_clock_mhz", lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_SM))
+    read("application_mem_clock_mhz", lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_MEM))
+    read("persistence_mode", lambda: nvml.nvmlDeviceGetPersistenceMode(handle), bool)
+    read("mig_mode", lambda: nvml.nvmlDeviceGetMigMode(handle)[0], bool)
+    return facts
+
+
+def _run(command: list[str], timeout: float = 60) -> str | None:
+    import subprocess
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def software_record() -> dict[str, object]:
+    """What it takes to rebuild the environment: the git commit, pip freeze, and the conda
+    environment (without its prefix line) when running inside one."""
+    record: dict[str, object] = {}
+    commit = _run(["git", "rev-parse", "HEAD"], 10)
+    if commit:
+        dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], 10)
+        record["git_commit"] = commit.strip() + ("-dirty" if dirty and dirty.strip() else "")
+    freeze = _run([sys.executable, "-m", "pip", "freeze", "--disable-pip-version-check"])
+    record["pip_freeze"] = freeze.splitlines() if freeze else []
+    if os.environ.get("CONDA_PREFIX"):
+        export = _run(["conda", "env", "export", "--no-builds"], 120)
+        if export:
+            record["conda_env"] = "".join(l for l in export.splitlines(keepends=True) if not l.startswith("prefix:"))
+    return record
+
+
+def fingerprint_columns(device: dict, versions: dict, gpu: dict, hostname: str) -> dict[str, object]:
+    """Columns on every result row that say which machine and software produced it; `fingerprint`
+    hashes the parts that make two results comparable as one series."""
+    import hashlib
+    capability = device.get("capability")
+    columns = {
+        "gpu_uuid": gpu.get("gpu_uuid") or "",
+        "driver_version": gpu.get("driver_version") or "",
+        "compute_capability": f"{capability[0]}.{capability[1]}" if capability else "",
+        "gpu_memory_bytes": device.get("total_memory_bytes"),
+        "cpu_model": device.get("cpu_model", ""),
+        "cpu_count": os.cpu_count(),
+        "cpu_bf16_isa": ",".join(f for f in sorted(device.get("cpu_flags") or ())
+                                 if f in ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")) or "none",
+    }
+    identity = [hostname, device.get("name", ""), columns["gpu_uuid"] or columns["cpu_model"],
+                columns["driver_version"], versions.get("torch_cuda_version", ""), versions.get("torch_version", "")]
+    columns["fingerprint"] = hashlib.sha256("|".join(map(str, identity)).encode()).hexdigest()[:12]
+    return columns

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.errors import UserError
+from amp_bench.nvml import NVML_COLUMNS
 
 RESULTS_FILE = "results.csv"
 SAMPLES_FILE = "samples.csv"
@@ -27,11 +28,15 @@ RESULT_COLUMNS = [
     "reason", "warmup_steps", "steps", "step_time_ms_median", "step_time_ms_mean", "step_time_ms_p10",
     "step_time_ms_p90", "step_time_ms_iqr", "step_time_cv", "step_time_ms_min", "step_time_ms_max",
     "throughput", "window_s", "window_gap_fraction", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
-    "rss_before_model_bytes", "loss_first", "loss_last", "scaler_skipped_steps",
+    "peak_rss_lifetime_bytes", "rss_before_model_bytes", "rss_hwm_bytes", "cuda_num_alloc_retries", "peak_mem_forward_bytes",
+    "peak_mem_backward_bytes", "peak_mem_optimizer_bytes", "phase_memory_source", "flops_per_step",
+    "achieved_tflops", "peak_tflops", "mfu", "peak_tflops_source", *NVML_COLUMNS, "loss_first", "loss_last", "scaler_skipped_steps",
     "scaler_skipped_warmup_steps", "scaler_final_scale", "output_dtype", "emulated", "tf32_matmul",
     "tf32_cudnn", "cudnn_benchmark", "float32_matmul_precision", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
     "optimizer", "optimizer_impl", "seed", "num_threads", "model_parameters", "model_attn_implementation",
-    "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "timestamp",
+    "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "fingerprint",
+    "gpu_uuid", "driver_version", "compute_capability", "gpu_memory_bytes", "cpu_model", "cpu_count", "cpu_bf16_isa",
+    "timestamp",
     "worker_seconds", "log_file",
 ]
 SAMPLE_COLUMNS = ["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"]

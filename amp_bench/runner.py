@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from amp_bench.environment import host_facts
+from amp_bench.environment import fingerprint_columns, host_facts
 from amp_bench.errors import UserError
 from amp_bench.hardware import DeviceInfo, may_run, precision_support
 from amp_bench.process import WorkerOutcome, run_worker
@@ -82,8 +82,10 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         overrides={k: v for k, v in overrides.items() if v is not None},
         device={**probed["device"], "architecture": probed["architecture"]},
         precision_support=probed["support"], versions=probed["versions"], host=host_facts(),
-        cases_planned=len(plan),
+        gpu=probed.get("gpu", {}), software=probed.get("software", {}), cases_planned=len(plan),
     )
+    fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
+                                      host_facts()["hostname"])
     reporter.run_started(store, info, len(plan))
     status = "interrupted"
     restore = _sigterm_as_interrupt()
@@ -91,6 +93,7 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         for index, (case, repeat) in enumerate(plan):
             reporter.case_started(case, repeat, index, len(plan))
             row, samples = _run_one(case, repeat, info, probed["versions"], store, reporter)
+            row.update(fingerprint)
             store.add(row, samples)
             reporter.case_finished(case, row)
         status = "complete"
@@ -131,12 +134,17 @@ def _run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store:
                          on_event=lambda event: reporter.worker_event(case, event))
     row["log_file"] = str(log_path.relative_to(store.dir))
     row["peak_rss_bytes"] = outcome.peak_rss_bytes
+    row["peak_rss_lifetime_bytes"] = outcome.peak_rss_bytes  # from wait4: the whole worker, all of it
     samples = []
     if outcome.result is not None:
         record = dict(outcome.result)
         samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
                     "repeat": repeat, **s} for s in record.pop("samples", [])]
         row.update(record)
+        # peak RSS over the training steps: the worker's high-water mark read right after the
+        # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
+        if record.get("rss_hwm_bytes"):
+            row["peak_rss_bytes"] = record["rss_hwm_bytes"]
     else:
         row.update(status=_classify_death(outcome, case), reason=_death_reason(outcome, case))
     spec_path.unlink(missing_ok=True)

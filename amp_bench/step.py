@@ -38,15 +38,23 @@ class TrainStep:
         self.scales: list[torch.Tensor] = []  # loss scale after each step, kept on the device
         self.output_dtype: torch.dtype | None = None
 
-    def __call__(self, inputs, target) -> torch.Tensor:
+    def __call__(self, inputs, target, marks=None) -> torch.Tensor:
+        """`marks(phase)` is called at each phase boundary (forward, backward, optimizer, end); only
+        the instrumented step outside the timed window passes it."""
         self.optimizer.zero_grad(set_to_none=True)
+        if marks:
+            marks("forward")
         with autocast_region(self.mode, self.device_type):
             output = forward(self.model, inputs)
             loss = self.loss_fn(output, target)
         if self.output_dtype is None:
             self.output_dtype = _dtype_of(output)
+        if marks:
+            marks("backward")
         if self.scaler.is_enabled():
             self.scaler.scale(loss).backward()
+            if marks:
+                marks("optimizer")
             self.scaler.step(self.optimizer)
             self.scaler.update()
             # GradScaler keeps its scale as a device tensor; cloning it avoids the host sync that
@@ -56,7 +64,11 @@ class TrainStep:
                                else torch.tensor(float(self.scaler.get_scale())))
         else:
             loss.backward()
+            if marks:
+                marks("optimizer")
             self.optimizer.step()
+        if marks:
+            marks("end")
         return loss.detach()
 
     def skipped_steps(self, first: int = 0, last: int | None = None) -> list[int]:

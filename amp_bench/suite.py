@@ -28,7 +28,7 @@ DEVICE_BLOCKS = ("cpu", "cuda")
 DEFAULTS: dict[str, Any] = {
     "image_size": [224], "seq_len": [128], "channels_last": [False], "precisions": ["fp32", "amp_bf16"],
     "warmup_steps": 5, "steps": 20, "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
-    "cudnn_benchmark": True,
+    "cudnn_benchmark": True, "peak_tflops": None, "nvml_interval_ms": 10.0,
     "optimizer": {"name": "sgd", "impl": "foreach", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
 }
 
@@ -77,6 +77,8 @@ class Case:
     timeout_s: float
     allow_emulated: bool
     cudnn_benchmark: bool = True
+    peak_tflops: float | None = None  # the user's peak for MFU, overriding the built-in table
+    nvml_interval_ms: float = 10.0
     search_dirs: tuple[str, ...] = ()
 
     @property
@@ -350,6 +352,16 @@ def _models(search_dirs):
     return check
 
 
+def _peak_tflops(value, path, problems):
+    """A number for every precision, or a mapping precision -> number."""
+    if isinstance(value, dict):
+        _check_keys(value, MODE_NAMES, path, problems)
+        out = {k: _number(0, 1e6)(v, _join(path, k), problems) for k, v in value.items() if k in MODE_NAMES}
+        return None if None in out.values() else out
+    number = _number(0, 1e6)(value, path, problems)
+    return None if number is None else {mode: number for mode in MODE_NAMES}
+
+
 def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
     return {
         "models": _models(search_dirs),
@@ -366,6 +378,8 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "timeout_s": _number(0, 7 * 24 * 3600),
         "allow_emulated": _bool,
         "cudnn_benchmark": _bool,
+        "peak_tflops": _peak_tflops,
+        "nvml_interval_ms": _number(0.5, 60_000),
     }
 
 
@@ -472,6 +486,8 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 warmup_steps=settings["warmup_steps"], steps=settings["steps"], repeats=settings["repeats"],
                 optimizer=settings["optimizer"], seed=settings["seed"], timeout_s=settings["timeout_s"],
                 allow_emulated=settings["allow_emulated"], cudnn_benchmark=settings["cudnn_benchmark"],
+                peak_tflops=(settings["peak_tflops"] or {}).get(precision),
+                nvml_interval_ms=settings["nvml_interval_ms"],
                 search_dirs=(str(suite.path.resolve().parent),)))
     return cases
 

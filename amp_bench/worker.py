@@ -51,15 +51,56 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
 
 
-def read_rss_bytes() -> int | None:
+def _read_status_bytes(key: str) -> int | None:
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def read_rss_bytes() -> int | None:
+    return _read_status_bytes("VmRSS:")
+
+
+def _open_nvml(device, torch_device, record: dict):
+    """(reader, idle used-memory baseline) for this CUDA device, or (None, None) with the reason."""
+    import torch
+
+    from amp_bench.nvml import NvmlReader, device_handle, load_nvml
+    try:
+        nvml = load_nvml()
+        uuid = str(getattr(torch.cuda.get_device_properties(torch_device), "uuid", "") or "")
+        reader = NvmlReader(nvml, device_handle(nvml, uuid, torch_device.index or 0))
+    except Exception as exc:  # no library, no driver, no device: the run goes on without NVML
+        record["nvml_notes"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, None
+    return reader, reader.memory_used()
+
+
+def _after_window(case, device, torch_device, step, inputs, target, median_ms: float) -> dict:
+    """Outside the timed window: one instrumented step for per-phase memory, one counted for FLOPs."""
+    from amp_bench.flops import count_step_flops, flops_columns
+    from amp_bench.peaks import peak_tflops
+    from amp_bench.phases import CpuPhaseProbe, CudaPhaseProbe, phase_columns
+
+    out: dict = {}
+    probe = CudaPhaseProbe(torch_device) if device.type == "cuda" else CpuPhaseProbe()
+    if device.type == "cuda" or probe.available():
+        step(inputs, target, marks=probe.mark)
+        out.update(phase_columns(probe))
+    flops = count_step_flops(step, inputs, target)
+    if case.peak_tflops:
+        peak, source = case.peak_tflops, "given by the user"
+    elif device.type == "cuda":
+        peak, source = peak_tflops(device.name, case.precision)
+    else:
+        peak, source = None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)"
+    out.update(flops_columns(flops, median_ms, peak, source))
+    return out
 
 
 def run_case(case, device, events: EventChannel) -> dict:
@@ -97,6 +138,7 @@ def run_case(case, device, events: EventChannel) -> dict:
     np.random.seed(case.seed % 2**32)
     torch.manual_seed(case.seed)
     record["rss_before_model_bytes"] = read_rss_bytes()
+    nvml_reader, nvml_baseline = _open_nvml(device, torch_device, record) if device_type == "cuda" else (None, None)
 
     workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
                               channels_last=case.channels_last, search_dirs=case.search_dirs)
@@ -124,6 +166,11 @@ def run_case(case, device, events: EventChannel) -> dict:
         torch.cuda.reset_peak_memory_stats(torch_device)
     else:
         timer = CpuStepTimer()
+    sampler = None
+    if nvml_reader is not None:
+        from amp_bench.nvml import NvmlSampler
+        sampler = NvmlSampler(nvml_reader, interval_s=case.nvml_interval_ms / 1e3)
+        sampler.start()
     events.emit(event="phase", phase="measure", total=total)
     timer.begin_window()
     for i in range(case.steps):
@@ -132,10 +179,15 @@ def run_case(case, device, events: EventChannel) -> dict:
         timer.step_ended()
         events.emit(event="step", phase="measure", step=case.warmup_steps + i, total=total)
     per_step_ms, window_s = timer.end_window()
+    if sampler is not None:
+        record.update(sampler.stop(nvml_baseline, case.steps, case.steps * case.batch_size))
 
     if device_type == "cuda":
         record["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
         record["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)
+        record["cuda_num_alloc_retries"] = torch.cuda.memory_stats(torch_device).get("num_alloc_retries")
+    # the process's peak RSS so far: the phase probe below resets the kernel's high-water mark
+    record["rss_hwm_bytes"] = _read_status_bytes("VmHWM:")
     loss_values = torch.stack(losses).float().cpu().tolist()
     stats = StepStats.from_samples(per_step_ms)
     record.update(stats.to_columns())
@@ -171,6 +223,8 @@ def run_case(case, device, events: EventChannel) -> dict:
          "loss": loss_values[i]}
         for i in range(total)
     ]
+    record.update(_after_window(case, device, torch_device, step, inputs, target, stats.median))
+
     bad = [i for i, v in enumerate(loss_values) if not math.isfinite(v)]
     if bad:
         record["status"] = "nonfinite"
@@ -206,7 +260,7 @@ def _main_case(spec_path: str, result_path: str, events: EventChannel) -> int:
 
 
 def _main_probe(requested: str, result_path: str) -> int:
-    from amp_bench.environment import versions
+    from amp_bench.environment import gpu_facts, software_record, versions
     from amp_bench.hardware import DeviceUnavailable, describe_support, probe_device
     try:
         device = probe_device(requested)
@@ -218,6 +272,8 @@ def _main_probe(requested: str, result_path: str) -> int:
         "architecture": device.architecture,
         "support": {mode: s.__dict__ for mode, s in describe_support(device)},
         "versions": versions(),
+        "gpu": gpu_facts(device),
+        "software": software_record(),
     })
     return 0
 

@@ -91,3 +91,50 @@ def test_smoke_suite_on_cuda(tmp_path):
         expected = "ok" if _capability() >= (8, 0) else "unsupported"
         assert by.loc[(model, "amp_bf16"), "status"] == expected
         assert by.loc[(model, "tf32"), "status"] == expected
+
+
+def _nvml_reader():
+    from amp_bench.nvml import NvmlReader, device_handle, load_nvml
+    nvml = load_nvml()
+    uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")
+    return NvmlReader(nvml, device_handle(nvml, uuid, 0))
+
+
+def test_a_known_allocation_shows_in_torch_and_nvml_peaks():
+    from amp_bench.nvml import NvmlSampler
+    torch.cuda.init()
+    reader = _nvml_reader()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    baseline_torch = torch.cuda.memory_allocated()
+    baseline_nvml = reader.memory_used()
+    sampler = NvmlSampler(reader, interval_s=0.005)
+    sampler.start()
+    block = torch.ones(2**28, device="cuda")  # 1 GiB of float32, written
+    torch.cuda.synchronize()
+    import time
+    time.sleep(0.2)
+    out = sampler.stop(baseline_nvml, steps=1, samples=1)
+    torch_peak = torch.cuda.max_memory_allocated() - baseline_torch
+    del block
+    assert torch_peak == pytest.approx(2**30, rel=0.10)
+    assert out["nvml_mem_used_delta_bytes"] == pytest.approx(2**30, rel=0.10), out
+
+
+def test_energy_and_clocks_are_read_during_real_work():
+    from amp_bench.nvml import NvmlSampler
+    reader = _nvml_reader()
+    sampler = NvmlSampler(reader, interval_s=0.01)
+    x = torch.randn(8192, 8192, device="cuda")
+    sampler.start()
+    import time
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:  # 2 s of matmuls: long enough for the energy counter
+        x = torch.tanh(x @ x / 8192)
+        torch.cuda.synchronize()
+    out = sampler.stop(None, steps=1, samples=1)
+    assert out["sm_clock_mhz_median"] and out["sm_clock_mhz_median"] > 0
+    assert out["temperature_c_max"] is not None and out["power_limit_w"]
+    if "energy" not in reader.unsupported:  # Volta and later have the counter
+        assert out["energy_j"] > 0 and out["power_avg_w"] > 10
+    assert out["clock_event_reasons"] is not None

@@ -156,10 +156,18 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
     lines = ["# amp_bench report", "",
              f"{len(data.run_dirs)} run(s), {summary['machine'].nunique()} machine(s). Speedup = ratio of median "
              "step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against fp32.", ""]
-    amp = summary[summary["precision"] != "fp32"].reindex(columns=[
-        "machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
-        "speedup_vs_tf32", "mem_saving_vs_fp32"])
-    lines += ["## Speedup and memory saving", "", markdown_table(amp), ""]
+    columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
+               "speedup_vs_tf32", "mem_saving_vs_fp32"]
+    telemetry = {"nvml_mem_used_delta_bytes": "nvml_peak_MiB", "energy_j_per_sample": "J/sample",
+                 "achieved_tflops": "TFLOP/s", "mfu": "mfu"}
+    table = summary.reindex(columns=columns).copy()
+    medians = _case_medians(data.results, list(telemetry))
+    if not medians.empty:
+        table = table.join(medians, on=["machine", "model_label", "batch_size", "precision"])
+        if "nvml_mem_used_delta_bytes" in table:
+            table["nvml_mem_used_delta_bytes"] = table["nvml_mem_used_delta_bytes"] / 2**20
+        table = table.rename(columns=telemetry)
+    lines += ["## Step time, speedup and memory saving", "", markdown_table(table), ""]
     if not claims.empty:
         lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
             "machine", "model", "batch_size", "precision", "baseline", "speedup", "speedup_verdict", "memory_saving",
@@ -167,6 +175,17 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
     if not missing.empty:
         lines += ["## Not measured", "", markdown_table(missing), ""]
     return "\n".join(lines)
+
+
+def _case_medians(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Median across ok repeats of per-row telemetry columns that have values."""
+    from amp_bench.report.data import machine_label
+    present = [c for c in columns if c in results and results[c].notna().any()]
+    if not present:
+        return pd.DataFrame()
+    ok = results[results["status"] == "ok"].copy()
+    ok["machine"] = machine_label(ok)
+    return ok.groupby(["machine", "model_label", "batch_size", "precision"])[present].median()
 
 
 def write_images(figures, directory: Path, fmt: str) -> list[Path] | str:

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The project's GPU check, for a machine with one CUDA GPU (about 5-7 minutes on an H200):
+#   1. the environment record (`amp_bench env`);
+#   2. the GPU-marked tests (`pytest -m gpu`): autocast dtypes on CUDA, fp32 really without TF32
+#      (matmul and cuDNN error against float64), CUDA-event timing, GradScaler skips, a 1 GiB
+#      allocation seen by torch and NVML within 10%, energy and clocks non-empty, the smoke suite;
+#   3. suites/gpu_check.yaml (ResNet-50 and GPT-2 small, all four precision modes) and its markdown
+#      summary (environment, step time, speedup, memory saving, NVML peak, energy, MFU, statuses).
+# On a machine without a GPU it runs what it can (the CPU block of the suite) and says what it skipped.
+# Everything it prints also goes to ${OUT:-gpu-check-out}/gpu_check.log; commit that under
+# docs/gpu-validation/. Needs: torch, torchvision, transformers, pandas, pyyaml, rich, pytest,
+# hypothesis, nvidia-ml-py. plotly is optional (no HTML report without it; the markdown needs none).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-check-out}
+mkdir -p "$out"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
+py=${PYTHON:-python}
+status=0
+{
+  has_gpu=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))')
+  echo "## amp_bench GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
+  if [ "$has_gpu" = 1 ]; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>/dev/null || true
+  else
+    echo "NO CUDA GPU: the GPU tests skip and the suite runs its cpu block; nothing here validates CUDA."
+  fi
+  echo; echo "### Environment"; "$py" -m amp_bench env || status=1
+  echo; echo "### pytest -m gpu"
+  timeout 300 "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py || status=1
+  echo; echo "### suites/gpu_check.yaml"
+  timeout 420 "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$out/results" --no-report || status=1
+  echo; "$py" -m amp_bench report "$out/results" --format md -o "$out/summary.html" >/dev/null && cat "$out/summary.md"
+} 2>&1 | tee "$out/gpu_check.log"
+( cd "$out" && tar czf results.tgz results 2>/dev/null && rm -rf results )
+exit $status

@@ -1,0 +1,131 @@
+"""Per-phase memory and FLOP counting run for real on the CPU; peak table, MFU and fingerprints."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from amp_bench.environment import fingerprint_columns
+from amp_bench.flops import count_step_flops, flops_columns
+from amp_bench.peaks import peak_tflops
+from amp_bench.phases import PHASES, CpuPhaseProbe, CudaPhaseProbe, phase_columns
+from amp_bench.precision import MODES
+from amp_bench.step import TrainStep, build_optimizer
+from amp_bench.suite import OptimizerSpec
+from conftest import ROOT
+
+
+def mlp_step(precision="fp32", batch=8):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    step = TrainStep(model, torch.nn.functional.cross_entropy,
+                     build_optimizer(model.parameters(), OptimizerSpec()), MODES[precision], "cpu")
+    return step, torch.randn(batch, 64), torch.randint(0, 10, (batch,))
+
+
+def test_flops_of_a_known_model_match_a_hand_count():
+    step, x, y = mlp_step(batch=8)
+    b = 8
+    forward = 2 * b * 64 * 32 + 2 * b * 32 * 10
+    # backward: weight grads of both layers, input grad of the second only (x needs no grad)
+    backward = 2 * b * 64 * 32 + 2 * (2 * b * 32 * 10)
+    assert count_step_flops(step, x, y) == forward + backward
+
+
+def test_mfu_only_with_a_known_peak():
+    cols = flops_columns(2e12, 10.0, 989.0, "datasheet")
+    assert cols["achieved_tflops"] == pytest.approx(200.0) and cols["mfu"] == pytest.approx(200 / 989)
+    assert flops_columns(2e12, 10.0, None, "unknown")["mfu"] is None
+
+
+@pytest.mark.parametrize("name, precision, peak", [
+    ("NVIDIA H200", "amp_bf16", 989.0), ("NVIDIA H100 80GB HBM3", "tf32", 495.0),
+    ("NVIDIA A100-SXM4-80GB", "fp32", 19.5), ("Tesla V100-SXM2-16GB", "amp_fp16", 125.0),
+    ("NVIDIA A10", "amp_bf16", 125.0), ("NVIDIA L4", "amp_fp16", 121.0),
+])
+def test_peak_table(name, precision, peak):
+    assert peak_tflops(name, precision)[0] == peak
+
+
+@pytest.mark.parametrize("name, precision", [
+    ("NVIDIA H100 PCIe", "amp_bf16"), ("NVIDIA A10G", "amp_fp16"), ("NVIDIA H200 NVL", "amp_bf16"),
+    ("Tesla V100-SXM2-16GB", "amp_bf16"), ("AMD EPYC", "fp32"),
+])
+def test_unknown_variants_get_no_guess(name, precision):
+    value, why = peak_tflops(name, precision)
+    assert value is None and why
+
+
+def test_cpu_phase_memory_for_real():
+    probe = CpuPhaseProbe()
+    if not probe.available():
+        pytest.skip("this kernel does not allow resetting the RSS high-water mark")
+    step, x, y = mlp_step()
+    step(x, y, marks=probe.mark)
+    columns = phase_columns(probe)
+    assert columns["phase_memory_source"] == "cpu_rss_hwm"
+    assert all(columns[f"peak_mem_{p}_bytes"] > 10e6 for p in PHASES)
+
+
+def test_cpu_phase_probe_sees_a_big_allocation_in_its_phase():
+    probe = CpuPhaseProbe()
+    if not probe.available():
+        pytest.skip("this kernel does not allow resetting the RSS high-water mark")
+    probe.mark("forward")
+    big = torch.ones(64 * 2**20)  # 256 MiB, touched
+    del big
+    probe.mark("backward")
+    probe.mark("end")
+    assert probe.peaks["forward"] - probe.peaks["backward"] > 200 * 2**20 or \
+        probe.peaks["forward"] > 256 * 2**20
+
+
+class FakeCuda:
+    """Replays allocator peaks the way torch.cuda reports them."""
+    def __init__(self, peaks):
+        self.peaks, self.calls = list(peaks), []
+
+    def synchronize(self, device=None):
+        self.calls.append("sync")
+
+    def max_memory_allocated(self, device=None):
+        return self.peaks.pop(0)
+
+    def reset_peak_memory_stats(self, device=None):
+        self.calls.append("reset")
+
+
+def test_cuda_phase_probe_resets_and_reads_at_each_boundary():
+    probe = CudaPhaseProbe.__new__(CudaPhaseProbe)
+    fake = FakeCuda([3 * 2**30, 5 * 2**30, 4 * 2**30])
+    probe.torch, probe.device, probe.peaks, probe._current = type("T", (), {"cuda": fake}), "cuda:0", {}, None
+    for phase in ("forward", "backward", "optimizer", "end"):
+        probe.mark(phase)
+    assert probe.peaks == {"forward": 3 * 2**30, "backward": 5 * 2**30, "optimizer": 4 * 2**30}
+    assert fake.calls.count("sync") == 4 and fake.calls.count("reset") == 4
+
+
+def test_fingerprint_changes_with_what_makes_results_incomparable():
+    device = {"name": "NVIDIA H200", "capability": [9, 0], "total_memory_bytes": 150e9, "cpu_model": "Xeon",
+              "cpu_flags": ["amx_bf16", "avx2"]}
+    versions = {"torch_version": "2.11.0", "torch_cuda_version": "13.0"}
+    gpu = {"gpu_uuid": "GPU-1", "driver_version": "590.10"}
+    base = fingerprint_columns(device, versions, gpu, "node-a")
+    assert base["compute_capability"] == "9.0" and base["cpu_bf16_isa"] == "amx_bf16"
+    assert fingerprint_columns(device, versions, gpu, "node-a")["fingerprint"] == base["fingerprint"]
+    for changed in (fingerprint_columns(device, {**versions, "torch_version": "2.14.1"}, gpu, "node-a"),
+                    fingerprint_columns(device, versions, {**gpu, "driver_version": "600.1"}, "node-a"),
+                    fingerprint_columns(device, versions, gpu, "node-b")):
+        assert changed["fingerprint"] != base["fingerprint"]
+
+
+def test_env_json_has_the_record():
+    proc = subprocess.run([sys.executable, "-m", "amp_bench", "env", "--device", "cpu", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["device"]["type"] == "cpu" and info["fingerprint"]["fingerprint"]
+    assert info["versions"]["torch_version"] == torch.__version__
+    assert info["software"]["pip_freeze"] and "support" in info
+    assert "cpu_bf16_isa" in info["fingerprint"]
