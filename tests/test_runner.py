@@ -78,13 +78,20 @@ def test_result_columns_and_samples(write_suite, tmp_path):
         '  - {ref: "python:toy_models:sleeps", options: {seconds: 120}}\n'
         "  - python:toy_models:nan_loss\n  - python:toy_models:dies\n", "")
         .replace("[fp32, tf32]", "[fp32, amp_bf16]"))
-    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path, repeats=2)
+    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path, repeats=2, peak_tflops=0.5)
     run_dir = Path(results.attrs["run_dir"])
     table = amp_bench.load_results(run_dir)
     assert list(table.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS
     assert len(table) == 4 and set(table.status) == {"ok"}
     assert list(table.precision) == ["fp32", "amp_bf16", "amp_bf16", "fp32"]  # interleaved, rotated
     assert list(table.repeat) == [0, 0, 1, 1]
+    # telemetry and provenance on every row
+    assert table.fingerprint.notna().all() and table.fingerprint.nunique() == 1
+    assert (table.cpu_bf16_isa.notna()).all() and table.cpu_count.notna().all()
+    assert (table.flops_per_step > 0).all() and (table.peak_tflops == 0.5).all()
+    assert ((table.mfu > 0) & (table.mfu < 1)).all() and set(table.peak_tflops_source) == {"given by the user"}
+    assert table.peak_rss_lifetime_bytes.ge(table.peak_rss_bytes).all()
+    assert table.nvml_mem_used_peak_bytes.isna().all()  # no GPU: empty, not zero
     bf16 = table[table.precision == "amp_bf16"].iloc[0]
     assert bf16.output_dtype == "bfloat16" and pd.isna(bf16.scaler_skipped_steps)
     samples = amp_bench.load_samples(run_dir)

@@ -158,3 +158,12 @@ def test_yaml_exponents_and_cuda_index_are_accepted(write_suite):
 def test_api_overrides_accept_tuples(write_suite):
     suite = load_suite(write_suite(GOOD))
     assert {c.precision for c in suite.cases("cpu", {"precisions": ("fp32", "amp_bf16")})} == {"fp32", "amp_bf16"}
+
+
+def test_peak_tflops_number_or_per_precision(write_suite):
+    suite = load_suite(write_suite(GOOD + "peak_tflops: {fp32: 2.5, amp_bf16: 10}\n"))
+    assert {c.precision: c.peak_tflops for c in suite.cases("cpu")} == {"fp32": 2.5, "amp_bf16": 10.0}
+    suite = load_suite(write_suite(GOOD + "peak_tflops: 4\n"))
+    assert {c.peak_tflops for c in suite.cases("cpu")} == {4.0}
+    lines = problems(write_suite, GOOD + "peak_tflops: {fp64: 1}\n")
+    assert any("peak_tflops.fp64: unknown key" in line for line in lines), lines
