@@ -2,7 +2,11 @@
 
 Both run the same CPU workload (torchvision resnet18, weights=None, 64 px, batch 16, SGD foreach)
 in fresh processes, alternating harness/plain so machine drift hits both. Prints each round's
-median step time and the ratio of the medians; exits 1 when the ratio is above the target.
+median step time, the ratio of the two medians, and the median of the per-round (paired) ratios,
+which is the headline: on a shared 2-core VM a single process can run 10-20% slow, and pairing
+neighbouring rounds cancels that drift. Also prints the share of the harness's measured window
+spent on its own work between steps, a noise-free figure. Exits 1 when the paired ratio is above
+the target.
 
     python benchmarks/overhead.py [--rounds 5] [--steps 30] [--precision amp_bf16] [--target 1.02]
 """
@@ -20,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 MODEL, IMAGE_SIZE, BATCH = "resnet18", 64, 16
+GAPS: list[float] = []  # share of each harness window spent between steps (its own per-step work)
 
 
 def plain_loop(precision: str, warmup: int, steps: int) -> float:
@@ -63,6 +68,7 @@ def harness_round(precision: str, warmup: int, steps: int, workdir: Path, device
     outcome = run_worker(["case", str(spec), str(result)], result, workdir / "worker.log", case.timeout_s)
     if not outcome.result or outcome.result.get("status") != "ok":
         raise SystemExit(f"harness worker failed: {outcome.result} (log: {workdir / 'worker.log'})")
+    GAPS.append(outcome.result["window_gap_fraction"])
     return outcome.result["step_time_ms_median"]
 
 
@@ -75,7 +81,7 @@ def plain_round(precision: str, warmup: int, steps: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--precision", default="amp_bf16", choices=("fp32", "amp_bf16", "amp_fp16"))
@@ -92,10 +98,13 @@ def main() -> int:
             plain.append(plain_round(args.precision, args.warmup, args.steps))
             print(f"round {i + 1}: harness {harness[-1]:.2f} ms/step   plain loop {plain[-1]:.2f} ms/step", flush=True)
     ratio = statistics.median(harness) / statistics.median(plain)
+    paired = statistics.median(h / p for h, p in zip(harness, plain))
     print(f"{MODEL} {IMAGE_SIZE}px batch {BATCH} {args.precision} on CPU, {args.rounds} rounds x {args.steps} steps: "
-          f"harness median {statistics.median(harness):.2f} ms, plain median {statistics.median(plain):.2f} ms, "
-          f"ratio {ratio:.3f} (target <= {args.target})")
-    return 0 if ratio <= args.target else 1
+          f"harness median {statistics.median(harness):.2f} ms, plain median {statistics.median(plain):.2f} ms "
+          f"(ratio of medians {ratio:.3f})")
+    print(f"overhead ratio (median of paired per-round ratios): {paired:.3f} (target <= {args.target}); "
+          f"the harness's own work between steps: {statistics.median(GAPS):.3%} of its measured windows")
+    return 0 if paired <= args.target else 1
 
 
 if __name__ == "__main__":
