@@ -42,6 +42,11 @@ RESULT_COLUMNS = [
 SAMPLE_COLUMNS = ["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"]
 
 
+def order_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """The documented columns first (present even when empty), then any others a record carried."""
+    return table.reindex(columns=RESULT_COLUMNS + [c for c in table.columns if c not in RESULT_COLUMNS])
+
+
 def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -96,9 +101,7 @@ class RunStore:
         self._flush()
 
     def _flush(self) -> None:
-        table = pd.DataFrame(self.rows)
-        extra = [c for c in table.columns if c not in RESULT_COLUMNS]
-        table = table.reindex(columns=RESULT_COLUMNS + extra)
+        table = order_columns(pd.DataFrame(self.rows))
         samples = pd.DataFrame(self.samples, columns=SAMPLE_COLUMNS)
         # samples first: a kill between the two renames leaves samples without a row, never a row
         # without its samples

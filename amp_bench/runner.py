@@ -17,7 +17,7 @@ from amp_bench.environment import fingerprint_columns, host_facts
 from amp_bench.errors import UserError
 from amp_bench.hardware import DeviceInfo, may_run, precision_support
 from amp_bench.process import WorkerOutcome, run_worker
-from amp_bench.results import RunStore, make_run_id, utc_now
+from amp_bench.results import RunStore, make_run_id, order_columns, utc_now
 from amp_bench.suite import Case, load_suite
 
 PROBE_TIMEOUT_S = 180.0
@@ -103,7 +103,7 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         counts = pd.Series([r["status"] for r in saved], dtype=object).value_counts().to_dict()
         store.write_manifest(status=status, finished_at=utc_now().isoformat(), cases_finished=len(saved),
                              status_counts=counts)
-    frame = pd.DataFrame(store.rows)
+    frame = order_columns(pd.DataFrame(store.rows))
     frame.attrs["run_dir"] = str(store.dir)
     return frame
 

@@ -152,6 +152,15 @@ def _cmdline(proc_dir: Path) -> str:
         return ""
 
 
+def test_failed_instrumentation_keeps_the_measurement(write_suite, tmp_path):
+    suite = write_suite("models: [python:toy_models:fails_under_flop_counter]\nbatch_sizes: [4]\n"
+                        "precisions: [fp32]\nwarmup_steps: 1\nsteps: 3\n")
+    row = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path).iloc[0]
+    assert row.status == "ok" and row.step_time_ms_median > 0
+    assert "FLOP/phase instrumentation failed: RuntimeError: unsupported under the FLOP counter" in row.warnings
+    assert pd.isna(row.flops_per_step)
+
+
 def test_schedule_interleaves_precisions_across_repeats(write_suite):
     suite = load_suite(write_suite("models: [python:toy_models:mlp]\nbatch_sizes: [1, 2]\n"
                                    "precisions: [fp32, amp_bf16]\nrepeats: 2\n"))
