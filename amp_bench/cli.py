@@ -257,6 +257,36 @@ def cmd_env(args, console) -> int:
     return 0
 
 
+def cmd_compare(args, console) -> int:
+    from rich.table import Table
+
+    from amp_bench.compare import Threshold, compare, write_outputs
+    comparison = compare(
+        args.baseline, args.candidate, force=args.force, seed=args.seed,
+        threshold_time=Threshold.parse(args.threshold_time, "time"),
+        threshold_throughput=Threshold.parse(args.threshold_throughput or args.threshold_time, "throughput"),
+        threshold_memory=Threshold.parse(args.threshold_memory, "memory", allow_bytes=True))
+    table = Table("case", "metric", "baseline", "candidate", "ratio", "95% CI", "p (MWU)", "verdict",
+                  title=f"candidate vs baseline: {comparison.summary}", title_justify="left")
+    colours = {"regression": "red", "improvement": "green", "unstable": "yellow", "not enough data": "dim"}
+    for r in comparison.results:
+        colour = colours.get(r.verdict, "")
+        verdict = f"[{colour}]{r.verdict}[/]" if colour else r.verdict
+        table.add_row(escape(r.case_id), r.metric, _fmt(r.baseline, ".4g"), _fmt(r.candidate, ".4g"),
+                      _fmt(r.ratio, ".3f"), f"{_fmt(r.ci_low, '.3f')}-{_fmt(r.ci_high, '.3f')}",
+                      _fmt(r.p_value, ".2g"), verdict)
+    console.print(table)
+    for note in comparison.notes + comparison.unmatched:
+        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+    stem = args.output or Path("reports") / f"compare-{Path(args.candidate[0]).name}-vs-{Path(args.baseline[0]).name}"
+    try:
+        paths = write_outputs(comparison, Path(stem))
+    except OSError as exc:
+        raise UserError(f"{stem}: cannot write the comparison ({exc.strerror or exc})") from None
+    console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
+    return comparison.exit_code
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="amp_bench", description="Measure what PyTorch AMP buys in training.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -284,6 +314,19 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", default="html,md,csv", help="comma-separated: html, md, csv (default: all)")
     report.add_argument("--images", choices=("png", "svg"), help="also export each chart (needs kaleido)")
     report.set_defaults(func=cmd_report)
+
+    comp = sub.add_parser("compare", help="is CANDIDATE slower or bigger than BASELINE? exit 0 no, 1 regression, "
+                                          "2 usage error, 3 not enough data, 4 too unstable to decide")
+    comp.add_argument("baseline", nargs=1, help="a run directory (or a tree / glob of runs pooled as one side)")
+    comp.add_argument("candidate", nargs=1)
+    comp.add_argument("--threshold-time", default="3%", help="step-time regression threshold (default 3%%)")
+    comp.add_argument("--threshold-throughput", help="default: the time threshold")
+    comp.add_argument("--threshold-memory", default="2%", help="a percentage, or bytes such as 0B or 64MiB")
+    comp.add_argument("--force", action="store_true", help="compare even when the machine fingerprints differ")
+    comp.add_argument("--seed", type=int, default=0, help="bootstrap seed (results are reproducible)")
+    comp.add_argument("-o", "--output", type=Path,
+                      help="path stem for .md, .json and .junit.xml (default reports/compare-CAND-vs-BASE)")
+    comp.set_defaults(func=cmd_compare)
 
     validate = sub.add_parser("validate", help="check suite files without running them")
     validate.add_argument("suites", nargs="+", type=Path)

@@ -1,0 +1,128 @@
+"""compare: statistics against generated truth, then real CPU runs with a known slowdown."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from amp_bench.compare import Threshold, bootstrap_median_ratio, judge
+from amp_bench.errors import UserError
+from conftest import ROOT
+
+
+def series(rng, median, noise, repeats=2, steps=20):
+    return [rng.normal(median, median * noise, steps) for _ in range(repeats)]
+
+
+@pytest.mark.parametrize("slowdown, noise, verdict", [
+    (1.00, 0.01, "no change"), (1.10, 0.01, "regression"), (0.90, 0.01, "improvement"),
+    (1.02, 0.01, "no change"),  # a real 2% change is under the 3% threshold
+    (1.00, 0.30, "unstable"),
+])
+def test_verdicts_on_generated_series(slowdown, noise, verdict):
+    rng = np.random.default_rng(1)
+    ratio, low, high = bootstrap_median_ratio(series(rng, 100, noise), series(rng, 100 * slowdown, noise), rng,
+                                              iterations=500)
+    assert low <= ratio <= high
+    assert judge(low, high, 0.03, worse_when_higher=True) == verdict
+
+
+def test_no_false_alarms_on_pure_noise():
+    rng = np.random.default_rng(7)
+    alarms = 0
+    for _ in range(100):
+        _, low, high = bootstrap_median_ratio(series(rng, 50, 0.02), series(rng, 50, 0.02), rng, iterations=300)
+        alarms += judge(low, high, 0.03, worse_when_higher=True) == "regression"
+    assert alarms <= 1
+
+
+def test_thresholds_parse():
+    assert Threshold.parse("3%", "time").relative == pytest.approx(0.03)
+    assert Threshold.parse("64MiB", "memory", allow_bytes=True).absolute_bytes == 64 * 2**20
+    assert Threshold.parse("0B", "memory", allow_bytes=True).absolute_bytes == 0
+    with pytest.raises(UserError, match="--threshold-time: expected a percentage"):
+        Threshold.parse("64MiB", "time")
+
+
+SUITE = """
+models: [{{ref: "python:toy_models:sleepy", label: mlp, options: {{ms: {ms}}}}}]
+batch_sizes: [4]
+precisions: [fp32]
+warmup_steps: 2
+steps: 15
+repeats: 2
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Three real CPU runs: a baseline, a rerun of the same, and one deliberately slowed by 30%."""
+    import amp_bench
+    from conftest import FIXTURES
+    root = tmp_path_factory.mktemp("compare")
+    (root / "toy_models.py").write_text((FIXTURES / "toy_models.py").read_text())
+    dirs = {}
+    for name, ms in (("base", 20), ("same", 20), ("slow", 26)):
+        suite = root / f"{name}.yaml"
+        suite.write_text(SUITE.format(ms=ms))
+        dirs[name] = amp_bench.run_suite(suite, device="cpu", results_dir=root / name).attrs["run_dir"]
+    return dirs
+
+
+def run_compare(*args):
+    return subprocess.run([sys.executable, "-m", "amp_bench", "compare", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_same_suite_twice_is_no_regression(runs, tmp_path):
+    proc = run_compare(runs["base"], runs["same"], "-o", tmp_path / "c")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdict = json.loads((tmp_path / "c.json").read_text())
+    assert verdict["verdict"] == "no regression"
+    assert {r["metric"] for r in verdict["results"]} == {"step_time", "throughput", "peak_memory"}
+
+
+@pytest.mark.slow
+def test_a_slowed_candidate_is_a_regression(runs, tmp_path):
+    proc = run_compare(runs["base"], runs["slow"], "-o", tmp_path / "c")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "c.json").read_text())
+    step = next(r for r in result["results"] if r["metric"] == "step_time")
+    assert step["verdict"] == "regression" and step["ci_low"] > 1.2 and step["p_value"] < 0.001
+    assert next(r for r in result["results"] if r["metric"] == "throughput")["verdict"] == "regression"
+    junit = (tmp_path / "c.junit.xml").read_text()
+    assert 'failures="2"' in junit and "<failure" in junit
+    assert "**regression**" in (tmp_path / "c.md").read_text()
+    # and the other way round it is an improvement, not an alarm
+    assert run_compare(runs["slow"], runs["base"], "-o", tmp_path / "d").returncode == 0
+
+
+@pytest.mark.slow
+def test_fingerprint_mismatch_is_refused_unless_forced(runs, tmp_path):
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(runs["same"], other)
+    table = pd.read_csv(other / "results.csv")
+    table["fingerprint"] = "0123456789ab"
+    table.to_csv(other / "results.csv", index=False)
+    proc = run_compare(runs["base"], other, "-o", tmp_path / "c")
+    assert proc.returncode == 2 and "machine fingerprints differ" in proc.stderr and "--force" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    forced = run_compare(runs["base"], other, "-o", tmp_path / "c", "--force")
+    assert forced.returncode == 0 and "compared anyway" in forced.stdout
+
+
+@pytest.mark.slow
+def test_not_enough_data(runs, tmp_path):
+    import shutil
+    empty = tmp_path / "failed"
+    shutil.copytree(runs["same"], empty)
+    table = pd.read_csv(empty / "results.csv")
+    table["status"] = "oom"
+    table.to_csv(empty / "results.csv", index=False)
+    proc = run_compare(runs["base"], empty, "-o", tmp_path / "c")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "no ok result in the candidate (oom)" in proc.stdout
