@@ -162,6 +162,11 @@ def _auto_report(run_dir: str, reports_dir: Path, console) -> None:
     except UserError as exc:
         console.print(f"report skipped: {exc.lines[0]}", highlight=False)
         return
+    except Exception as exc:  # noqa: BLE001 - the results are saved; a report bug must not end in a traceback
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        console.print(f"report failed ({type(exc).__name__}: {first}); the results are saved: "
+                      f"`python -m amp_bench report {run_dir}` retries", highlight=False, soft_wrap=True)
+        return
     console.print(f"report: {written['html']}", highlight=False, soft_wrap=True)
 
 
@@ -302,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", action="append", help="repeatable; replaces precisions")
     run.add_argument("--timeout-s", type=float)
     run.add_argument("--seed", type=int)
-    run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU (overrides the built-in table)")
+    run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
+                     "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"))
     run.set_defaults(func=cmd_run)

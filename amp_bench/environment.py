@@ -49,12 +49,12 @@ def gpu_facts(device) -> dict[str, object]:
     facts: dict[str, object] = {"nvml": ""}
     if device.type != "cuda":
         return facts
-    from amp_bench.nvml import device_handle, load_nvml
+    from amp_bench.nvml import cuda_identity, device_handle, load_nvml
     try:
-        import torch
         nvml = load_nvml()
-        uuid = str(getattr(torch.cuda.get_device_properties(device.index or 0), "uuid", "") or "")
-        handle = device_handle(nvml, uuid, device.index or 0)
+        handle, note = device_handle(nvml, *cuda_identity(device.index or 0))
+        if note:
+            facts["nvml_device"] = note
     except Exception as exc:
         facts["nvml"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return facts

@@ -42,25 +42,47 @@ def load_nvml():
     return pynvml
 
 
-def device_handle(nvml, uuid: str | None, index: int):
-    """NVML handle of the CUDA device: by UUID when torch gives one (CUDA_VISIBLE_DEVICES may
-    renumber devices), else by index."""
+def device_handle(nvml, uuid: str | None, index: int, pci_bus_id: str | None = None,
+                  visible_devices: str | None = None) -> tuple[object, str]:
+    """(NVML handle of the CUDA device, note). By UUID (whole GPU or MIG instance), then by PCI bus id;
+    NVML ignores CUDA_VISIBLE_DEVICES and CUDA's device order, so the index is used only when no
+    device remapping is in effect, and said so."""
     if uuid:
-        text = uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+        bare = uuid.split("-", 1)[1] if uuid.startswith(("GPU-", "MIG-")) else uuid
+        for text in (f"GPU-{bare}", f"MIG-{bare}"):
+            try:
+                return nvml.nvmlDeviceGetHandleByUUID(text), ""
+            except Exception:
+                continue
+    if pci_bus_id:
         try:
-            return nvml.nvmlDeviceGetHandleByUUID(text)
+            return nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id), ""
         except Exception:
             pass
-    return nvml.nvmlDeviceGetHandleByIndex(index)
+    if visible_devices:
+        raise RuntimeError(f"cannot match CUDA device {index} to an NVML device (CUDA_VISIBLE_DEVICES="
+                           f"{visible_devices}; no UUID or PCI match): NVML columns left empty")
+    return nvml.nvmlDeviceGetHandleByIndex(index), "NVML device chosen by index (no UUID or PCI match)"
+
+
+def cuda_identity(index: int) -> tuple[str, int, str | None, str | None]:
+    """(uuid, index, PCI bus id, CUDA_VISIBLE_DEVICES) of a CUDA device, for device_handle."""
+    import torch
+    props = torch.cuda.get_device_properties(index)
+    uuid = str(getattr(props, "uuid", "") or "")
+    bus = getattr(props, "pci_bus_id", None)
+    pci = (f"{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+           if bus is not None else None)
+    return uuid, index, pci, os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 class NvmlReader:
     """One NVML device's readings; each unsupported call is remembered (with why) and not retried."""
 
-    def __init__(self, nvml, handle):
+    def __init__(self, nvml, handle, note: str = ""):
         self.nvml = nvml
         self.handle = handle
-        self.unsupported: dict[str, str] = {}
+        self.unsupported: dict[str, str] = {"device": note} if note else {}
 
     def read(self, name: str, call: Callable):
         if name in self.unsupported:
@@ -232,6 +254,9 @@ class NvmlSampler:
         energy_j = None
         if self._energy_start is not None and energy_end is not None:
             energy_j = ((energy_end - self._energy_start) % ENERGY_WRAP) / 1000
+            if energy_j == 0:  # the counter did not tick inside the window: unknown, not zero
+                energy_j = None
+                self.reader.unsupported.setdefault("energy", "the energy counter did not advance during the window")
         out["energy_j"] = energy_j
         out["energy_j_per_step"] = energy_j / steps if energy_j is not None and steps else None
         out["energy_j_per_sample"] = energy_j / samples if energy_j and samples else None

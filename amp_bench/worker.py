@@ -70,11 +70,15 @@ def _open_nvml(device, torch_device, record: dict):
     """(reader, idle used-memory baseline) for this CUDA device, or (None, None) with the reason."""
     import torch
 
-    from amp_bench.nvml import NvmlReader, device_handle, load_nvml
+    from amp_bench.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
     try:
+        # create the CUDA context first: torch makes it lazily, and the baseline must include it on
+        # every device index alike, so that the delta is the model's and the step's memory alone
+        torch.zeros(1, device=torch_device)
+        torch.cuda.synchronize(torch_device)
         nvml = load_nvml()
-        uuid = str(getattr(torch.cuda.get_device_properties(torch_device), "uuid", "") or "")
-        reader = NvmlReader(nvml, device_handle(nvml, uuid, torch_device.index or 0))
+        handle, note = device_handle(nvml, *cuda_identity(torch_device.index or 0))
+        reader = NvmlReader(nvml, handle, note)
     except Exception as exc:  # no library, no driver, no device: the run goes on without NVML
         record["nvml_notes"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, None

@@ -7,30 +7,41 @@
 #   3. suites/gpu_check.yaml (ResNet-50 and GPT-2 small, all four precision modes) and its markdown
 #      summary (environment, step time, speedup, memory saving, NVML peak, energy, MFU, statuses).
 # On a machine without a GPU it runs what it can (the CPU block of the suite) and says what it skipped.
+# It exits non-zero when any step fails or any case ends in error or timeout.
 # Everything it prints also goes to ${OUT:-gpu-check-out}/gpu_check.log; commit that under
 # docs/gpu-validation/. Needs: torch, torchvision, transformers, pandas, pyyaml, rich, pytest,
-# hypothesis, nvidia-ml-py. plotly is optional (no HTML report without it; the markdown needs none).
+# nvidia-ml-py. plotly is optional (no HTML report without it; the markdown needs none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-check-out}
 mkdir -p "$out"
+exec > >(tee "$out/gpu_check.log") 2>&1  # no pipe: `status` must survive to the exit below
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 py=${PYTHON:-python}
 status=0
-{
-  has_gpu=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))')
-  echo "## amp_bench GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
-  if [ "$has_gpu" = 1 ]; then
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>/dev/null || true
-  else
-    echo "NO CUDA GPU: the GPU tests skip and the suite runs its cpu block; nothing here validates CUDA."
-  fi
-  echo; echo "### Environment"; "$py" -m amp_bench env || status=1
-  echo; echo "### pytest -m gpu"
-  timeout 300 "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py || status=1
-  echo; echo "### suites/gpu_check.yaml"
-  timeout 420 "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$out/results" --no-report || status=1
-  echo; "$py" -m amp_bench report "$out/results" --format md -o "$out/summary.html" >/dev/null && cat "$out/summary.md"
-} 2>&1 | tee "$out/gpu_check.log"
+fail() { echo "FAILED: $1"; status=1; }
+
+has_gpu=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))') || fail "torch does not import"
+echo "## amp_bench GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
+if [ "${has_gpu:-0}" = 1 ]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>/dev/null || true
+else
+  echo "NO CUDA GPU: the GPU tests skip and the suite runs its cpu block; nothing here validates CUDA."
+fi
+echo; echo "### Environment"; "$py" -m amp_bench env || fail "amp_bench env"
+echo; echo "### pytest -m gpu"
+timeout 300 "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py || fail "pytest -m gpu"
+echo; echo "### suites/gpu_check.yaml"
+timeout 420 "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$out/results" --no-report || fail "amp_bench run"
+echo
+if "$py" -m amp_bench report "$out/results" --format md -o "$out/summary.html" >/dev/null; then
+  cat "$out/summary.md"
+else
+  fail "amp_bench report"
+fi
+bad=$("$py" -c "import amp_bench, sys; t = amp_bench.load_results(sys.argv[1]); \
+print(int(t.status.isin(['error', 'timeout']).sum()))" "$out/results" 2>/dev/null) || bad=unknown
+[ "$bad" = 0 ] || fail "$bad case(s) ended in error or timeout (see the logs in results.tgz)"
 ( cd "$out" && tar czf results.tgz results 2>/dev/null && rm -rf results )
+echo "gpu check: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status

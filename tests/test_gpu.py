@@ -94,10 +94,11 @@ def test_smoke_suite_on_cuda(tmp_path):
 
 
 def _nvml_reader():
-    from amp_bench.nvml import NvmlReader, device_handle, load_nvml
+    from amp_bench.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
     nvml = load_nvml()
-    uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "") or "")
-    return NvmlReader(nvml, device_handle(nvml, uuid, 0))
+    handle, note = device_handle(nvml, *cuda_identity(0))
+    assert note == "", note  # the UUID (or PCI bus id) matched: NVML reads this very GPU
+    return NvmlReader(nvml, handle)
 
 
 def test_a_known_allocation_shows_in_torch_and_nvml_peaks():

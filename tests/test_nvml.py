@@ -95,11 +95,24 @@ def test_sampler_thread_samples_at_its_interval_and_stops():
     assert "energy_window" in out["nvml_notes"]  # 0.3 s is too short for a trustworthy energy figure
 
 
-def test_handle_by_uuid_then_index():
+def test_handle_by_uuid_then_pci_then_index():
     fake = FakeNvml(used=[GIB])
-    assert device_handle(fake, "8f2b-uuid", 0) == "handle-GPU-8f2b-uuid"
+    assert device_handle(fake, "8f2b-uuid", 0) == ("handle-GPU-8f2b-uuid", "")
     fake.unsupported.add("nvmlDeviceGetHandleByUUID")
-    assert device_handle(fake, "8f2b-uuid", 3) == "handle-3"
+    fake.nvmlDeviceGetHandleByPciBusId = lambda bus: f"handle-pci-{bus}"
+    assert device_handle(fake, "8f2b-uuid", 3, "00000000:65:00.0") == ("handle-pci-00000000:65:00.0", "")
+    del fake.nvmlDeviceGetHandleByPciBusId  # an nvidia-ml-py without it, or no match
+    handle, note = device_handle(fake, "8f2b-uuid", 3, "00000000:65:00.0")
+    assert handle == "handle-3" and "by index" in note
+    # with CUDA_VISIBLE_DEVICES remapping, the index could name another GPU: refuse, don't guess
+    with pytest.raises(RuntimeError, match="cannot match CUDA device 1"):
+        device_handle(fake, "8f2b-uuid", 1, None, "3,5")
+
+
+def test_zero_energy_is_unknown_not_zero():
+    out = run_window(FakeNvml(used=[GIB], energy=[5000, 5000]), clock_step=0.2)
+    assert out["energy_j"] is None and out["power_avg_w"] is None and out["energy_j_per_step"] is None
+    assert "did not advance" in out["nvml_notes"]
 
 
 def test_no_nvml_library_is_a_one_line_reason():

@@ -44,7 +44,7 @@ def test_failed_baseline_leaves_ratios_empty_and_the_failure_listed(two_machines
     claims = claims_table(summary)
     row = claims[(claims.machine.str.contains("A100")) & (claims.batch_size == 256) &
                  (claims.precision == "amp_bf16") & (claims.baseline == "fp32")].iloc[0]
-    assert row.speedup_verdict == "not measured" and math.isnan(row.speedup)
+    assert row.speedup_verdict == "fp32 baseline oom" and math.isnan(row.speedup)
 
 
 def test_claims_state_the_baseline_and_give_a_verdict(two_machines, tmp_path):
@@ -73,3 +73,27 @@ def test_inputs_resolve_dirs_trees_and_globs(two_machines, tmp_path):
         find_run_dirs([str(tmp_path / "nothing*")])
     with pytest.raises(UserError, match="no results.csv found"):
         find_run_dirs([two_machines[0] / "logs"])
+
+
+def test_merging_a_machine_without_any_ratio_draws_every_row(two_machines, tmp_path):
+    """A CPU run (no tf32) merged with GPU runs: the tf32 chart has an empty row for it, and the
+    crosses for missing baselines land in their own machine's row."""
+    import json
+    from amp_bench.report import build_report
+    from amp_bench.results import RunStore
+    cpu = RunStore(tmp_path / "results", "20261129T010000Z-node-c-cpu")
+    cpu.write_manifest(run_id=cpu.run_id)
+    for precision, status in (("fp32", "ok"), ("tf32", "unsupported"), ("amp_bf16", "ok")):
+        cpu.add({"run_id": cpu.run_id, "suite": "resnet50", "case_id": f"resnet50-bs8-224px-{precision}",
+                 "model_label": "resnet50", "batch_size": 8, "image_size": 224, "precision": precision,
+                 "channels_last": False, "device": "cpu", "device_name": "AMD EPYC", "architecture": "CPU",
+                 "hostname": "node-c", "repeat": 0, "status": status, "reason": "",
+                 "step_time_ms_median": 1500.0 if precision == "fp32" else (870.0 if status == "ok" else None),
+                 "throughput": 5.3, "peak_rss_bytes": 2e9, "rss_before_model_bytes": 5e8, "num_threads": 2}, [])
+    written = build_report([tmp_path / "results"], tmp_path / "r.html")
+    html = written["html"].read_text()
+    assert "chart-speedup-tf32" in html and "node-c" in html
+    claims = json.loads(pd.read_csv(written["csv_claims"]).to_json(orient="records"))
+    cpu_claim = next(c for c in claims if "node-c" in c["machine"] and c["precision"] == "amp_bf16")
+    assert cpu_claim["memory_metric"] == "peak RSS above pre-model RSS"
+    assert cpu_claim["memory_saving"] == pytest.approx(0.0)  # same RSS both sides in this fake

@@ -1,6 +1,5 @@
 """Whole runs in real worker processes: every status, the run going on, interruption, the columns."""
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -30,7 +30,10 @@ def _facets(frame: pd.DataFrame) -> dict:
               "category_orders": {"model_label": list(dict.fromkeys(frame["model_label"])),
                                   "precision": PRECISION_ORDER}}
     if frame["machine"].nunique() > 1:
+        # every machine gets its row, even one with nothing measured, so rows line up with
+        # _mark_not_measured's numbering
         facets["facet_row"] = "machine"
+        facets["category_orders"]["machine"] = list(dict.fromkeys(frame["machine"]))
     return facets
 
 
@@ -61,6 +64,7 @@ def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
                     hover_data={"batch_size": True, "step_time_ms": ":.2f", "repeats": True, "status_counts": True,
                                 "x": False, "err_plus": False, "err_minus": False},
                     labels={f"speedup_vs_{base}": f"speedup vs {base}", "x": "batch size"}, **_facets(frame))
+    fig.update_xaxes(categoryorder="array", categoryarray=list(dict.fromkeys(frame["x"])))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     _mark_not_measured(fig, frame, f"speedup_vs_{base}", base)
     return _finish(fig, f"Training-step speedup over {base} (median step time; bars span the repeats)",
@@ -116,13 +120,14 @@ def memory_chart(summary: pd.DataFrame):
 
 
 PHASES = ("forward", "backward", "optimizer")
-CASE_KEYS = ["model_label", "machine", "batch_size", "channels_last", "precision"]
+CASE_KEYS = ["run_id", "model_label", "machine", "batch_size", "image_size", "seq_len", "channels_last", "precision"]
 
 
 def _long_medians(results: pd.DataFrame, columns: list[str], name: str) -> pd.DataFrame:
     """Per-row metric columns -> one row per case and metric, the median across ok repeats."""
     ok = results[results["status"] == "ok"].copy()
     ok["machine"] = machine_label(ok)
+    ok[["image_size", "seq_len"]] = ok[["image_size", "seq_len"]].fillna(-1)  # groupby drops NaN keys
     long = ok.melt(id_vars=CASE_KEYS, value_vars=columns, var_name=name, value_name="value").dropna(subset=["value"])
     long = long.groupby(CASE_KEYS + [name], as_index=False)["value"].median()
     long["_order"] = precision_sort_key(long["precision"])

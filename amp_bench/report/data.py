@@ -92,9 +92,9 @@ def machine_label(frame: pd.DataFrame) -> pd.Series:
     return label.where(host.eq(""), label + " @ " + host.astype(str))
 
 
-def verdict(value: float, band: tuple[float, float]) -> str:
+def verdict(value: float, band: tuple[float, float], missing: str = "not measured") -> str:
     if value is None or not np.isfinite(value):
-        return "not measured"
+        return missing
     if value < band[0]:
         return "below"
     if value > band[1]:
@@ -111,23 +111,31 @@ def claims_table(summary: pd.DataFrame) -> pd.DataFrame:
     # a tf32 baseline is worth a row where tf32 could run (measured, or failed for a reason worth seeing)
     tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] != "unsupported")]
     tf32_groups = set(map(tuple, tf32[GROUP_KEYS].astype(str).values))
+    baselines = summary[summary["precision"].isin(["fp32", "tf32"])]
+    baseline_status = {(*map(str, r[GROUP_KEYS]), r["precision"]): r["status"] for _, r in baselines.iterrows()}
     for _, case in amp.iterrows():
         for base in ("fp32", "tf32"):
             if base == "tf32" and tuple(case[GROUP_KEYS].astype(str)) not in tf32_groups:
                 continue
             speedup = case[f"speedup_vs_{base}"]
-            saving = case["mem_saving_vs_fp32"] if base == "fp32" else np.nan
+            cpu = case["device"] == "cpu"
+            # on a CPU the claim is about the model's memory: leave out the torch runtime's own RSS
+            saving_column = "mem_saving_above_baseline_vs_fp32" if cpu else "mem_saving_vs_fp32"
+            saving = case[saving_column] if base == "fp32" else np.nan
+            base_status = baseline_status.get((*map(str, case[GROUP_KEYS]), base), "absent")
+            missing = f"{base} baseline {base_status}" if base_status != "ok" else "not measured"
             rows.append({
                 "machine": case["machine"], "model": case["model_label"], "batch_size": int(case["batch_size"]),
                 "channels_last": bool(case["channels_last"]), "precision": case["precision"], "baseline": base,
                 "status": case["status"], "speedup": speedup,
                 "speedup_claim": f"{CLAIMED_SPEEDUP[0]}-{CLAIMED_SPEEDUP[1]}x",
-                "speedup_verdict": verdict(speedup, CLAIMED_SPEEDUP) if case["status"] == "ok" else case["status"],
+                "speedup_verdict": (verdict(speedup, CLAIMED_SPEEDUP, missing) if case["status"] == "ok"
+                                    else case["status"]),
                 "memory_saving": saving,
                 "memory_claim": f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%}",
-                "memory_verdict": (verdict(saving, CLAIMED_MEMORY_SAVING) if base == "fp32" else "n/a (vs fp32 only)")
-                if case["status"] == "ok" else case["status"],
-                "memory_metric": "peak allocated" if case["device"] == "cuda" else "peak RSS",
+                "memory_verdict": (verdict(saving, CLAIMED_MEMORY_SAVING, missing) if base == "fp32"
+                                   else "n/a (vs fp32 only)") if case["status"] == "ok" else case["status"],
+                "memory_metric": "peak RSS above pre-model RSS" if cpu else "peak allocated",
             })
     return pd.DataFrame(rows, columns=[
         "machine", "model", "batch_size", "channels_last", "precision", "baseline", "status", "speedup",
@@ -135,7 +143,8 @@ def claims_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 ENV_COLUMNS = ["device_name", "architecture", "hostname", "torch_version", "cuda_version", "cudnn_version",
-               "driver_version", "python_version", "transformers_version", "cpu_model", "num_threads"]
+               "driver_version", "python_version", "transformers_version", "cpu_model", "num_threads", "optimizer",
+               "optimizer_impl", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn", "power_limit_w", "fingerprint"]
 
 
 def environment_table(data: ReportData) -> pd.DataFrame:
@@ -145,11 +154,12 @@ def environment_table(data: ReportData) -> pd.DataFrame:
     manifests = {m.get("run_id"): m for m in data.manifests}
     rows = []
     for run_id, group in frame.groupby("run_id", sort=False):
-        first = group.iloc[0]
-        row = {"run_id": run_id, "machine": first["machine"], "suite": first.get("suite", "")}
+        # ok rows first: a failed or unsupported case leaves most columns empty
+        ordered = pd.concat([group[group["status"] == "ok"], group[group["status"] != "ok"]])
+        row = {"run_id": run_id, "machine": ordered["machine"].iloc[0], "suite": ordered.get("suite").iloc[0]}
         for column in ENV_COLUMNS:
-            value = first.get(column)
-            row[column] = "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+            values = ordered[column].dropna() if column in ordered else pd.Series(dtype=object)
+            row[column] = str(values.iloc[0]) if not values.empty else ""
         manifest = manifests.get(run_id, {})
         for key in ("python_version", "transformers_version", "cudnn_version"):  # versions only it holds
             row[key] = str((manifest.get("versions") or {}).get(key) or row[key])

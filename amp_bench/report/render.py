@@ -158,12 +158,14 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
              "step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against fp32.", ""]
     columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
                "speedup_vs_tf32", "mem_saving_vs_fp32"]
-    telemetry = {"nvml_mem_used_delta_bytes": "nvml_peak_MiB", "energy_j_per_sample": "J/sample",
+    if summary["channels_last"].astype(bool).any():
+        columns.insert(3, "channels_last")
+    telemetry = {"nvml_mem_used_delta_bytes": "nvml_delta_MiB", "energy_j_per_sample": "J/sample",
                  "achieved_tflops": "TFLOP/s", "mfu": "mfu"}
     table = summary.reindex(columns=columns).copy()
-    medians = _case_medians(data.results, list(telemetry))
+    medians = _case_medians(data.results, summary, list(telemetry))
     if not medians.empty:
-        table = table.join(medians, on=["machine", "model_label", "batch_size", "precision"])
+        table = table.join(medians)
         if "nvml_mem_used_delta_bytes" in table:
             table["nvml_mem_used_delta_bytes"] = table["nvml_mem_used_delta_bytes"] / 2**20
         table = table.rename(columns=telemetry)
@@ -177,15 +179,20 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
     return "\n".join(lines)
 
 
-def _case_medians(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Median across ok repeats of per-row telemetry columns that have values."""
-    from amp_bench.report.data import machine_label
+def _case_medians(results: pd.DataFrame, summary: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Median across ok repeats of per-row telemetry, aligned with the summary's rows (same case
+    keys: run, model, batch, sizes, layout, device, precision)."""
+    from amp_bench.summary import GROUP_KEYS
     present = [c for c in columns if c in results and results[c].notna().any()]
     if not present:
         return pd.DataFrame()
+    keys = GROUP_KEYS + ["precision"]
     ok = results[results["status"] == "ok"].copy()
-    ok["machine"] = machine_label(ok)
-    return ok.groupby(["machine", "model_label", "batch_size", "precision"])[present].median()
+    ok[["image_size", "seq_len"]] = ok[["image_size", "seq_len"]].fillna(-1)
+    medians = ok.groupby(keys)[present].median()
+    index = summary[keys].copy()
+    index[["image_size", "seq_len"]] = index[["image_size", "seq_len"]].fillna(-1)
+    return index.join(medians, on=keys)[present]
 
 
 def write_images(figures, directory: Path, fmt: str) -> list[Path] | str:
