@@ -213,3 +213,33 @@ def machines_chart(summary: pd.DataFrame):
                     facet_col="model_label", category_orders={"precision": PRECISION_ORDER})
     return _finish(fig, "Machines compared: throughput of the same cases (pattern = architecture family)",
                    "samples / s")
+
+
+def history_chart(results: pd.DataFrame):
+    """Step time per run for every case and machine with at least three runs; confirmed changes marked."""
+    from amp_bench.history import analyse
+    series, changes = analyse(results)
+    counts = series.groupby(["case_id", "fingerprint"])["run_id"].transform("size") if not series.empty else None
+    if series.empty or counts.max() < 3:
+        return None
+    series = series[counts >= 3].copy()
+    series["series"] = series["case_id"] + " @ " + series["fingerprint"]
+    fig = _px().line(series, x="timestamp", y="step_time_ms", color="series", markers=True,
+                     hover_data={"run_id": True, "throughput": ":.1f"},
+                     labels={"timestamp": "run (UTC)", "step_time_ms": "median step time (ms)"})
+    import plotly.graph_objects as go
+    marks = [c for c in changes if c.metric == "step_time_ms"]
+    if marks:
+        lookup = series.set_index(["case_id", "fingerprint", "run_id"])
+        xs, ys, texts = [], [], []
+        for c in marks:
+            if (c.case_id, c.fingerprint, c.run_id) in lookup.index:
+                row = lookup.loc[(c.case_id, c.fingerprint, c.run_id)]
+                xs.append(row["timestamp"])
+                ys.append(row["step_time_ms"])
+                texts.append(f"{c.kind} {c.ratio - 1:+.1%}" + (" (accepted)" if c.accepted else ""))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", text=texts, textposition="top center",
+                                 marker=dict(symbol="star", size=14, color="black"), name="confirmed change"))
+    fig.update_layout(title="Nightly history: median step time per run (stars: confirmed changes)",
+                      template=TEMPLATE, height=420, legend_title_text="")
+    return fig

@@ -85,9 +85,10 @@ def collect(inputs: list[str | Path]) -> ReportData:
 
 def machine_label(frame: pd.DataFrame) -> pd.Series:
     """'NVIDIA H200 (Hopper) @ host' — what a reader calls the machine a row came from."""
-    arch = frame.get("architecture", pd.Series("", index=frame.index)).fillna("")
-    host = frame.get("hostname", pd.Series("", index=frame.index)).fillna("")
-    name = frame["device_name"].fillna("?").astype(str)
+    def text(column: str, missing: str) -> pd.Series:
+        values = frame[column] if column in frame else pd.Series(missing, index=frame.index)
+        return values.astype(object).where(values.notna(), missing).astype(str)
+    arch, host, name = text("architecture", ""), text("hostname", ""), text("device_name", "?")
     label = name.where(arch.eq("") | arch.eq("CPU"), name + " (" + arch.astype(str) + ")")
     return label.where(host.eq(""), label + " @ " + host.astype(str))
 

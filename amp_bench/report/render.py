@@ -97,6 +97,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("energy", "Energy and MFU", charts.energy_and_mfu_chart(summary, results)),
         ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
         ("machines", "Machines compared", charts.machines_chart(summary)),
+        ("history", "History", charts.history_chart(results)),
     ]
 
 
@@ -106,6 +107,7 @@ ABSENT = {
     "energy": "These results carry no energy or MFU figures (they come from NVML and FLOP counting on GPUs).",
     "scaler": "GradScaler skipped no step in any measured window.",
     "machines": "Only one machine in these results: merge run directories from several machines to compare them.",
+    "history": "Fewer than three runs of any case on one machine: the history chart needs a series.",
 }
 
 
