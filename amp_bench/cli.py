@@ -332,6 +332,14 @@ def cmd_history(args, console) -> int:
     return 1 if found else 0
 
 
+def cmd_ingest(args, console) -> int:
+    from amp_bench.ingest import ingest
+    for path in args.files:
+        run_dir = ingest(path, args.results_dir)
+        console.print(f"{path} -> {run_dir}", highlight=False, soft_wrap=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="amp_bench", description="Measure what PyTorch AMP buys in training.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -382,6 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--threshold-memory", default="2%")
     hist.add_argument("-o", "--output", type=Path, help="path stem for .md and .json (default reports/history)")
     hist.set_defaults(func=cmd_history)
+
+    ing = sub.add_parser("ingest", help="import pytest-benchmark JSON files as run directories")
+    ing.add_argument("files", nargs="+", type=Path)
+    ing.add_argument("--results-dir", type=Path, default=Path("results"))
+    ing.set_defaults(func=cmd_ingest)
 
     validate = sub.add_parser("validate", help="check suite files without running them")
     validate.add_argument("suites", nargs="+", type=Path)

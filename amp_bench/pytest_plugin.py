@@ -1,0 +1,88 @@
+"""pytest plugin (entry point `amp_bench`): gate on AMP cases with pytest-benchmark.
+
+    def test_resnet_bf16(amp_benchmark):
+        amp_benchmark("suites/smoke.yaml", "resnet18-bs4-32px-amp_bf16", device="cpu")
+
+runs that case's real training step through `benchmark.pedantic` (warmup rounds = the suite's
+warmup steps, rounds = its steps). On CUDA each timed call ends with a device synchronise, so the
+wall clock pytest-benchmark reads is the step's real duration. The GPU and environment go into
+`machine_info`, the case, per-step times and memory into `extra_info`; `--benchmark-autosave` and
+`--benchmark-compare-fail` then work as for any benchmark.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def _device_record(requested: str = "auto") -> dict:
+    from amp_bench.environment import versions
+    from amp_bench.hardware import probe_device
+    device = probe_device(requested)
+    return {"device": device, "versions": versions()}
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    try:
+        record = _device_record()
+    except Exception as exc:  # never break a benchmark session over the record
+        machine_info["amp_bench"] = {"error": str(exc)}
+        return
+    device = record["device"]
+    machine_info["amp_bench"] = {"device": device.to_json(), "architecture": device.architecture,
+                                 "versions": record["versions"]}
+
+
+def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "auto", **overrides) -> dict:
+    import torch
+
+    from amp_bench.hardware import may_run, precision_support, probe_device
+    from amp_bench.models import build_workload
+    from amp_bench.precision import get_mode, set_fp32_math
+    from amp_bench.step import TrainStep, build_optimizer
+    from amp_bench.suite import load_suite
+
+    info = probe_device(device)
+    suite = load_suite(suite_path)
+    cases = {c.case_id: c for c in suite.cases(info.type, overrides)}
+    if case_id not in cases:
+        raise pytest.UsageError(f"{suite_path}: no case {case_id!r} on {info.type} (cases: {', '.join(cases)})")
+    case = cases[case_id]
+    support = precision_support(case.precision, info)
+    if not may_run(support, case.allow_emulated):
+        pytest.skip(f"{case_id}: unsupported here: {support.reason}")
+    mode = get_mode(case.precision)
+    set_fp32_math(mode.fp32_math)
+    torch.manual_seed(case.seed)
+    torch_device = torch.device(info.torch_device)
+    workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
+                              channels_last=case.channels_last, search_dirs=case.search_dirs)
+    model = workload.model.to(torch_device).train()
+    step = TrainStep(model, workload.loss_fn, build_optimizer(model.parameters(), case.optimizer), mode, info.type)
+    inputs, target = workload.make_batch(case.batch_size, torch_device)
+    synchronize = torch.cuda.synchronize if info.type == "cuda" else (lambda: None)
+
+    def one_step():
+        step(inputs, target)
+        synchronize()  # pytest-benchmark reads a host clock: wait for the GPU
+
+    if info.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(torch_device)
+    benchmark.pedantic(one_step, rounds=case.steps, iterations=1, warmup_rounds=case.warmup_steps)
+    extra = {"amp_bench_case": case.to_json(), "case_id": case_id, "suite": suite.name,
+             "precision": case.precision, "batch_size": case.batch_size, "device": info.type,
+             "device_name": info.name, "output_dtype": str(step.output_dtype).replace("torch.", "")}
+    if info.type == "cuda":
+        extra["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
+        extra["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)
+    if step.scaler.is_enabled():
+        extra["scaler_skipped_steps"] = len(step.skipped_steps(first=case.warmup_steps))
+    benchmark.extra_info.update(extra)
+    return extra
+
+
+@pytest.fixture
+def amp_benchmark(benchmark):
+    """Callable: amp_benchmark(suite_path, case_id, device="auto", **suite_overrides) -> extra_info."""
+    def run(suite_path, case_id: str, device: str = "auto", **overrides):
+        return run_case_in_benchmark(benchmark, suite_path, case_id, device, **overrides)
+    return run
