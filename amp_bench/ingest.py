@@ -61,6 +61,6 @@ def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:
         }
         samples = [{"run_id": store.run_id, "case_id": case_id, "precision": row["precision"], "repeat": 0,
                     "phase": "measure", "step": j, "step_time_ms": t * 1e3, "loss": None}
-                   for j, t in enumerate(stats.get("data") or [])]
+                   for j, t in enumerate(stats.get("data") or [ms / 1e3 for ms in extra.get("step_times_ms") or []])]
         store.add(row, samples)
     return store.dir

@@ -76,6 +76,10 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
         extra["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)
     if step.scaler.is_enabled():
         extra["scaler_skipped_steps"] = len(step.skipped_steps(first=case.warmup_steps))
+    stats = getattr(benchmark, "stats", None)
+    rounds = getattr(getattr(stats, "stats", None), "data", None)
+    if rounds:
+        extra["step_times_ms"] = [t * 1e3 for t in rounds]  # per-step times, also without --benchmark-save-data
     benchmark.extra_info.update(extra)
     return extra
 
