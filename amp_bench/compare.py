@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench.errors import UserError
+from amp_bench.summary import headline_memory
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 4
 MIN_SAMPLES = 5  # per side, for a time comparison
@@ -137,11 +138,6 @@ def _fingerprints(results: pd.DataFrame) -> set[str]:
     return set(results["fingerprint"].dropna().astype(str))
 
 
-def _memory(rows: pd.DataFrame) -> pd.Series:
-    cuda = rows.get("peak_mem_allocated_bytes", pd.Series(np.nan, index=rows.index))
-    return cuda.where(rows["device"] == "cuda", rows.get("peak_rss_bytes"))
-
-
 def compare(baseline: list[str], candidate: list[str], *, threshold_time: Threshold = Threshold(0.03),
             threshold_throughput: Threshold | None = None, threshold_memory: Threshold = Threshold(0.02),
             force: bool = False, seed: int = 0) -> Comparison:
@@ -206,7 +202,7 @@ def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput
         out.append(MetricResult(case_id, "throughput", batch / base_median * 1e3, batch / cand_median * 1e3,
                                 1 / ratio, 1 / high, 1 / low, p,
                                 judge(1 / high, 1 / low, t_tput.relative, worse_when_higher=False)))
-    base_mem, cand_mem = _memory(b).dropna(), _memory(c).dropna()
+    base_mem, cand_mem = headline_memory(b).dropna(), headline_memory(c).dropna()
     if base_mem.empty or cand_mem.empty:
         out.append(MetricResult(case_id, "peak_memory", None, None, None, None, None, None, "not enough data",
                                 "no peak-memory figure on one side"))

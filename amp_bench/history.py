@@ -18,6 +18,7 @@ import yaml
 
 from amp_bench.changepoints import detect
 from amp_bench.errors import UserError
+from amp_bench.summary import headline_memory
 
 # metric -> (column of the per-run table, True when higher is worse)
 METRICS = {"step_time_ms": True, "throughput": False, "peak_mem_bytes": True}
@@ -45,8 +46,7 @@ def run_series(results: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame(columns=["case_id", "fingerprint", "run_id", "timestamp", *METRICS])
     ok["fingerprint"] = ok["fingerprint"].fillna("unknown") if "fingerprint" in ok else "unknown"
-    cuda = ok.get("peak_mem_allocated_bytes", pd.Series(np.nan, index=ok.index))
-    ok["peak_mem_bytes"] = cuda.where(ok["device"] == "cuda", ok.get("peak_rss_bytes"))
+    ok["peak_mem_bytes"] = headline_memory(ok)
     ok["step_time_ms"] = ok["step_time_ms_median"]
     table = ok.groupby(["case_id", "fingerprint", "run_id"], as_index=False).agg(
         timestamp=("timestamp", "min"), step_time_ms=("step_time_ms", "median"),

@@ -34,10 +34,16 @@ def _prepare(results: pd.DataFrame) -> pd.DataFrame:
         # CPU: peak RSS minus the RSS before the model was built (drops torch's own footprint)
         growth = frame["peak_rss_bytes"] - frame["rss_before_model_bytes"]
         frame["mem_above_baseline_bytes"] = growth.where(frame["device"] == "cpu")
-    # the headline memory figure: the allocator's peak on GPUs, the worker's peak RSS on the CPU
-    cuda = frame.get("peak_mem_allocated_bytes", pd.Series(np.nan, index=frame.index))
-    frame["peak_mem_bytes"] = cuda.where(frame["device"] == "cuda", frame.get("peak_rss_bytes"))
+    frame["peak_mem_bytes"] = headline_memory(frame)
     return frame
+
+
+def headline_memory(frame: pd.DataFrame) -> pd.Series:
+    """The memory figure compared everywhere: the allocator's peak on GPUs, the worker's peak RSS
+    on the CPU."""
+    cuda = frame.get("peak_mem_allocated_bytes", pd.Series(np.nan, index=frame.index))
+    rss = frame.get("peak_rss_bytes", pd.Series(np.nan, index=frame.index))
+    return cuda.where(frame["device"] == "cuda", rss)
 
 
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
