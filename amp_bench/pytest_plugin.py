@@ -36,10 +36,9 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
     import torch
 
     from amp_bench.hardware import may_run, precision_support, probe_device
-    from amp_bench.models import build_workload
     from amp_bench.precision import get_mode, set_fp32_math
-    from amp_bench.step import TrainStep, build_optimizer
     from amp_bench.suite import load_suite
+    from amp_bench.worker import build_step
 
     info = probe_device(device)
     suite = load_suite(suite_path)
@@ -50,15 +49,10 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
     support = precision_support(case.precision, info)
     if not may_run(support, case.allow_emulated):
         pytest.skip(f"{case_id}: unsupported here: {support.reason}")
-    mode = get_mode(case.precision)
-    set_fp32_math(mode.fp32_math)
+    set_fp32_math(get_mode(case.precision).fp32_math)
     torch.manual_seed(case.seed)
     torch_device = torch.device(info.torch_device)
-    workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
-                              channels_last=case.channels_last, search_dirs=case.search_dirs)
-    model = workload.model.to(torch_device).train()
-    step = TrainStep(model, workload.loss_fn, build_optimizer(model.parameters(), case.optimizer), mode, info.type)
-    inputs, target = workload.make_batch(case.batch_size, torch_device)
+    step, inputs, target = build_step(case, info.type, torch_device, {})
     synchronize = torch.cuda.synchronize if info.type == "cuda" else (lambda: None)
 
     def one_step():

@@ -70,6 +70,7 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     reporter = reporter or Reporter()
     suite = load_suite(path)
     probed = probe(device or suite.device)
+    host = host_facts()
     info = DeviceInfo.from_json(probed["device"])
     cases = suite.cases(info.type, overrides)
     plan = schedule(cases)
@@ -81,11 +82,11 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         suite={"name": suite.name, "path": str(Path(path).resolve()), "sha256": suite.sha256},
         overrides={k: v for k, v in overrides.items() if v is not None},
         device={**probed["device"], "architecture": probed["architecture"]},
-        precision_support=probed["support"], versions=probed["versions"], host=host_facts(),
+        precision_support=probed["support"], versions=probed["versions"], host=host,
         gpu=probed.get("gpu", {}), software=probed.get("software", {}), cases_planned=len(plan),
     )
     fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
-                                      host_facts()["hostname"])
+                                      host["hostname"])
     reporter.run_started(store, info, len(plan))
     status = "interrupted"
     restore = _sigterm_as_interrupt()
@@ -93,6 +94,7 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         for index, (case, repeat) in enumerate(plan):
             reporter.case_started(case, repeat, index, len(plan))
             row, samples = _run_one(case, repeat, info, probed["versions"], store, reporter)
+            row["hostname"] = host["hostname"]
             row.update(fingerprint)
             store.add(row, samples)
             reporter.case_finished(case, row)
@@ -182,5 +184,5 @@ def _base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_i
         "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
         "seed": case.seed, "torch_version": versions.get("torch_version", ""),
         "cuda_version": versions.get("torch_cuda_version", ""), "cudnn_version": versions.get("cudnn_version", ""),
-        "hostname": host_facts()["hostname"], "timestamp": utc_now().isoformat(),
+        "timestamp": utc_now().isoformat(),
     }

@@ -107,15 +107,35 @@ def _after_window(case, device, torch_device, step, inputs, target, median_ms: f
     return out
 
 
+def build_step(case, device_type: str, torch_device, record: dict):
+    """Model, optimizer, one synthetic batch on the device and the training step for a case; the
+    worker and the pytest-benchmark fixture both measure this. Model details go into `record`."""
+    from amp_bench.models import build_workload
+    from amp_bench.precision import get_mode
+    from amp_bench.step import TrainStep, UnsupportedCase, build_optimizer
+
+    workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
+                              channels_last=case.channels_last, search_dirs=case.search_dirs)
+    record.update({f"model_{k}": v for k, v in workload.details.items()})
+    model = workload.model.to(torch_device)
+    model.train()
+    record["model_parameters"] = sum(p.numel() for p in model.parameters())
+    try:
+        optimizer = build_optimizer(model.parameters(), case.optimizer)
+    except (RuntimeError, ValueError) as exc:
+        raise UnsupportedCase(f"optimizer {case.optimizer.name} ({case.optimizer.impl}): {exc}") from exc
+    inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
+    return TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type), inputs, target
+
+
 def run_case(case, device, events: EventChannel) -> dict:
     """Build, warm up and measure one case. Returns the record (status ok or nonfinite)."""
     import numpy as np
     import torch
 
     from amp_bench.hardware import may_run, precision_support
-    from amp_bench.models import build_workload
     from amp_bench.precision import autocast_engages, get_mode, read_fp32_math_flags, set_fp32_math
-    from amp_bench.step import TrainStep, UnsupportedCase, build_optimizer
+    from amp_bench.step import UnsupportedCase
     from amp_bench.timing import CpuStepTimer, CudaStepTimer, StepStats
 
     record: dict = {"num_threads": torch.get_num_threads()}
@@ -144,18 +164,7 @@ def run_case(case, device, events: EventChannel) -> dict:
     record["rss_before_model_bytes"] = read_rss_bytes()
     nvml_reader, nvml_baseline = _open_nvml(device, torch_device, record) if device_type == "cuda" else (None, None)
 
-    workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
-                              channels_last=case.channels_last, search_dirs=case.search_dirs)
-    record.update({f"model_{k}": v for k, v in workload.details.items()})
-    model = workload.model.to(torch_device)
-    model.train()
-    record["model_parameters"] = sum(p.numel() for p in model.parameters())
-    try:
-        optimizer = build_optimizer(model.parameters(), case.optimizer)
-    except (RuntimeError, ValueError) as exc:
-        raise UnsupportedCase(f"optimizer {case.optimizer.name} ({case.optimizer.impl}): {exc}") from exc
-    inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
-    step = TrainStep(model, workload.loss_fn, optimizer, mode, device_type)
+    step, inputs, target = build_step(case, device_type, torch_device, record)
 
     losses = []
     total = case.warmup_steps + case.steps
