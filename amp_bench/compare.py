@@ -92,11 +92,12 @@ class Comparison:
 def bootstrap_median_ratio(base: list[np.ndarray], cand: list[np.ndarray], rng: np.random.Generator,
                            iterations: int = BOOTSTRAP, level: float = 0.95) -> tuple[float, float, float]:
     """Ratio of medians (cand / base) and its percentile interval. Each side is a list of per-repeat
-    sample arrays: each iteration resamples the repeats, then the samples within each chosen repeat."""
+    sample arrays: each iteration resamples the repeats (from three on: a bootstrap over two
+    clusters only flips between them), then the samples within each chosen repeat."""
     def medians(side: list[np.ndarray]) -> np.ndarray:
         out = np.empty(iterations)
         for i in range(iterations):
-            chosen = rng.integers(0, len(side), len(side)) if len(side) > 1 else [0]
+            chosen = rng.integers(0, len(side), len(side)) if len(side) >= 3 else range(len(side))
             pooled = np.concatenate([rng.choice(side[j], size=len(side[j]), replace=True) for j in chosen])
             out[i] = np.median(pooled)
         return out

@@ -51,7 +51,7 @@ models: [{{ref: "python:toy_models:sleepy", label: mlp, options: {{ms: {ms}}}}}]
 batch_sizes: [4]
 precisions: [fp32]
 warmup_steps: 2
-steps: 15
+steps: 20
 repeats: 2
 """
 
