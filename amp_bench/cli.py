@@ -1,4 +1,5 @@
-"""Command line: run, validate, list-models, env. Rendering only; the work is in runner.py."""
+"""Command line: run, fidelity, headroom, report, compare, history, ingest, validate, list-models, env.
+Rendering only; the work is in runner.py, fidelity.py, headroom.py and the other modules."""
 from __future__ import annotations
 
 import argparse
@@ -170,6 +171,102 @@ def _auto_report(run_dir: str, reports_dir: Path, console) -> None:
     console.print(f"report: {written['html']}", highlight=False, soft_wrap=True)
 
 
+def cmd_fidelity(args, console) -> int:
+    from rich.table import Table
+
+    from amp_bench.fidelity import FidelityReporter, run_fidelity
+
+    class Progress(FidelityReporter):
+        def started(self, store, device, spec):
+            console.print(f"[bold]fidelity[/]: {spec.model} on {spec.dataset}, {spec.epochs} epochs x "
+                          f"{len(spec.seeds)} seed(s), batch {spec.batch_size}, on {device.name}   "
+                          f"[bold]results[/]: {store.dir}", highlight=False, soft_wrap=True)
+
+        def precision_finished(self, precision, rows):
+            for r in rows:
+                detail = (f"test accuracy {r['test_accuracy']:.2%}, final train loss {r['final_train_loss']:.4f}"
+                          if r.get("status") == "ok" else escape(str(r.get("reason", ""))))
+                console.print(f"{r.get('status', '?'):>11} {precision} seed {r['seed']}  {detail}", highlight=False)
+
+    overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
+                 "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
+    try:
+        runs = run_fidelity(args.suite, device=args.device, results_dir=args.results_dir, reporter=Progress(),
+                            **{k: v for k, v in overrides.items() if v is not None})
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: every finished precision is saved; see the results directory above")
+        return 130
+    verdicts = runs.attrs["verdicts"]
+    table = Table("precision", "seeds", "test accuracy", "vs fp32 (pp)", "fp32 seed range (pp)", "train loss",
+                  "scaler skips", "min scale", "grads lost in fp16 (unscaled -> scaled)", "verdict",
+                  title=f"held-out accuracy against fp32 (tolerance +/-{verdicts['tolerance_pp'].iloc[0]:g} pp)",
+                  title_justify="left")
+    health = runs.groupby("precision", sort=False).agg(
+        skips=("scaler_skipped_steps", "sum"), min_scale=("scaler_min_scale", "min"),
+        lost=("grad_underflow_fraction_unscaled", "max"), lost_scaled=("grad_underflow_fraction_scaled", "max"))
+    colours = {"parity": "green", "worse": "red", "better": "yellow"}
+    for _, v in verdicts.iterrows():
+        h = health.loc[v["precision"]]
+        underflow = (f"{_fmt(h['lost'], '.3%')} -> {_fmt(h['lost_scaled'], '.3%')}"
+                     if h["lost"] == h["lost"] else "-")
+        verdict = f"[{colours[v['verdict']]}]{v['verdict']}[/]" if v["verdict"] in colours else escape(v["verdict"])
+        table.add_row(v["precision"], str(v["seeds"]), _fmt(v["test_accuracy"], ".2%"),
+                      _fmt(v["accuracy_diff_pp"], "+.2f"), _fmt(v["fp32_seed_range_pp"], ".2f"),
+                      _fmt(v["final_train_loss"], ".4f"),
+                      _fmt(h["skips"], ".0f") if h["min_scale"] == h["min_scale"] else "-",
+                      _fmt(h["min_scale"], ".4g"), underflow, verdict)
+    console.print(table)
+    if (runs["scaler_scale_below_one"] == True).any():  # noqa: E712 - NaN for runs without a scaler
+        console.print("[red]warning[/]: the loss scale fell below 1: gradients overflow fp16 even unscaled",
+                      highlight=False)
+    console.print(f"-> {runs.attrs['run_dir']}", highlight=False, soft_wrap=True)
+    if not args.no_report:
+        _auto_report(runs.attrs["run_dir"], args.reports_dir, console)
+    return 0
+
+
+def cmd_headroom(args, console) -> int:
+    from rich.table import Table
+
+    from amp_bench.headroom import HeadroomReporter, run_headroom
+
+    class Progress(HeadroomReporter):
+        def started(self, store, device, spec, searches):
+            cap = f"{spec.memory_cap_bytes / 2**30:.3g} GiB" if spec.memory_cap_bytes else "none (the whole device)"
+            console.print(f"[bold]headroom[/]: {searches} searches on {device.name}, memory cap {cap}, batch "
+                          f"{spec.start_batch_size}..{spec.max_batch_size}, resolution {spec.resolution}   "
+                          f"[bold]results[/]: {store.dir}", highlight=False, soft_wrap=True)
+
+        def probe_finished(self, case, batch, row):
+            colour = {"ok": "green", "oom": "yellow"}.get(row["status"], "red")
+            console.print(f"  probe {escape(case.model.label)} {case.precision} batch {batch}: "
+                          f"[{colour}]{row['status']}[/]", highlight=False)
+
+    overrides = {"memory_cap_gb": args.memory_cap_gb, "max_batch_size": args.max_batch_size,
+                 "start_batch_size": args.start_batch_size, "resolution": args.resolution,
+                 "precisions": args.precision, "measure": False if args.no_measure else None,
+                 "timeout_s": args.timeout_s}
+    try:
+        table = run_headroom(args.suite, device=args.device, results_dir=args.results_dir, reporter=Progress(),
+                             **{k: v for k, v in overrides.items() if v is not None})
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: every finished search is saved; see the results directory above")
+        return 130
+    out = Table("model", "precision", "largest batch", "first OOM", "x fp32's batch", "samples/s there",
+                "x fp32's samples/s", "probes", "status", title="largest batch that trains", title_justify="left")
+    for _, r in table.iterrows():
+        largest = _fmt(r["max_batch_size"], ".0f") + (" (limit)" if r["limit_reached"] else "")
+        out.add_row(escape(r["model_label"]), r["precision"], largest, _fmt(r["first_oom_batch_size"], ".0f"),
+                    _fmt(r["batch_ratio_vs_fp32"], ".2f", "x"), _fmt(r["throughput_at_max"], ".1f"),
+                    _fmt(r["throughput_ratio_vs_fp32"], ".2f", "x"), str(r["probes"]),
+                    r["status"] if r["status"] == "ok" else f"{r['status']}: {escape(str(r['reason']))}")
+    console.print(out)
+    console.print(f"-> {table.attrs['run_dir']}", highlight=False, soft_wrap=True)
+    if not args.no_report:
+        _auto_report(table.attrs["run_dir"], args.reports_dir, console)
+    return 0
+
+
 def cmd_report(args, console) -> int:
     from amp_bench.report import build_report
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
@@ -196,8 +293,15 @@ def cmd_validate(args, console) -> int:
         except UserError as exc:
             failed.extend(exc.lines)
             continue
-        counts = ", ".join(f"{len(suite.cases(d))} cases x {suite.settings_for(d)['repeats']} repeats on {d}"
-                           for d in ("cuda", "cpu"))
+        parts = [f"{len(suite.cases(d))} cases x {suite.settings_for(d)['repeats']} repeats on {d}"
+                 for d in ("cuda", "cpu") if suite.has_matrix]
+        if suite.fidelity is not None or any("fidelity" in b for b in suite.blocks.values()):
+            spec = suite.fidelity_spec("cpu")
+            parts.append(f"fidelity: {spec.model} on {spec.dataset}, {len(spec.precisions)} precisions x "
+                         f"{len(spec.seeds)} seeds")
+        if suite.headroom is not None:
+            parts.append("headroom section")
+        counts = ", ".join(parts)
         console.print(f"{path}: ok ({counts})", highlight=False, soft_wrap=True)
     if failed:
         raise UserError(failed)
@@ -360,6 +464,35 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"))
     run.set_defaults(func=cmd_run)
+
+    fid = sub.add_parser("fidelity", help="train on real shipped data under fp32 and each AMP mode; compare "
+                                          "held-out accuracy, loss curves and GradScaler health")
+    fid.add_argument("suite", type=Path, help="a suite with a fidelity: section")
+    fid.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
+    fid.add_argument("--results-dir", type=Path, default=Path("results"))
+    fid.add_argument("--epochs", type=int)
+    fid.add_argument("--batch-size", type=int)
+    fid.add_argument("--seed", type=int, action="append", help="repeatable; replaces the section's seeds")
+    fid.add_argument("--precision", action="append", help="repeatable; fp32 always runs as the reference")
+    fid.add_argument("--tolerance-pp", type=float, help="accuracy difference (percentage points) still called parity")
+    fid.add_argument("--no-report", action="store_true")
+    fid.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    fid.set_defaults(func=cmd_fidelity)
+
+    head = sub.add_parser("headroom", help="largest batch each precision trains at without running out of memory")
+    head.add_argument("suite", type=Path)
+    head.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
+    head.add_argument("--results-dir", type=Path, default=Path("results"))
+    head.add_argument("--memory-cap-gb", type=float, help="GPU: allocator cap; CPU: address space above bare torch")
+    head.add_argument("--start-batch-size", type=int)
+    head.add_argument("--max-batch-size", type=int)
+    head.add_argument("--resolution", type=int, help="stop bisecting when fit and OOM are this close (default 1)")
+    head.add_argument("--precision", action="append", help="repeatable; replaces precisions")
+    head.add_argument("--timeout-s", type=float, help="per probe")
+    head.add_argument("--no-measure", action="store_true", help="skip the throughput measurement at each maximum")
+    head.add_argument("--no-report", action="store_true")
+    head.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    head.set_defaults(func=cmd_headroom)
 
     report = sub.add_parser("report", help="HTML report, markdown summary and CSV tables from results")
     report.add_argument("results", nargs="+", help="run directories, trees of them, or globs")

@@ -98,9 +98,14 @@ class RunStore:
     def add(self, row: dict, samples: list[dict]) -> None:
         self.rows.append(row)
         self.samples.extend(samples)
-        self._flush()
+        self.flush()
 
-    def _flush(self) -> None:
+    def write_table(self, name: str, rows: list[dict], columns: list[str] | None = None) -> None:
+        """Another tidy table of this run (fidelity.csv, headroom.csv, ...), rewritten atomically."""
+        frame = pd.DataFrame(rows, columns=columns) if columns else pd.DataFrame(rows)
+        write_text_atomic(self.dir / f"{name}.csv", frame.to_csv(index=False))
+
+    def flush(self) -> None:
         table = order_columns(pd.DataFrame(self.rows))
         samples = pd.DataFrame(self.samples, columns=SAMPLE_COLUMNS)
         # samples first: a kill between the two renames leaves samples without a row, never a row

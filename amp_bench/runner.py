@@ -70,30 +70,18 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     reporter = reporter or Reporter()
     suite = load_suite(path)
     probed = probe(device or suite.device)
-    host = host_facts()
     info = DeviceInfo.from_json(probed["device"])
     cases = suite.cases(info.type, overrides)
     plan = schedule(cases)
-
-    store = RunStore(Path(results_dir), make_run_id(info.label))
-    (store.dir / "suite.yaml").write_text(suite.text, encoding="utf-8")
-    store.write_manifest(
-        run_id=store.run_id, status="running", started_at=utc_now().isoformat(),
-        suite={"name": suite.name, "path": str(Path(path).resolve()), "sha256": suite.sha256},
-        overrides={k: v for k, v in overrides.items() if v is not None},
-        device={**probed["device"], "architecture": probed["architecture"]},
-        precision_support=probed["support"], versions=probed["versions"], host=host,
-        gpu=probed.get("gpu", {}), software=probed.get("software", {}), cases_planned=len(plan),
-    )
-    fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
-                                      host["hostname"])
+    store, host, fingerprint = open_store(suite, path, probed, results_dir, overrides, kind="benchmark",
+                                          cases_planned=len(plan))
     reporter.run_started(store, info, len(plan))
     status = "interrupted"
-    restore = _sigterm_as_interrupt()
+    restore = sigterm_as_interrupt()
     try:
         for index, (case, repeat) in enumerate(plan):
             reporter.case_started(case, repeat, index, len(plan))
-            row, samples = _run_one(case, repeat, info, probed["versions"], store, reporter)
+            row, samples = run_one(case, repeat, info, probed["versions"], store, reporter)
             row["hostname"] = host["hostname"]
             row.update(fingerprint)
             store.add(row, samples)
@@ -110,7 +98,27 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     return frame
 
 
-def _sigterm_as_interrupt():
+def open_store(suite, path, probed: dict, results_dir, overrides: dict, kind: str, **manifest) -> tuple:
+    """A new run directory with its suite copy and manifest: (store, host facts, fingerprint columns).
+    Every kind of run (benchmark, fidelity, headroom) records its provenance the same way."""
+    host = host_facts()
+    info = DeviceInfo.from_json(probed["device"])
+    store = RunStore(Path(results_dir), make_run_id(info.label))
+    (store.dir / "suite.yaml").write_text(suite.text, encoding="utf-8")
+    store.write_manifest(
+        run_id=store.run_id, kind=kind, status="running", started_at=utc_now().isoformat(),
+        suite={"name": suite.name, "path": str(Path(path).resolve()), "sha256": suite.sha256},
+        overrides={k: v for k, v in overrides.items() if v is not None},
+        device={**probed["device"], "architecture": probed["architecture"]},
+        precision_support=probed["support"], versions=probed["versions"], host=host,
+        gpu=probed.get("gpu", {}), software=probed.get("software", {}), **manifest,
+    )
+    fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
+                                      host["hostname"])
+    return store, host, fingerprint
+
+
+def sigterm_as_interrupt():
     """A scheduler's SIGTERM stops the run like Ctrl-C: finished cases are kept."""
     def handler(signum, frame):
         raise KeyboardInterrupt
@@ -121,14 +129,15 @@ def _sigterm_as_interrupt():
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore,
-             reporter: Reporter) -> tuple[dict, list[dict]]:
+def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore,
+            reporter: Reporter, stem: str | None = None) -> tuple[dict, list[dict]]:
+    """One worker for one case: (result row, per-step samples). `stem` names its log file."""
     row = _base_row(case, repeat, device, versions, store.run_id)
     support = precision_support(case.precision, device)
     if not may_run(support, case.allow_emulated):
         row.update(status="unsupported", reason=support.reason, emulated=support.emulated)
         return row, []
-    stem = f"{case.case_id}-r{repeat}"
+    stem = stem or f"{case.case_id}-r{repeat}"
     spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
     log_path = store.dir / "logs" / f"{stem}.log"
     spec_path.write_text(json.dumps({"case": case.to_json(), "device": device.to_json()}), encoding="utf-8")
@@ -148,13 +157,13 @@ def _run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store:
         if record.get("rss_hwm_bytes"):
             row["peak_rss_bytes"] = record["rss_hwm_bytes"]
     else:
-        row.update(status=_classify_death(outcome, case), reason=_death_reason(outcome, case))
+        row.update(status=classify_death(outcome), reason=death_reason(outcome, case.timeout_s))
     spec_path.unlink(missing_ok=True)
     result_path.unlink(missing_ok=True)
     return row, samples
 
 
-def _classify_death(outcome: WorkerOutcome, case: Case) -> str:
+def classify_death(outcome: WorkerOutcome) -> str:
     if outcome.timed_out:
         return "timeout"
     if outcome.exit_code == -signal.SIGKILL:
@@ -162,9 +171,9 @@ def _classify_death(outcome: WorkerOutcome, case: Case) -> str:
     return "error"
 
 
-def _death_reason(outcome: WorkerOutcome, case: Case) -> str:
+def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
     if outcome.timed_out:
-        return f"no result within timeout_s={case.timeout_s:g}; worker killed"
+        return f"no result within timeout_s={timeout_s:g}; worker killed"
     if outcome.exit_code == -signal.SIGKILL:
         return "worker was killed by SIGKILL without a result (usually the kernel's OOM killer)"
     tail = ""

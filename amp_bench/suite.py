@@ -80,6 +80,8 @@ class Case:
     peak_tflops: float | None = None  # the user's peak for MFU, overriding the built-in table
     nvml_interval_ms: float = 10.0
     search_dirs: tuple[str, ...] = ()
+    memory_cap_bytes: int | None = None  # headroom probes: see worker.apply_memory_cap
+    instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)
 
     @property
     def group_id(self) -> str:
@@ -112,6 +114,47 @@ class Case:
         return cls(**data)
 
 
+@dataclass(frozen=True)
+class FidelitySpec:
+    """The fidelity study: train on real shipped data under each precision, compare with fp32."""
+    suite: str
+    dataset: str
+    model: str
+    epochs: int
+    batch_size: int
+    seeds: tuple[int, ...]
+    precisions: tuple[str, ...]  # fp32 first: it is the reference
+    optimizer: OptimizerSpec
+    test_fraction: float
+    image_size: int | None  # torchvision models: digits are upsampled to this size
+    tolerance_pp: float  # accuracy difference from fp32, in percentage points, still called parity
+    probe_every: int  # gradient-underflow probe every N steps (0: at the start of every epoch)
+    timeout_s: float
+    allow_emulated: bool
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> FidelitySpec:
+        data = dict(data)
+        data["optimizer"] = OptimizerSpec(**data["optimizer"])
+        data["seeds"], data["precisions"] = tuple(data["seeds"]), tuple(data["precisions"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class HeadroomSpec:
+    """The batch-size headroom search: doubling then bisection, one worker per probe."""
+    memory_cap_bytes: int | None  # GPU: per-process allocator cap; CPU: address space above bare torch
+    start_batch_size: int
+    max_batch_size: int
+    resolution: int  # bisect until the largest fitting and the smallest failing batch differ by this
+    probe_steps: int
+    measure: bool  # time a full measurement at each precision's largest batch
+
+
 @dataclass
 class Suite:
     path: Path
@@ -122,6 +165,52 @@ class Suite:
     text: str
     settings: dict  # validated top-level settings (defaults filled in)
     blocks: dict  # device type -> validated override settings
+    fidelity: dict | None = None  # validated `fidelity:` section (top level; blocks may override)
+    headroom: dict | None = None
+
+    @property
+    def has_matrix(self) -> bool:
+        return "models" in self.settings and "batch_sizes" in self.settings
+
+    def _section(self, name: str, device_type: str) -> dict | None:
+        top = getattr(self, name)
+        override = self.blocks.get(device_type, {}).get(name)
+        if top is None and override is None:
+            return None
+        return {**(top or {}), **(override or {})}
+
+    def fidelity_spec(self, device_type: str, overrides: dict | None = None) -> FidelitySpec:
+        section = self._section("fidelity", device_type)
+        if section is None:
+            raise SuiteError(f"{self.path}: fidelity: missing (add a fidelity: section, e.g. "
+                             "{dataset: digits, epochs: 10}, to run the fidelity study)")
+        settings = self.settings_for(device_type)
+        problems: Problems = []
+        given = {k: v for k, v in (overrides or {}).items() if v is not None}
+        section = {**section, **(_validate_fidelity(given, "override", problems) or {})}
+        _check_fidelity_combination(section, "fidelity", problems)
+        if problems:
+            raise SuiteError([f"{self.path}: {p}" for p in problems])
+        return _fidelity_spec(self, settings, section)
+
+    def headroom_spec(self, device_type: str, overrides: dict | None = None) -> HeadroomSpec:
+        problems: Problems = []
+        given = {k: v for k, v in (overrides or {}).items() if v is not None}
+        section = {**(self._section("headroom", device_type) or {}),
+                   **(_validate_headroom(given, "override", problems) or {})}
+        if problems:
+            raise SuiteError([f"{self.path}: {p}" for p in problems])
+        batch_sizes = self.settings_for(device_type).get("batch_sizes") or [1]
+        cap = section.get("memory_cap_gb")
+        spec = HeadroomSpec(
+            memory_cap_bytes=int(cap * 2**30) if cap else None,
+            start_batch_size=section.get("start_batch_size", min(batch_sizes)),
+            max_batch_size=section.get("max_batch_size", 4096), resolution=section.get("resolution", 1),
+            probe_steps=section.get("probe_steps", 2), measure=section.get("measure", True))
+        if spec.start_batch_size > spec.max_batch_size:
+            raise SuiteError(f"{self.path}: headroom.start_batch_size: {spec.start_batch_size} is above "
+                             f"max_batch_size {spec.max_batch_size}")
+        return spec
 
     def settings_for(self, device_type: str, overrides: dict | None = None) -> dict:
         settings = {**self.settings, **self.blocks.get(device_type, {})}
@@ -131,6 +220,9 @@ class Suite:
 
     def cases(self, device_type: str, overrides: dict | None = None) -> list[Case]:
         settings = self.settings_for(device_type, overrides)
+        if "models" not in settings or "batch_sizes" not in settings:
+            raise SuiteError(f"{self.path}: models, batch_sizes: missing (this suite has no benchmark matrix; "
+                             "`amp_bench fidelity` runs its fidelity section)")
         cases = expand(self, settings)
         check_duplicates(cases, self.path)
         return cases
@@ -383,6 +475,88 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
     }
 
 
+FIDELITY_MODELS = ("small_cnn", "tabular_transformer")
+
+
+def _fidelity_model(value, path, problems):
+    if _str(value, path, problems) is None:
+        return None
+    if value in FIDELITY_MODELS:
+        return value
+    if model_refs.kind_of(value) == "torchvision":
+        found = model_refs.check_model(value)
+        problems.extend(f"{path}{sub}: {message}" for sub, message in found)
+        return None if found else value
+    problems.append(f"{path}: expected {', '.join(FIDELITY_MODELS)} or torchvision/<name>, got {value!r}")
+    return None
+
+
+def _fidelity_fields() -> dict[str, Callable]:
+    from amp_bench.datasets import DATASETS
+    return {
+        "dataset": _choice(DATASETS), "model": _fidelity_model, "epochs": _int(1, 100_000),
+        "batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "seeds": _axis(_int(0, 2**32 - 1, "a seed"), "seed"),
+        "precisions": _axis(_choice(MODE_NAMES), "precision"), "optimizer": _optimizer,
+        "test_fraction": _number(0, 0.9), "image_size": _int(8, 1024, "an image size"),
+        "tolerance_pp": _number(0, 100), "probe_every": _int(0, 10_000_000), "timeout_s": _number(0, 7 * 24 * 3600),
+    }
+
+
+HEADROOM_FIELDS: dict[str, Callable] = {
+    "memory_cap_gb": _number(0, 1e6), "start_batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"),
+    "max_batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "resolution": _int(1, MAX_BATCH_SIZE),
+    "probe_steps": _int(1, 1000), "measure": _bool,
+}
+
+
+def _validate_section(value, path: str, problems: Problems, fields: dict[str, Callable]) -> dict | None:
+    if _mapping(value, path, problems) is None:
+        return None
+    _check_keys(value, fields, path, problems)
+    out = {}
+    for key, check in fields.items():
+        if key in value:
+            checked = check(value[key], _join(path, key), problems)
+            if checked is not None:
+                out[key] = checked
+    return out
+
+
+def _validate_fidelity(value, path: str, problems: Problems) -> dict | None:
+    return _validate_section(value, path, problems, _fidelity_fields())
+
+
+def _validate_headroom(value, path: str, problems: Problems) -> dict | None:
+    return _validate_section(value, path, problems, HEADROOM_FIELDS)
+
+
+def _check_fidelity_combination(section: dict, path: str, problems: Problems) -> None:
+    from amp_bench.datasets import DEFAULT_MODELS
+    dataset = section.get("dataset", "digits")
+    model = section.get("model", DEFAULT_MODELS[dataset])
+    image_data = dataset == "digits"
+    if (model == "tabular_transformer") == image_data:
+        problems.append(f"{_join(path, 'model')}: {model} does not take the {dataset} dataset "
+                        f"({'images' if image_data else 'tabular features'}); use {DEFAULT_MODELS[dataset]}")
+
+
+def _fidelity_spec(suite: Suite, settings: dict, section: dict) -> FidelitySpec:
+    from amp_bench.datasets import DEFAULT_MODELS
+    dataset = section.get("dataset", "digits")
+    precisions = list(section.get("precisions") or settings["precisions"])
+    precisions = ["fp32"] + [p for p in precisions if p != "fp32"]  # the reference always runs, first
+    optimizer = section.get("optimizer") or OptimizerSpec(name="sgd", impl="foreach", lr=0.05, momentum=0.9)
+    model = section.get("model", DEFAULT_MODELS[dataset])
+    return FidelitySpec(
+        suite=suite.name, dataset=dataset, model=model, epochs=section.get("epochs", 10),
+        batch_size=section.get("batch_size", 64), seeds=tuple(section.get("seeds") or [settings["seed"]]),
+        precisions=tuple(precisions), optimizer=optimizer, test_fraction=section.get("test_fraction", 0.25),
+        image_size=section.get("image_size", 32) if model.startswith("torchvision/") else None,
+        tolerance_pp=section.get("tolerance_pp", 1.0), probe_every=section.get("probe_every", 0),
+        timeout_s=section.get("timeout_s", settings["timeout_s"]), allow_emulated=settings["allow_emulated"])
+
+
+SECTIONS = ("fidelity", "headroom")
 TOP_ONLY = ("name", "description", "device") + DEVICE_BLOCKS
 SETTING_KEYS = tuple(_setting_fields(()))
 
@@ -428,12 +602,15 @@ def load_suite(path: str | Path) -> Suite:
     if not isinstance(data, dict):
         raise SuiteError(f"{path}: expected a mapping at the top level, got {_type_name(data)}")
     search_dirs = (str(path.resolve().parent),)
-    _check_keys(data, SETTING_KEYS + TOP_ONLY, "", problems)
+    _check_keys(data, SETTING_KEYS + TOP_ONLY + SECTIONS, "", problems)
     settings = {**DEFAULTS, "optimizer": OptimizerSpec()}
     settings.update(_validate_settings(data, "", problems, search_dirs))
     for required in ("models", "batch_sizes"):
-        if required not in data:
+        if required not in data and "fidelity" not in data:  # a fidelity-only suite needs no matrix
             problems.append(f"{required}: missing (the matrix needs models and batch_sizes)")
+    sections = {"fidelity": None, "headroom": None}
+    sections["fidelity"] = _validate_fidelity(data["fidelity"], "fidelity", problems) if "fidelity" in data else None
+    sections["headroom"] = _validate_headroom(data["headroom"], "headroom", problems) if "headroom" in data else None
     name = _str(data.get("name", path.stem), "name", problems)
     description = data.get("description", "")
     if not isinstance(description, str):
@@ -446,15 +623,24 @@ def load_suite(path: str | Path) -> Suite:
         if block in data:
             if _mapping(data[block], block, problems) is None:
                 continue
-            _check_keys(data[block], SETTING_KEYS, block, problems)
+            _check_keys(data[block], SETTING_KEYS + SECTIONS, block, problems)
             blocks[block] = _validate_settings(data[block], block, problems, search_dirs)
+            if "fidelity" in data[block]:
+                blocks[block]["fidelity"] = _validate_fidelity(data[block]["fidelity"], f"{block}.fidelity", problems)
+            if "headroom" in data[block]:
+                blocks[block]["headroom"] = _validate_headroom(data[block]["headroom"], f"{block}.headroom", problems)
     if problems:
         raise SuiteError([f"{path}: {p}" for p in problems])
     suite = Suite(path=path, name=name, description=description, device=device,
                   sha256=hashlib.sha256(text.encode()).hexdigest(), text=text,
-                  settings=settings, blocks=blocks)
+                  settings=settings, blocks=blocks, **sections)
     for block in DEVICE_BLOCKS:  # every device's matrix must be sound, not just this machine's
-        suite.cases(block)
+        if suite.has_matrix:
+            suite.cases(block)
+        if suite._section("fidelity", block) is not None:
+            suite.fidelity_spec(block)
+        if suite._section("headroom", block) is not None:
+            suite.headroom_spec(block)
     return suite
 
 

@@ -1,6 +1,7 @@
 """The worker process: runs exactly one case (or the device probe) and writes one JSON record.
 
-    python -m amp_bench.worker case  SPEC.json RESULT.json
+    python -m amp_bench.worker case     SPEC.json RESULT.json
+    python -m amp_bench.worker fidelity SPEC.json RESULT.json
     python -m amp_bench.worker probe DEVICE    RESULT.json
 
 Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON lines, so whatever
@@ -18,7 +19,7 @@ import time
 import traceback
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "cudnn_status_alloc_failed",
-               "cuda error: out of memory")
+               "cuda error: out of memory", "std::bad_alloc")
 
 
 class EventChannel:
@@ -64,6 +65,67 @@ def _read_status_bytes(key: str) -> int | None:
 
 def read_rss_bytes() -> int | None:
     return _read_status_bytes("VmRSS:")
+
+
+def _rehearse(case, device_type: str, torch_device) -> None:
+    """A training step on a tiny model, and the model's library imported: everything the real
+    step loads lazily (modules, the thread pool) is in place before the cap is measured from."""
+    import torch
+
+    from amp_bench.models import import_callable, kind_of
+    from amp_bench.precision import get_mode
+    from amp_bench.step import TrainStep, build_optimizer
+    model = torch.nn.Linear(64, 64).to(torch_device)
+    step = TrainStep(model, torch.nn.functional.mse_loss, build_optimizer(model.parameters(), case.optimizer),
+                     get_mode(case.precision), device_type)
+    step(torch.ones(8, 64, device=torch_device), torch.ones(8, 64, device=torch_device))
+    kind = kind_of(case.model.ref)
+    if kind == "torchvision":
+        import torchvision.models  # noqa: F401
+    elif kind == "transformers":
+        import transformers  # noqa: F401
+    elif kind == "python":
+        import_callable(case.model.ref, case.search_dirs)
+
+
+def _predictable_malloc() -> None:
+    """glibc: one arena and a fixed mmap threshold. Otherwise whether a thread reserves its own 64 MiB
+    arena, and whether a large block comes from mmap or the heap, varies from run to run, and the
+    address space a batch needs with it: the same batch would fit in one probe and not the next."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-8, 1)  # M_ARENA_MAX
+        libc.mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD: large blocks always mmap, returned on free
+    except (OSError, AttributeError):  # not glibc: the cap still holds, only less sharply
+        pass
+
+
+def apply_memory_cap(case, device_type: str, torch_device) -> dict:
+    """Cap this worker's memory at case.memory_cap_bytes so that running out is an ordinary,
+    catchable OOM.
+
+    CUDA: the caching allocator's per-process fraction of the device. CPU: an address-space limit
+    (RLIMIT_AS) of the process as it stands after a rehearsal step, plus the cap, so the cap is what
+    the model and its training may use on top of the bare runtime.
+    """
+    import torch
+    cap_bytes = case.memory_cap_bytes
+    if device_type == "cuda":
+        total = torch.cuda.get_device_properties(torch_device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), torch_device)
+        return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "cuda allocator fraction of the device"}
+    import resource
+    _predictable_malloc()
+    _rehearse(case, device_type, torch_device)
+    baseline = _read_status_bytes("VmSize:") or 0
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = baseline + cap_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "address space above the bare torch process",
+            "memory_cap_baseline_bytes": baseline}
 
 
 def _open_nvml(device, torch_device, record: dict):
@@ -158,6 +220,8 @@ def run_case(case, device, events: EventChannel) -> dict:
     if not engaged:
         raise UnsupportedCase(why)
 
+    if case.memory_cap_bytes:
+        record.update(apply_memory_cap(case, device_type, torch_device))
     random.seed(case.seed)
     np.random.seed(case.seed % 2**32)
     torch.manual_seed(case.seed)
@@ -237,7 +301,8 @@ def run_case(case, device, events: EventChannel) -> dict:
         for i in range(total)
     ]
     try:
-        record.update(_after_window(case, device, torch_device, step, inputs, target, stats.median))
+        if case.instrument:
+            record.update(_after_window(case, device, torch_device, step, inputs, target, stats.median))
     except Exception as exc:  # instrumentation must never cost the measurement taken above
         record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
                                                     f"failed: {type(exc).__name__}: {exc}"[:300]) if w)
@@ -252,18 +317,31 @@ def run_case(case, device, events: EventChannel) -> dict:
     return record
 
 
-def _main_case(spec_path: str, result_path: str, events: EventChannel) -> int:
+def _case_job(spec: dict, events: EventChannel) -> dict:
     from amp_bench.hardware import DeviceInfo
     from amp_bench.suite import Case
+    return run_case(Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"]), events)
+
+
+def _fidelity_job(spec: dict, events: EventChannel) -> dict:
+    from amp_bench.fidelity import train_precision
+    from amp_bench.hardware import DeviceInfo
+    from amp_bench.suite import FidelitySpec
+    return train_precision(FidelitySpec.from_json(spec["spec"]), spec["precision"],
+                           DeviceInfo.from_json(spec["device"]), events)
+
+
+JOBS = {"case": _case_job, "fidelity": _fidelity_job}
+
+
+def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:
     from amp_bench.step import UnsupportedCase
 
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
-    case = Case.from_json(spec["case"])
-    device = DeviceInfo.from_json(spec["device"])
     started = time.time()
     try:
-        record = run_case(case, device, events)
+        record = job(spec, events)
     except UnsupportedCase as exc:
         record = {"status": "unsupported", "reason": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a crash
@@ -315,8 +393,8 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     fd = os.environ.get("AMP_BENCH_EVENT_FD")
     events = EventChannel(int(fd) if fd else None)
-    if len(argv) == 3 and argv[0] == "case":
-        return _main_case(argv[1], argv[2], events)
+    if len(argv) == 3 and argv[0] in JOBS:
+        return _main_job(JOBS[argv[0]], argv[1], argv[2], events)
     if len(argv) == 3 and argv[0] == "probe":
         return _main_probe(argv[1], argv[2])
     print(__doc__, file=sys.stderr)

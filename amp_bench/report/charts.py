@@ -243,3 +243,85 @@ def history_chart(results: pd.DataFrame):
     fig.update_layout(title="Nightly history: median step time per run (stars: confirmed changes)",
                       template=TEMPLATE, height=420, legend_title_text="")
     return fig
+
+
+def fidelity_chart(steps: pd.DataFrame, epochs: pd.DataFrame):
+    """Training loss per step (smoothed over an epoch) and held-out accuracy per epoch, one line per
+    precision and seed, so an AMP curve that leaves fp32's seed-to-seed band shows at once."""
+    if epochs.empty:
+        return None
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("training loss (running mean over an epoch)",
+                                                         "held-out accuracy after each epoch"))
+    per_epoch = max(1, int(steps.groupby(["run_id", "precision", "seed"]).size().max() /
+                           max(1, epochs["epoch"].max() + 1))) if not steps.empty else 1
+    shown = set()
+    for (run_id, precision, seed), group in steps.groupby(["run_id", "precision", "seed"], sort=False):
+        group = group.sort_values("step")
+        fig.add_scatter(x=group["step"], y=group["loss"].rolling(per_epoch, min_periods=1).mean(), mode="lines",
+                        name=precision, legendgroup=precision, showlegend=precision not in shown,
+                        line=dict(color=COLORS.get(precision), width=1.5), row=1, col=1,
+                        hovertemplate=f"{precision} seed {seed}<br>step %{{x}}<br>loss %{{y:.4f}}<extra></extra>")
+        shown.add(precision)
+    for (run_id, precision, seed), group in epochs.groupby(["run_id", "precision", "seed"], sort=False):
+        group = group.sort_values("epoch")
+        fig.add_scatter(x=group["epoch"] + 1, y=group["test_accuracy"] * 100, mode="lines+markers",
+                        name=precision, legendgroup=precision, showlegend=precision not in shown,
+                        line=dict(color=COLORS.get(precision), width=1.5), marker=dict(size=4), row=1, col=2,
+                        hovertemplate=f"{precision} seed {seed}<br>epoch %{{x}}<br>%{{y:.2f}}%<extra></extra>")
+        shown.add(precision)
+    fig.update_xaxes(title_text="step", row=1, col=1)
+    fig.update_xaxes(title_text="epoch", row=1, col=2)
+    fig.update_yaxes(title_text="loss", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy (%)", row=1, col=2)
+    fig.update_layout(template=TEMPLATE, height=420, title="Same seed, same data, same order: fp32 against AMP",
+                      margin=dict(t=80, r=20))
+    return fig
+
+
+def loss_scale_chart(steps: pd.DataFrame):
+    """GradScaler's loss scale over the run, skipped steps marked; a scale under 1 is drawn as such."""
+    scaled = steps[steps["scale"].notna()] if "scale" in steps else steps.iloc[0:0]
+    if scaled.empty:
+        return None
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for (run_id, precision, seed), group in scaled.groupby(["run_id", "precision", "seed"], sort=False):
+        group = group.sort_values("step")
+        fig.add_scatter(x=group["step"], y=group["scale"], mode="lines", name=f"{precision} seed {seed}",
+                        line=dict(width=1.5, shape="hv"))
+        skipped = group[group["skipped"].astype(str).str.lower() == "true"]
+        if not skipped.empty:
+            fig.add_scatter(x=skipped["step"], y=skipped["scale"], mode="markers", name=f"skipped (seed {seed})",
+                            marker=dict(symbol="x", size=9, color=COLORS["amp_fp16"]))
+    fig.add_hline(y=1, line_dash="dot", annotation_text="scale 1", line_color="#999")
+    fig.update_yaxes(type="log", title_text="loss scale (after the step)")
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(template=TEMPLATE, height=380, title="GradScaler loss scale (x: a skipped optimizer step)",
+                      margin=dict(t=80, r=20))
+    return fig
+
+
+def headroom_chart(headroom: pd.DataFrame):
+    """Largest batch that trains per model and precision (text: multiple of fp32's), and the
+    throughput measured at that batch."""
+    frame = headroom[headroom["status"] == "ok"].copy()
+    if frame.empty:
+        return None
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("largest batch that trains", "samples/s at that batch"))
+    frame = frame.sort_values("precision", key=precision_sort_key, kind="stable")
+    for precision, group in frame.groupby("precision", sort=False):
+        text = [("" if r != r else f"{r:.2f}x") + (" (limit)" if str(lim).lower() == "true" else "")
+                for r, lim in zip(group["batch_ratio_vs_fp32"], group["limit_reached"])]
+        fig.add_bar(x=group["model_label"], y=group["max_batch_size"], name=precision, legendgroup=precision,
+                    marker_color=COLORS.get(precision), text=text, textposition="outside", row=1, col=1)
+        fig.add_bar(x=group["model_label"], y=group["throughput_at_max"], name=precision, legendgroup=precision,
+                    showlegend=False, marker_color=COLORS.get(precision),
+                    text=[f"{r:.2f}x" if r == r else "" for r in group["throughput_ratio_vs_fp32"]],
+                    textposition="outside", row=1, col=2)
+    fig.update_layout(template=TEMPLATE, height=420, barmode="group", margin=dict(t=80, r=20),
+                      title="Batch-size headroom under the memory cap")
+    fig.update_yaxes(title_text="batch size", row=1, col=1)
+    fig.update_yaxes(title_text="samples/s", row=1, col=2)
+    return fig

@@ -29,6 +29,24 @@ class ReportData:
     results: pd.DataFrame
     samples: pd.DataFrame
     manifests: list[dict] = field(default_factory=list)
+    fidelity: dict = field(default_factory=dict)  # fidelity.load_fidelity's tables
+    headroom: dict = field(default_factory=dict)  # headroom.load_headroom's tables
+
+    @property
+    def headroom_runs(self) -> set:
+        return {m.get("run_id") for m in self.manifests if m.get("kind") == "headroom"}
+
+    @property
+    def has_benchmarks(self) -> bool:
+        return not self.results.empty
+
+    @property
+    def has_fidelity(self) -> bool:
+        return bool(self.fidelity) and not self.fidelity["fidelity"].empty
+
+    @property
+    def has_headroom(self) -> bool:
+        return bool(self.headroom) and not self.headroom["headroom"].empty
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -75,12 +93,22 @@ def collect(inputs: list[str | Path]) -> ReportData:
                 manifests.append(json.loads(manifest_path.read_text(encoding="utf-8")))
             except ValueError:
                 raise UserError(f"{manifest_path}: unreadable manifest (invalid JSON)") from None
+    from amp_bench.fidelity import load_fidelity
+    from amp_bench.headroom import load_headroom
+    from amp_bench.results import RESULT_COLUMNS
     frame = pd.concat(results, ignore_index=True)
     if frame.empty:
+        frame = pd.DataFrame(columns=RESULT_COLUMNS)
+    try:
+        fidelity, headroom = load_fidelity(run_dirs), load_headroom(run_dirs)
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise UserError(f"{', '.join(map(str, run_dirs))}: unreadable fidelity or headroom table ({exc})") from None
+    data = ReportData(run_dirs, frame, pd.DataFrame(), manifests, fidelity, headroom)
+    if not (data.has_benchmarks or data.has_fidelity or data.has_headroom):
         raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
-    sample_frame = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame(
+    data.samples = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame(
         columns=["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"])
-    return ReportData(run_dirs, frame, sample_frame, manifests)
+    return data
 
 
 def machine_label(frame: pd.DataFrame) -> pd.Series:
@@ -103,12 +131,13 @@ def verdict(value: float, band: tuple[float, float], missing: str = "not measure
     return "within"
 
 
-def claims_table(summary: pd.DataFrame) -> pd.DataFrame:
+def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozenset()) -> pd.DataFrame:
     """Each AMP case's speedup and memory saving next to the seed articles' claims, against fp32 and,
-    where it was run, against tf32 (the picture changes on Ampere and later)."""
+    where it was run, against tf32 (the picture changes on Ampere and later). Headroom runs measure
+    each precision at its own largest batch, so there is no same-batch baseline to claim against."""
     from amp_bench.summary import GROUP_KEYS
     rows = []
-    amp = summary[summary["precision"].isin(AMP_MODES)]
+    amp = summary[summary["precision"].isin(AMP_MODES) & ~summary["run_id"].isin(headroom_runs)]
     # a tf32 baseline is worth a row where tf32 could run (measured, or failed for a reason worth seeing)
     tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] != "unsupported")]
     tf32_groups = set(map(tuple, tf32[GROUP_KEYS].astype(str).values))

@@ -84,9 +84,24 @@ def claims_for_reading(claims: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def machine_count(data: ReportData) -> int:
+    """Distinct (device, host) pairs across benchmark, fidelity and headroom rows."""
+    frames = [data.results] + [t for t in (data.fidelity.get("fidelity"), data.headroom.get("headroom"))
+                               if t is not None]
+    pairs = set()
+    for frame in frames:
+        if not frame.empty and "device_name" in frame:
+            hosts = frame["hostname"] if "hostname" in frame else pd.Series("", index=frame.index)
+            pairs |= set(zip(frame["device_name"].astype(str), hosts.astype(str)))
+    return len(pairs)
+
+
 def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, str, object]]:
     """(section id, title, figure or None) in report order."""
+    from amp_bench.report import studies
     results = data.results.copy()
+    if not data.has_benchmarks:  # a fidelity or headroom run only
+        return studies.figures(data)
     return [
         ("speedup", "Speedup over FP32", charts.speedup_chart(summary, "fp32")),
         ("speedup-tf32", "Speedup over TF32", charts.speedup_chart(summary, "tf32")),
@@ -98,7 +113,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
         ("machines", "Machines compared", charts.machines_chart(summary)),
         ("history", "History", charts.history_chart(results)),
-    ]
+    ] + studies.figures(data)
 
 
 ABSENT = {
@@ -108,7 +123,11 @@ ABSENT = {
     "scaler": "GradScaler skipped no step in any measured window.",
     "machines": "Only one machine in these results: merge run directories from several machines to compare them.",
     "history": "Fewer than three runs of any case on one machine: the history chart needs a series.",
+    "fidelity": "No fidelity run finished an epoch.",
+    "loss-scale": "No run used GradScaler (it is on for amp_fp16 only).",
+    "headroom": "No headroom search found a batch that fits.",
 }
+STUDY_SECTIONS = ("fidelity", "loss-scale", "headroom")
 
 
 def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, env: pd.DataFrame,
@@ -117,36 +136,35 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
              f"<style>{CSS}</style></head><body>",
              "<h1>What AMP bought</h1>",
              f"<p class='note'>{len(data.run_dirs)} run(s), {len(data.results)} case runs, "
-             f"{summary['machine'].nunique()} machine(s); written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
+             f"{machine_count(data)} machine(s); written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
              "by amp_bench. Speedups are ratios of median step times (medians across repeats); error bars span "
              "the per-repeat ratios.</p>"]
+    from amp_bench.report import studies
     if not missing.empty:
         parts += ["<h2 id='not-measured'>Cases not measured</h2>",
                   "<p class='note'>These are shown as such in the charts, never as zero.</p>", html_table(missing)]
-    parts.append("<h2 id='summary'>Summary</h2>" + html_table(summary_for_reading(summary)))
+    if data.has_benchmarks:
+        parts.append("<h2 id='summary'>Summary</h2>" + html_table(summary_for_reading(summary)))
     first = True
     for section, title, figure in figures:
         parts.append(f"<h2 id='{section}'>{html.escape(title)}</h2>")
         if figure is None:
             parts.append(f"<p class='note'>{html.escape(ABSENT.get(section, 'Nothing to show.'))}</p>")
+        if section in STUDY_SECTIONS:
+            parts.append(studies.section_html(section, data, html_table))
+        if figure is None:
             continue
         # plotly.js goes inline, once: the file must open on an air-gapped machine
         chart = figure.to_html(full_html=False, include_plotlyjs=first, div_id=f"chart-{section}",
                                config={"displaylogo": False})
         parts.append(f"<div class='chart'>{chart}</div>")
-        if not missing.empty and section not in ("distributions", "scaler"):
+        if not missing.empty and section not in ("distributions", "scaler") + STUDY_SECTIONS:
             parts.append("<p class='note'>Cases without a measurement (or without a baseline) have no mark here "
                          "except the labelled crosses on the speedup charts: see <a href='#not-measured'>Cases not "
                          "measured</a>.</p>")
         first = False
-    parts += ["<h2 id='claims'>The claims, checked</h2>",
-              f"<p class='note'>Seed articles: AMP is {CLAIMED_SPEEDUP[0]}-{CLAIMED_SPEEDUP[1]}x faster and saves "
-              f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%} memory. Each AMP case against fp32 and, "
-              "where run, against tf32 — on Ampere and later TF32 is what 'FP32' means to most users. Verdicts: "
-              "below, within or above the claimed range.</p>",
-              html_table(claims_for_reading(claims), lambda c, r: r[c] if c.endswith("verdict") and
-                         r[c] in ("within", "below", "above") else "")
-              if not claims.empty else "<p>No AMP case in these results.</p>"]
+    if data.has_benchmarks:
+        parts += _claims_html(claims)
     differs = set(env.attrs.get("differs", []))
     parts += ["<h2 id='environment'>Environment</h2>",
               "<p class='note'>Highlighted: what differs between the runs compared here.</p>",
@@ -154,9 +172,20 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
     return "\n".join(parts)
 
 
+def _claims_html(claims: pd.DataFrame) -> list[str]:
+    return ["<h2 id='claims'>The claims, checked</h2>",
+            f"<p class='note'>Seed articles: AMP is {CLAIMED_SPEEDUP[0]}-{CLAIMED_SPEEDUP[1]}x faster and saves "
+            f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%} memory. Each AMP case against fp32 and, "
+            "where run, against tf32 — on Ampere and later TF32 is what 'FP32' means to most users. Verdicts: "
+            "below, within or above the claimed range.</p>",
+            html_table(claims_for_reading(claims), lambda c, r: r[c] if c.endswith("verdict") and
+                       r[c] in ("within", "below", "above") else "")
+            if not claims.empty else "<p>No AMP case in these results.</p>"]
+
+
 def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, missing: pd.DataFrame) -> str:
     lines = ["# amp_bench report", "",
-             f"{len(data.run_dirs)} run(s), {summary['machine'].nunique()} machine(s). Speedup = ratio of median "
+             f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = ratio of median "
              "step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against fp32.", ""]
     columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
                "speedup_vs_tf32", "mem_saving_vs_fp32"]
@@ -171,13 +200,16 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
         if "nvml_mem_used_delta_bytes" in table:
             table["nvml_mem_used_delta_bytes"] = table["nvml_mem_used_delta_bytes"] / 2**20
         table = table.rename(columns=telemetry)
-    lines += ["## Step time, speedup and memory saving", "", markdown_table(table), ""]
+    if data.has_benchmarks:
+        lines += ["## Step time, speedup and memory saving", "", markdown_table(table), ""]
     if not claims.empty:
         lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
             "machine", "model", "batch_size", "precision", "baseline", "speedup", "speedup_verdict", "memory_saving",
             "memory_verdict"])), ""]
     if not missing.empty:
         lines += ["## Not measured", "", markdown_table(missing), ""]
+    from amp_bench.report import studies
+    lines += studies.markdown(data, markdown_table)
     return "\n".join(lines)
 
 
@@ -220,7 +252,7 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     summary = data.summary
-    claims = claims_table(summary)
+    claims = claims_table(summary, data.headroom_runs)
     env = environment_table(data)
     missing = not_measured(data.results)
     stem = output.with_suffix("")
@@ -234,8 +266,9 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
         md.write_text(render_markdown(data, summary, claims, missing), encoding="utf-8")
         written["md"] = md
     if "csv" in formats:
+        from amp_bench.report import studies
         for name, table in (("summary", summary), ("claims", claims), ("environment", env),
-                            ("not_measured", missing)):
+                            ("not_measured", missing), *studies.csv_tables(data).items()):
             path = Path(f"{stem}.{name}.csv")
             table.to_csv(path, index=False)
             written[f"csv_{name}"] = path

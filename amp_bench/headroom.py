@@ -1,0 +1,217 @@
+"""Batch-size headroom: the largest batch each precision trains at without running out of memory.
+
+Per model and precision: double the batch from the start size until a probe runs out of memory
+(or the limit is reached), then bisect between the last batch that fit and the first that did not
+until they are `resolution` apart. Every probe is a few real training steps in its own worker
+under the memory cap, with OOM as the signal, so a probe that runs out can never take the run down.
+Then, optionally, a full measurement at each precision's own largest batch gives the throughput
+AMP's extra headroom buys.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+FITS = ("ok", "nonfinite")  # memory held; a non-finite loss in a 2-step probe is not a memory verdict
+
+HEADROOM_COLUMNS = [
+    "run_id", "suite", "model_label", "image_size", "seq_len", "channels_last", "precision", "device", "device_name",
+    "status", "reason", "max_batch_size", "first_oom_batch_size", "limit_reached", "start_batch_size",
+    "max_batch_size_limit", "resolution", "memory_cap_bytes", "probes", "batch_ratio_vs_fp32", "throughput_at_max",
+    "step_time_ms_at_max", "peak_mem_at_max_bytes", "throughput_ratio_vs_fp32", "measure_status", "hostname",
+    "fingerprint", "timestamp",
+]
+PROBE_COLUMNS = ["run_id", "model_label", "precision", "probe", "batch_size", "status", "reason", "peak_mem_bytes",
+                 "worker_seconds", "log_file"]
+
+
+@dataclass
+class SearchResult:
+    largest_fit: int | None  # None: not even the start batch fits
+    smallest_oom: int | None  # None: no probe ran out (the limit fits)
+    status: str  # ok, nothing fits, or the status of a probe that failed for another reason
+    reason: str = ""
+    probes: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def limit_reached(self) -> bool:
+        return self.status == "ok" and self.smallest_oom is None
+
+
+class _ProbeFailed(Exception):
+    pass
+
+
+def search_max_batch(probe: Callable[[int], tuple[str, str]], start: int, limit: int,
+                     resolution: int = 1) -> SearchResult:
+    """Doubling, then bisection. `probe(batch)` returns (status, reason); status ok/nonfinite means the
+    batch fits, oom that it does not; anything else stops the search with that status."""
+    result = SearchResult(None, None, "ok")
+
+    def fits(batch: int) -> bool:
+        status, reason = probe(batch)
+        result.probes.append((batch, status))
+        if status in FITS:
+            return True
+        if status == "oom":
+            return False
+        raise _ProbeFailed(status, f"batch {batch}: {reason}")
+
+    try:
+        batch = start
+        while True:
+            if not fits(batch):
+                result.smallest_oom = batch
+                break
+            result.largest_fit = batch
+            if batch >= limit:
+                break
+            batch = min(batch * 2, limit)
+        if result.largest_fit is None:
+            result.status, result.reason = "nothing fits", f"batch {start} already runs out of memory"
+            return result
+        while result.smallest_oom is not None and result.smallest_oom - result.largest_fit > resolution:
+            middle = (result.largest_fit + result.smallest_oom) // 2
+            if fits(middle):
+                result.largest_fit = middle
+            else:
+                result.smallest_oom = middle
+    except _ProbeFailed as exc:
+        result.status, result.reason = exc.args
+    return result
+
+
+def default_cpu_cap() -> int:
+    """Half the memory available now: a CPU search with no cap given stays clear of the OOM killer."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    import os
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
+    """Each precision's largest batch and its throughput there, as multiples of fp32's."""
+    table = table.copy()
+    keys = ["run_id", "model_label", "image_size", "seq_len", "channels_last"]
+    filled = table[keys].astype(str)
+    fp32 = table[(table["precision"] == "fp32") & (table["status"] == "ok")]
+    base = {tuple(filled.loc[i]): (r["max_batch_size"], r["throughput_at_max"]) for i, r in fp32.iterrows()}
+    batch_ratio, speed_ratio = [], []
+    for i, r in table.iterrows():
+        b = base.get(tuple(filled.loc[i]))
+        ok = b is not None and r["status"] == "ok"
+        batch_ratio.append(r["max_batch_size"] / b[0] if ok and b[0] else float("nan"))
+        speed_ratio.append(r["throughput_at_max"] / b[1] if ok and b[1] == b[1] and b[1] else float("nan"))
+    table["batch_ratio_vs_fp32"] = batch_ratio
+    table["throughput_ratio_vs_fp32"] = speed_ratio
+    return table
+
+
+class HeadroomReporter:
+    def started(self, store, device, spec, searches: int) -> None: ...
+    def probe_finished(self, case, batch: int, row: dict) -> None: ...
+    def search_finished(self, case, row: dict) -> None: ...
+
+
+def run_headroom(path, *, device: str | None = None, results_dir="results", reporter=None,
+                 **overrides) -> pd.DataFrame:
+    """Search every model x precision of the suite; returns the headroom table (attrs: run_dir).
+    Tables are saved after every probe."""
+    from amp_bench.hardware import DeviceInfo
+    from amp_bench.results import utc_now
+    from amp_bench.runner import Reporter, open_store, probe, run_one, sigterm_as_interrupt
+    from amp_bench.suite import load_suite
+
+    reporter = reporter or HeadroomReporter()
+    suite = load_suite(path)
+    probed = probe(device or suite.device)
+    info = DeviceInfo.from_json(probed["device"])
+    headroom_keys = {"memory_cap_gb", "start_batch_size", "max_batch_size", "resolution", "probe_steps", "measure"}
+    spec = suite.headroom_spec(info.type, {k: v for k, v in overrides.items() if k in headroom_keys})
+    if info.type == "cpu" and spec.memory_cap_bytes is None:
+        # without a cap the search would end in the kernel's OOM killer, which may pick another process
+        spec = dataclasses.replace(spec, memory_cap_bytes=default_cpu_cap())
+    cases = suite.cases(info.type, {k: v for k, v in overrides.items() if k not in headroom_keys})
+    templates: dict[tuple, object] = {}  # one per model, sizes, layout and precision; batch is searched
+    for case in cases:
+        key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.precision)
+        templates.setdefault(key, case)
+    templates = list(templates.values())
+    store, host, fingerprint = open_store(suite, path, probed, results_dir, overrides, kind="headroom",
+                                          headroom=dataclasses.asdict(spec), cases_planned=len(templates))
+    store.flush()
+    quiet = Reporter()
+    table, probes = [], []
+    status = "interrupted"
+    restore = sigterm_as_interrupt()
+    reporter.started(store, info, spec, len(templates))
+    try:
+        for template in templates:
+            base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
+                                       memory_cap_bytes=spec.memory_cap_bytes, instrument=False)
+
+            def probe_batch(batch: int, base=base) -> tuple[str, str]:
+                case = dataclasses.replace(base, batch_size=batch)
+                row, _ = run_one(case, 0, info, probed["versions"], store, quiet,
+                                 stem=f"probe-{case.case_id}")
+                memory = row.get("peak_mem_allocated_bytes") if info.type == "cuda" else row.get("peak_rss_bytes")
+                probes.append({"run_id": store.run_id, "model_label": case.model.label, "precision": case.precision,
+                               "probe": len(probes), "batch_size": batch, "status": row["status"],
+                               "reason": row.get("reason", ""), "peak_mem_bytes": memory,
+                               "worker_seconds": row.get("worker_seconds"), "log_file": row.get("log_file")})
+                store.write_table("headroom_probes", probes, PROBE_COLUMNS)
+                reporter.probe_finished(case, batch, row)
+                return row["status"], row.get("reason", "")
+
+            found = search_max_batch(probe_batch, spec.start_batch_size, spec.max_batch_size, spec.resolution)
+            row = {"run_id": store.run_id, "suite": suite.name, "model_label": template.model.label,
+                   "image_size": template.image_size, "seq_len": template.seq_len,
+                   "channels_last": template.channels_last, "precision": template.precision, "device": info.type,
+                   "device_name": info.name, "status": found.status, "reason": found.reason,
+                   "max_batch_size": found.largest_fit, "first_oom_batch_size": found.smallest_oom,
+                   "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,
+                   "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution,
+                   "memory_cap_bytes": spec.memory_cap_bytes, "probes": len(found.probes),
+                   "hostname": host["hostname"], "fingerprint": fingerprint.get("fingerprint", "")}
+            if found.status == "ok" and spec.measure:
+                # the throughput this batch buys: a full measurement, without the cap (on the CPU the
+                # cap changes how malloc works; the batch is known to fit in less memory than that)
+                case = dataclasses.replace(template, batch_size=found.largest_fit, repeats=1)
+                measured, samples = run_one(case, 0, info, probed["versions"], store, quiet,
+                                            stem=f"measure-{case.case_id}")
+                measured.update(hostname=host["hostname"], headroom_max_batch=True, **fingerprint)
+                store.add(measured, samples)
+                row.update(measure_status=measured["status"], throughput_at_max=measured.get("throughput"),
+                           step_time_ms_at_max=measured.get("step_time_ms_median"),
+                           peak_mem_at_max_bytes=measured.get("peak_mem_allocated_bytes") if info.type == "cuda"
+                           else measured.get("peak_rss_bytes"))
+            row["timestamp"] = utc_now().isoformat()
+            table.append(row)
+            frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
+            store.write_table("headroom", frame.to_dict("records"), HEADROOM_COLUMNS)
+            reporter.search_finished(template, frame.iloc[-1].to_dict())
+        status = "complete"
+    finally:
+        restore()
+        store.write_manifest(status=status, finished_at=utc_now().isoformat(), cases_finished=len(table),
+                             probes=len(probes))
+    frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
+    frame.attrs["run_dir"] = str(store.dir)
+    return frame
+
+
+def load_headroom(run_dirs) -> dict[str, pd.DataFrame]:
+    out = {}
+    for name, columns in (("headroom", HEADROOM_COLUMNS), ("headroom_probes", PROBE_COLUMNS)):
+        frames = [pd.read_csv(d / f"{name}.csv") for d in run_dirs if (d / f"{name}.csv").is_file()]
+        frames = [f for f in frames if not f.empty]
+        out[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    return out

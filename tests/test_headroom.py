@@ -1,0 +1,149 @@
+"""Batch-size headroom: the search itself (against a known limit), a real search under a CPU memory
+cap checked by rerunning the batch it reports and the next one, and OOM probes that kill the worker."""
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_bench.headroom import ratios_vs_fp32, run_headroom, search_max_batch
+from conftest import ROOT
+
+
+def _limit_probe(limit, calls=None):
+    def probe(batch):
+        if calls is not None:
+            calls.append(batch)
+        return ("ok", "") if batch <= limit else ("oom", "out of memory")
+    return probe
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(0, 5000), start=st.integers(1, 64), cap=st.integers(1, 6000), resolution=st.integers(1, 16))
+def test_search_brackets_the_true_limit(limit, start, cap, resolution):
+    calls = []
+    found = search_max_batch(_limit_probe(limit, calls), start, max(start, cap), resolution)
+    cap = max(start, cap)
+    if limit < start:
+        assert found.status == "nothing fits" and found.largest_fit is None and calls == [start]
+        return
+    assert found.status == "ok"
+    assert found.largest_fit <= limit  # never reports a batch that does not fit
+    if limit >= cap:
+        assert found.largest_fit == cap and found.limit_reached and found.smallest_oom is None
+    else:
+        assert found.smallest_oom > limit and found.smallest_oom - found.largest_fit <= resolution
+        assert not found.limit_reached
+        if resolution == 1:
+            assert found.largest_fit == limit
+    assert len(calls) == len(set(calls))  # no batch probed twice
+    assert len(calls) <= 2 * (cap.bit_length() + 1)
+
+
+def test_a_probe_that_fails_otherwise_stops_the_search_with_its_status():
+    def probe(batch):
+        return ("ok", "") if batch < 8 else ("timeout", "no result within timeout_s=5")
+    found = search_max_batch(probe, 2, 1024)
+    assert found.status == "timeout" and "batch 8" in found.reason
+    assert found.largest_fit == 4 and found.probes == [(2, "ok"), (4, "ok"), (8, "timeout")]
+
+
+def test_nonfinite_loss_is_not_a_memory_verdict():
+    found = search_max_batch(lambda b: ("nonfinite", "") if b <= 10 else ("oom", ""), 1, 100)
+    assert found.status == "ok" and found.largest_fit == 10
+
+
+def test_ratios_against_fp32_per_model():
+    table = pd.DataFrame([
+        {"run_id": "r", "model_label": "m", "image_size": None, "seq_len": None, "channels_last": False,
+         "precision": "fp32", "status": "ok", "max_batch_size": 60, "throughput_at_max": 100.0},
+        {"run_id": "r", "model_label": "m", "image_size": None, "seq_len": None, "channels_last": False,
+         "precision": "amp_bf16", "status": "ok", "max_batch_size": 150, "throughput_at_max": 180.0},
+        {"run_id": "r", "model_label": "n", "image_size": None, "seq_len": None, "channels_last": False,
+         "precision": "amp_bf16", "status": "ok", "max_batch_size": 150, "throughput_at_max": 180.0},
+    ])
+    out = ratios_vs_fp32(table)
+    assert out["batch_ratio_vs_fp32"].tolist()[:2] == [1.0, 2.5]
+    assert out["throughput_ratio_vs_fp32"].tolist()[1] == pytest.approx(1.8)
+    assert pd.isna(out["batch_ratio_vs_fp32"].iloc[2])  # no fp32 search for model n
+
+
+CAPPED = """
+models: [python:toy_models:fat_activations]
+batch_sizes: [1]
+precisions: [fp32]
+warmup_steps: 1
+steps: 2
+timeout_s: 60
+headroom: {memory_cap_gb: 2, max_batch_size: 1024, resolution: 1, measure: false}
+"""
+
+
+@pytest.mark.slow
+def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_suite, tmp_path):
+    from amp_bench.hardware import DeviceInfo
+    from amp_bench.runner import Reporter, probe, run_one
+    from amp_bench.suite import load_suite
+
+    suite_path = write_suite(CAPPED)
+    table = run_headroom(suite_path, device="cpu", results_dir=tmp_path / "results")
+    row = table.iloc[0]
+    assert row["status"] == "ok", row["reason"]
+    largest, first_oom = int(row["max_batch_size"]), int(row["first_oom_batch_size"])
+    assert first_oom == largest + 1
+    assert 2 < largest < 64  # the cap, not the search range, set the limit
+    run_dir = tmp_path / "results" / table.attrs["run_dir"].split("/")[-1]
+    probes = pd.read_csv(run_dir / "headroom_probes.csv")
+    assert (probes["status"] == "oom").any() and set(probes["status"]) <= {"ok", "oom"}
+    assert len(probes) == row["probes"]
+
+    # check independently: the reported batch trains under the cap, the next one runs out
+    probed = probe("cpu")
+    device = DeviceInfo.from_json(probed["device"])
+    case = load_suite(suite_path).cases("cpu")[0]
+    case = dataclasses.replace(case, memory_cap_bytes=2 * 2**30, instrument=False)
+    from amp_bench.results import RunStore
+    store = RunStore(tmp_path / "check", "check")
+    fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store, Reporter())
+    over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store,
+                      Reporter())
+    assert fits["status"] == "ok", fits.get("reason")
+    assert over["status"] == "oom", (largest, probes[["batch_size", "status"]].values.tolist(), over.get("reason"))
+    assert fits["memory_cap_kind"] == "address space above the bare torch process"
+
+
+KILLED = """
+models:
+  - {ref: "python:toy_models:killed_above", options: {limit: 20}}
+batch_sizes: [4]
+precisions: [fp32]
+warmup_steps: 1
+steps: 2
+timeout_s: 60
+headroom: {max_batch_size: 64, resolution: 4}
+"""
+
+
+@pytest.mark.slow
+def test_probes_killed_like_the_oom_killer_do_not_end_the_run(write_suite, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "amp_bench", "headroom", str(write_suite(KILLED)), "--device", "cpu",
+                           "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    row = pd.read_csv(run_dir / "headroom.csv").iloc[0]
+    assert row["status"] == "ok"
+    assert row["max_batch_size"] <= 20 < row["first_oom_batch_size"] <= row["max_batch_size"] + 4
+    probes = pd.read_csv(run_dir / "headroom_probes.csv")
+    killed = probes[probes["batch_size"] > 20]
+    assert not killed.empty and (killed["status"] == "oom").all()
+    assert killed["reason"].str.contains("SIGKILL").all()
+    results = pd.read_csv(run_dir / "results.csv")  # the measurement at the largest batch
+    assert results["batch_size"].tolist() == [row["max_batch_size"]] and results["status"].tolist() == ["ok"]
+    assert "largest batch that trains" in proc.stdout
+    assert any(p.suffix == ".html" for p in (tmp_path / "reports").iterdir())
