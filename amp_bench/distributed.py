@@ -60,7 +60,7 @@ def threads_per_rank(case, cpu_count: int | None = None) -> int:
 
 def launch_env(case) -> dict[str, str]:
     threads = str(threads_per_rank(case))
-    return {"OMP_NUM_THREADS": threads, "AMP_BENCH_THREADS_PER_RANK": threads,
+    return {"AMP_BENCH_DDP": "1", "OMP_NUM_THREADS": threads, "AMP_BENCH_THREADS_PER_RANK": threads,
             "MASTER_ADDR": os.environ.get("MASTER_ADDR", "localhost"),
             # gloo on one node: talk over loopback (the host name may resolve to an unroutable address)
             **({"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")} if case.nnodes == 1 else {})}
@@ -158,7 +158,7 @@ class Rank:
     def from_env(cls) -> Rank | None:
         """This process's place in the job when torchrun started it, else None."""
         env = os.environ
-        if "TORCHELASTIC_RUN_ID" not in env or "RANK" not in env:
+        if env.get("AMP_BENCH_DDP") != "1" or "RANK" not in env:  # only under our launcher
             return None
         world, local_world = int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
         return cls(int(env["RANK"]), int(env.get("LOCAL_RANK", 0)), world, local_world,
