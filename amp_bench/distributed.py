@@ -61,7 +61,6 @@ def threads_per_rank(case, cpu_count: int | None = None) -> int:
 def launch_env(case) -> dict[str, str]:
     threads = str(threads_per_rank(case))
     return {"AMP_BENCH_DDP": "1", "OMP_NUM_THREADS": threads, "AMP_BENCH_THREADS_PER_RANK": threads,
-            "MASTER_ADDR": os.environ.get("MASTER_ADDR", "localhost"),
             # gloo on one node: talk over loopback (the host name may resolve to an unroutable address)
             **({"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")} if case.nnodes == 1 else {})}
 
