@@ -308,3 +308,31 @@ def test_a_killed_oom_or_hung_rank_ends_its_case_and_the_run_goes_on(write_suite
 
 def test_no_process_carries_an_unknown_token():
     assert processes_with_token("no-such-token") == []
+
+
+def test_more_processes_than_gpus_or_nccl_on_the_cpu_is_unsupported(write_suite, monkeypatch):
+    import torch
+
+    from amp_bench.hardware import DeviceInfo
+    from amp_bench.step import UnsupportedCase
+    case = load_suite(write_suite(DDP_SUITE)).cases("cuda")[2]  # np2
+    rank = distributed.Rank(rank=0, local_rank=0, world_size=2, local_world_size=2, nnodes=1)
+    gpu = DeviceInfo(type="cuda", name="Fake GPU", index=0, capability=(9, 0))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UnsupportedCase, match="nproc_per_node=2 from cuda:0 needs 2 GPUs on this node, 1 visible"):
+        rank.check(case, gpu, "nccl")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    rank.check(case, gpu, "nccl")
+    assert rank.backend(case, "cuda") == "nccl" and rank.backend(case, "cpu") == "gloo"
+    with pytest.raises(UnsupportedCase, match="nccl needs CUDA GPUs"):
+        rank.check(case, DeviceInfo(type="cpu", name="cpu"), "nccl")
+
+
+def test_a_rank_knows_its_place_only_under_our_launcher(monkeypatch):
+    for key, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
+                       "GROUP_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AMP_BENCH_DDP", raising=False)
+    assert distributed.Rank.from_env() is None  # someone else's torchrun job
+    monkeypatch.setenv("AMP_BENCH_DDP", "1")
+    assert distributed.Rank.from_env() == distributed.Rank(1, 1, 4, 2, 2)
