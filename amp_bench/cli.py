@@ -102,33 +102,52 @@ def _summary_table(results, console) -> None:
         cpu = (table["device"] == "cpu").all()
         show_layout = table["channels_last"].astype(bool).any()
         show_tf32 = table["speedup_vs_tf32"].notna().any()
+        show_procs = (table["world_size"] > 1).any()
         out = Table(title=f"{model} on {device_name}: medians across repeats", title_justify="left",
                     box=box.SIMPLE_HEAD, pad_edge=False)
-        columns = ["bs"] + (["layout"] if show_layout else []) + \
+        columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
             ["precision", "ms/step", "samples/s", "vs fp32"] + (["vs tf32"] if show_tf32 else []) + \
+            (["scaling eff"] if show_procs else []) + \
             ["peak RSS" if cpu else "peak alloc", "saved"] + (["saved*"] if cpu else [])
         for name in columns:
             out.add_column(name, justify="left" if name in ("layout", "precision") else "right", no_wrap=True)
         for _, r in table.iterrows():
             ok = r["status"] == "ok"
             cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
+            cells += [str(int(r["world_size"]))] if show_procs else []
             cells += [r["precision"], _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
                       _fmt(r["throughput"], ".1f"), _fmt(r["speedup_vs_fp32"], ".2f", "x")]
             if show_tf32:
                 cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
+            if show_procs:
+                cells.append(_fmt(r["scaling_efficiency"], ".0%"))
             cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r["mem_saving_vs_fp32"], ".1%")]
             if cpu:
                 cells.append(_fmt(r["mem_saving_above_baseline_vs_fp32"], ".1%"))
             out.add_row(*cells)
         console.print(out)
+    if (summary["world_size"] > 1).any():
+        console.print("[dim]procs: DDP world size; weak scaling (per-process batch fixed, samples/s global); "
+                      "scaling eff = step time with 1 process / step time with procs (docs/distributed.md)[/]")
     if (summary["device"] == "cpu").any():
         console.print("[dim]CPU memory is the worker's peak RSS; saved* leaves out the RSS before the model was "
                       "built (the torch runtime's own footprint)[/]")
 
 
+def _refuse_outer_torchrun() -> None:
+    """`torchrun -m amp_bench run` would start N orchestrators, each launching every case: refuse."""
+    import os
+    if "TORCHELASTIC_RUN_ID" in os.environ or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        raise UserError(f"amp_bench run is running under torchrun (RANK={os.environ.get('RANK')}, WORLD_SIZE="
+                        f"{os.environ.get('WORLD_SIZE')}); amp_bench starts torchrun itself for each case: set "
+                        "nproc_per_node (and nnodes) in the suite or pass --nproc-per-node, and run "
+                        "`python -m amp_bench run SUITE` (see docs/distributed.md)")
+
+
 def cmd_run(args, console) -> int:
     from amp_bench.runner import run_suite
-    overrides = {"steps": args.steps, "warmup_steps": args.warmup_steps, "repeats": args.repeats,
+    _refuse_outer_torchrun()
+    overrides = {"nproc_per_node": args.nproc_per_node,"steps": args.steps, "warmup_steps": args.warmup_steps, "repeats": args.repeats,
                  "batch_sizes": args.batch_size, "precisions": args.precision, "timeout_s": args.timeout_s,
                  "seed": args.seed, "peak_tflops": args.peak_tflops}
     reporter = RichReporter(console)
@@ -458,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", type=int, action="append", help="repeatable; replaces batch_sizes")
     run.add_argument("--precision", action="append", help="repeatable; replaces precisions")
     run.add_argument("--timeout-s", type=float)
+    run.add_argument("--nproc-per-node", type=int, action="append",
+                     help="repeatable; replaces nproc_per_node: run each case with DDP under torchrun on this "
+                          "many processes (e.g. --nproc-per-node 1 --nproc-per-node 2)")
     run.add_argument("--seed", type=int)
     run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")

@@ -142,7 +142,7 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
     cases = suite.cases(info.type, {k: v for k, v in overrides.items() if k not in headroom_keys})
     templates: dict[tuple, object] = {}  # one per model, sizes, layout and precision; batch is searched
     for case in cases:
-        key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.precision)
+        key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.world_size, case.precision)
         templates.setdefault(key, case)
     templates = list(templates.values())
     store, host, fingerprint = open_store(suite, path, probed, results_dir, overrides, kind="headroom",

@@ -7,6 +7,7 @@ and on a pidfd for the process together, so there is no busy loop.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import selectors
@@ -29,9 +30,13 @@ class WorkerOutcome:
     log_path: Path
 
 
-def _worker_env(event_fd: int) -> dict[str, str]:
+_tokens = itertools.count()
+
+
+def _worker_env(event_fd: int, token: str) -> dict[str, str]:
     env = dict(os.environ)
     env["AMP_BENCH_EVENT_FD"] = str(event_fd)
+    env["AMP_BENCH_CASE_TOKEN"] = token  # inherited by everything the case starts: see _sweep
     env["AMP_BENCH_PARENT_PID"] = str(os.getpid())
     env.setdefault("HF_HUB_OFFLINE", "1")  # no network at run time, ever
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -43,22 +48,26 @@ def _worker_env(event_fd: int) -> dict[str, str]:
 
 
 def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: float,
-               on_event: Callable[[dict], None] | None = None) -> WorkerOutcome:
-    """Run `python -m amp_bench.worker ARGS...`; never raises for worker failures.
+               on_event: Callable[[dict], None] | None = None, launcher: list[str] | None = None,
+               extra_env: dict[str, str] | None = None) -> WorkerOutcome:
+    """Run `python -m amp_bench.worker ARGS...` (or `LAUNCHER... ARGS...`, e.g. torchrun starting
+    the worker on every rank); never raises for worker failures.
 
     The deadline holds until the worker process has exited, not just until it closes its event
     pipe (interpreter shutdown can hang on a thread the model started). KeyboardInterrupt in the
     parent kills the worker's process group and propagates.
     """
     result_path.unlink(missing_ok=True)
+    token = f"{os.getpid()}-{next(_tokens)}-{time.monotonic_ns()}"
     read_fd, write_fd = os.pipe()
+    env = {**_worker_env(write_fd, token), **(extra_env or {})}
     started = time.monotonic()
     try:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "amp_bench.worker", *args],
+                [*(launcher or [sys.executable, "-m", "amp_bench.worker"]), *args],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=_worker_env(write_fd), pass_fds=(write_fd,), start_new_session=True,
+                env=env, pass_fds=(write_fd,), start_new_session=True,
             )
     except BaseException:
         os.close(read_fd)
@@ -75,10 +84,12 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     except BaseException:
         _kill_group(proc.pid)
         _reap_quietly(proc.pid)
+        _sweep(token)
         raise
     finally:
         os.close(read_fd)
     _kill_group(proc.pid)  # anything the worker left behind in its group
+    _sweep(token)  # and anything that left the group (torchrun starts each rank in its own session)
     _, status, usage = exited
     proc.returncode = os.waitstatus_to_exitcode(status)
     result = None
@@ -157,6 +168,40 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Live processes (of this user) whose environment carries the case token."""
+    needle = f"AMP_BENCH_CASE_TOKEN={token}\0".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if needle in fh.read() + b"\0":
+                    found.append(int(entry.name))
+        except OSError:  # gone, another user's, or a zombie
+            continue
+    return found
+
+
+def _sweep(token: str, grace_s: float = 5.0) -> None:
+    """SIGKILL every process the case left behind, in whatever session, until none is left (a
+    rank's death-with-parent signal is delivered asynchronously, so look again briefly)."""
+    if not os.path.isdir("/proc"):
+        return
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = [pid for pid in processes_with_token(token) if pid != os.getpid()]
+        if not left or time.monotonic() > deadline:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
 
 
 def _reap_quietly(pid: int) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from amp_bench import distributed
 from amp_bench.environment import fingerprint_columns, host_facts
 from amp_bench.errors import UserError
 from amp_bench.hardware import DeviceInfo, may_run, precision_support
@@ -141,8 +142,13 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
     log_path = store.dir / "logs" / f"{stem}.log"
     spec_path.write_text(json.dumps({"case": case.to_json(), "device": device.to_json()}), encoding="utf-8")
+    launcher = extra_env = None
+    if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
+        launcher = distributed.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
+        extra_env = distributed.launch_env(case)
     outcome = run_worker(["case", str(spec_path), str(result_path)], result_path, log_path, case.timeout_s,
-                         on_event=lambda event: reporter.worker_event(case, event))
+                         on_event=lambda event: reporter.worker_event(case, event),
+                         launcher=launcher, extra_env=extra_env)
     row["log_file"] = str(log_path.relative_to(store.dir))
     row["peak_rss_bytes"] = outcome.peak_rss_bytes
     row["peak_rss_lifetime_bytes"] = outcome.peak_rss_bytes  # from wait4: the whole worker, all of it
@@ -158,8 +164,18 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
             row["peak_rss_bytes"] = record["rss_hwm_bytes"]
     else:
         row.update(status=classify_death(outcome), reason=death_reason(outcome, case.timeout_s))
+        if case.distributed and outcome.timed_out:
+            row["reason"] = (f"no result within timeout_s={case.timeout_s:g} (a rank hung or waited for one); "
+                             f"torchrun and its {case.world_size} ranks killed")
+        if case.distributed and not outcome.timed_out:
+            log = outcome.log_path.read_text(errors="replace") if outcome.log_path.exists() else ""
+            explained = distributed.explain_failure(result_path, log, case.world_size)
+            if explained:
+                row["status"], row["reason"] = explained
     spec_path.unlink(missing_ok=True)
     result_path.unlink(missing_ok=True)
+    for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
+        rank_file.unlink(missing_ok=True)
     return row, samples
 
 
@@ -191,7 +207,16 @@ def _base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_i
         "seq_len": case.seq_len, "device": device.type, "device_name": device.name,
         "architecture": device.architecture, "repeat": repeat, "warmup_steps": case.warmup_steps,
         "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
-        "seed": case.seed, "torch_version": versions.get("torch_version", ""),
+        "seed": case.seed, **_distributed_columns(case, device),
+        "torch_version": versions.get("torch_version", ""),
         "cuda_version": versions.get("torch_cuda_version", ""), "cudnn_version": versions.get("cudnn_version", ""),
         "timestamp": utc_now().isoformat(),
     }
+
+
+def _distributed_columns(case: Case, device: DeviceInfo) -> dict:
+    backend = "" if not case.distributed else (
+        case.dist_backend if case.dist_backend != "auto" else ("nccl" if device.type == "cuda" else "gloo"))
+    return {"world_size": case.world_size, "nnodes": case.nnodes, "nproc_per_node": case.nproc_per_node,
+            "dist_backend": backend, "global_batch_size": case.batch_size * case.world_size,
+            "scaling": distributed.SCALING if case.distributed else "single process"}

@@ -1,7 +1,7 @@
 """Suite files: load YAML, validate every field with a one-line message per problem, expand to cases.
 
-A suite is a matrix (models x image_size/seq_len x batch_sizes x channels_last x precisions) plus
-run settings. A `cpu:` or `cuda:` block replaces top-level settings on that device type, so the
+A suite is a matrix (models x image_size/seq_len x batch_sizes x channels_last x nproc_per_node x
+precisions) plus run settings. A `cpu:` or `cuda:` block replaces top-level settings on that device type, so the
 same file runs on a laptop with smaller batches and fewer steps.
 """
 from __future__ import annotations
@@ -24,12 +24,17 @@ MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")
 OPTIMIZER_IMPLS = ("for-loop", "foreach", "fused")
 DEVICE_BLOCKS = ("cpu", "cuda")
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+MAX_PROCS = 1024
 
 DEFAULTS: dict[str, Any] = {
     "image_size": [224], "seq_len": [128], "channels_last": [False], "precisions": ["fp32", "amp_bf16"],
     "warmup_steps": 5, "steps": 20, "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
     "cudnn_benchmark": True, "peak_tflops": None, "nvml_interval_ms": 10.0,
     "optimizer": {"name": "sgd", "impl": "foreach", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0},
+    # distributed (docs/distributed.md): no nproc_per_node = one plain process, no torchrun
+    "nproc_per_node": [None], "nnodes": 1, "dist_backend": "auto", "threads_per_rank": None,
+    "rdzv_endpoint": None, "rdzv_id": None,
 }
 
 
@@ -53,6 +58,7 @@ class ModelSpec:
     attn_implementation: str | None = None
     options: dict = field(default_factory=dict, hash=False, compare=True)
     num_classes: int | None = None
+    nproc_per_node: tuple[int, ...] | None = None  # replaces the suite's nproc_per_node for this model
 
     @property
     def kind(self) -> str:
@@ -82,6 +88,21 @@ class Case:
     search_dirs: tuple[str, ...] = ()
     memory_cap_bytes: int | None = None  # headroom probes: see worker.apply_memory_cap
     instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)
+    # DDP under torchrun when nproc_per_node is set (even to 1); None: one plain worker process
+    nproc_per_node: int | None = None
+    nnodes: int = 1
+    dist_backend: str = "auto"
+    threads_per_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.nproc_per_node is not None
+
+    @property
+    def world_size(self) -> int:
+        return (self.nproc_per_node or 1) * self.nnodes
 
     @property
     def group_id(self) -> str:
@@ -93,6 +114,8 @@ class Case:
             parts.append(f"seq{self.seq_len}")
         if self.channels_last:
             parts.append("cl")
+        if self.distributed:  # keeps DDP cases apart from plain ones (and np1 from np2)
+            parts.append(f"np{self.nproc_per_node}" if self.nnodes == 1 else f"{self.nnodes}x{self.nproc_per_node}")
         return "-".join(parts)
 
     @property
@@ -108,7 +131,10 @@ class Case:
     @classmethod
     def from_json(cls, data: dict) -> Case:
         data = dict(data)
-        data["model"] = ModelSpec(**data["model"])
+        model = dict(data["model"])
+        if model.get("nproc_per_node") is not None:
+            model["nproc_per_node"] = tuple(model["nproc_per_node"])
+        data["model"] = ModelSpec(**model)
         data["optimizer"] = OptimizerSpec(**data["optimizer"])
         data["search_dirs"] = tuple(data.get("search_dirs") or ())
         return cls(**data)
@@ -223,6 +249,7 @@ class Suite:
         if "models" not in settings or "batch_sizes" not in settings:
             raise SuiteError(f"{self.path}: models, batch_sizes: missing (this suite has no benchmark matrix; "
                              "`amp_bench fidelity` runs its fidelity section)")
+        check_distributed(settings, device_type, self.path)
         cases = expand(self, settings)
         check_duplicates(cases, self.path)
         return cases
@@ -371,7 +398,8 @@ def _label(value, path, problems):
     return value
 
 
-_MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes")
+_MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
+                 "nproc_per_node")
 
 
 def _model(search_dirs: tuple[str, ...]) -> Callable:
@@ -403,6 +431,9 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         num_classes = value.get("num_classes")
         if num_classes is not None:
             num_classes = _int(2, 1_000_000)(num_classes, _join(path, "num_classes"), problems)
+        nproc = value.get("nproc_per_node")
+        if nproc is not None:
+            nproc = _nproc_axis(nproc, _join(path, "nproc_per_node"), problems)
         if len(problems) > before:
             return None
         kind = model_refs.kind_of(ref)
@@ -416,7 +447,8 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         if len(problems) > before:
             return None
         return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
-                         options=options or {}, num_classes=num_classes)
+                         options=options or {}, num_classes=num_classes,
+                         nproc_per_node=tuple(nproc) if nproc else None)
     return check
 
 
@@ -454,6 +486,29 @@ def _peak_tflops(value, path, problems):
     return None if number is None else {mode: number for mode in MODE_NAMES}
 
 
+_nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
+_ENDPOINT = re.compile(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}")
+
+
+def _endpoint(value, path, problems):
+    if not isinstance(value, str) or not _ENDPOINT.fullmatch(value):
+        problems.append(f"{path}: expected HOST:PORT of the rendezvous (node 0), got {value!r}")
+        return None
+    return value
+
+
+def _rdzv_id(value, path, problems):
+    if not isinstance(value, str) or not _LABEL.fullmatch(value):
+        problems.append(f"{path}: expected a job id of letters, digits, '.', '_', '+', '-', got {value!r}")
+        return None
+    return value
+
+
+def _optional(check: Callable) -> Callable:
+    """null keeps the default (e.g. threads_per_rank: null = cpu cores / processes)."""
+    return lambda value, path, problems: None if value is None else check(value, path, problems)
+
+
 def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
     return {
         "models": _models(search_dirs),
@@ -472,6 +527,12 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "cudnn_benchmark": _bool,
         "peak_tflops": _peak_tflops,
         "nvml_interval_ms": _number(0.5, 60_000),
+        "nproc_per_node": _nproc_axis,
+        "nnodes": _int(1, MAX_PROCS, "a node count"),
+        "dist_backend": _choice(DIST_BACKENDS),
+        "threads_per_rank": _optional(_int(1, 4096, "a thread count")),
+        "rdzv_endpoint": _optional(_endpoint),
+        "rdzv_id": _optional(_rdzv_id),
     }
 
 
@@ -664,8 +725,9 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
         image_sizes = settings["image_size"] if kind == "torchvision" else [None]
         seq_lens = settings["seq_len"] if kind == "transformers" else [None]
         layouts = settings["channels_last"] if kind != "transformers" else [False]
-        for image_size, seq_len, batch_size, channels_last, precision in itertools.product(
-                image_sizes, seq_lens, settings["batch_sizes"], layouts, settings["precisions"]):
+        procs = list(spec.nproc_per_node or settings["nproc_per_node"])
+        for image_size, seq_len, batch_size, channels_last, nproc, precision in itertools.product(
+                image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, settings["precisions"]):
             cases.append(Case(
                 suite=suite.name, model=spec, batch_size=batch_size, precision=precision,
                 channels_last=channels_last, image_size=image_size, seq_len=seq_len,
@@ -674,8 +736,26 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 allow_emulated=settings["allow_emulated"], cudnn_benchmark=settings["cudnn_benchmark"],
                 peak_tflops=(settings["peak_tflops"] or {}).get(precision),
                 nvml_interval_ms=settings["nvml_interval_ms"],
-                search_dirs=(str(suite.path.resolve().parent),)))
+                search_dirs=(str(suite.path.resolve().parent),),
+                nproc_per_node=nproc, nnodes=settings["nnodes"], dist_backend=settings["dist_backend"],
+                threads_per_rank=settings["threads_per_rank"], rdzv_endpoint=settings["rdzv_endpoint"],
+                rdzv_id=settings["rdzv_id"]))
     return cases
+
+
+def check_distributed(settings: dict, device_type: str, path: Path) -> None:
+    """Settings that are fine one by one but not together."""
+    where = "" if device_type not in DEVICE_BLOCKS else f" (on {device_type})"
+    problems = []
+    uses_ddp = any(n is not None for n in settings["nproc_per_node"]) or \
+        any(m.nproc_per_node for m in settings["models"])
+    if settings["nnodes"] > 1 and not uses_ddp:
+        problems.append(f"nnodes: {settings['nnodes']} nodes need nproc_per_node (processes per node){where}")
+    if settings["nnodes"] > 1 and not settings["rdzv_endpoint"]:
+        problems.append(f"rdzv_endpoint: missing: nnodes: {settings['nnodes']} needs the HOST:PORT every node "
+                        f"meets at (node 0's address){where}")
+    if problems:
+        raise SuiteError([f"{path}: {p}" for p in problems])
 
 
 def check_duplicates(cases: list[Case], path: Path) -> None:

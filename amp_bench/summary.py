@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 GROUP_KEYS = ["run_id", "suite", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device",
-              "device_name"]
+              "device_name", "world_size"]
 PRECISION_ORDER = ["fp32", "tf32", "amp_fp16", "amp_bf16"]
 # memory metric -> result column; a metric is summarised only when its column has values
 MEMORY_METRICS = {
@@ -30,6 +30,7 @@ def _prepare(results: pd.DataFrame) -> pd.DataFrame:
         if key not in frame:
             frame[key] = np.nan
     frame[["image_size", "seq_len"]] = frame[["image_size", "seq_len"]].fillna(-1)
+    frame["world_size"] = frame["world_size"].fillna(1)  # results from before DDP: one process
     if "rss_before_model_bytes" in frame and "peak_rss_bytes" in frame:
         # CPU: peak RSS minus the RSS before the model was built (drops torch's own footprint)
         growth = frame["peak_rss_bytes"] - frame["rss_before_model_bytes"]
@@ -89,9 +90,24 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         table["mem_saving_above_baseline_vs_fp32"] = table["mem_saving_rss_above_baseline_vs_fp32"]
     else:
         table["mem_saving_above_baseline_vs_fp32"] = np.nan
+    table = _scaling_efficiency(table)
     table[["image_size", "seq_len"]] = table[["image_size", "seq_len"]].replace(-1, np.nan)
     table["_order"] = table["precision"].map({p: i for i, p in enumerate(PRECISION_ORDER)})
-    return table.sort_values(GROUP_KEYS[:7] + ["_order"]).drop(columns="_order").reset_index(drop=True)
+    return table.sort_values(GROUP_KEYS[:7] + ["world_size", "_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def _scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
+    """Weak-scaling efficiency of N processes against the same case (same precision) with one process
+    in the same run: T1 * N / TN with T the time per sample, i.e.
+        scaling_efficiency = step_time_1 / step_time_N        (from median step times, as speedups are)
+        throughput_scaling_efficiency = throughput_N / (N * throughput_1)   (includes host gaps)
+    1.0 is perfect scaling; a world size without a one-process baseline gets no value."""
+    keys = [k for k in GROUP_KEYS if k != "world_size"] + ["precision"]
+    base = table[table["world_size"] == 1].set_index(keys)[["step_time_ms", "throughput"]]
+    joined = table.join(base.rename(columns=lambda c: f"_{c}_1"), on=keys)
+    table["scaling_efficiency"] = joined["_step_time_ms_1"] / table["step_time_ms"]
+    table["throughput_scaling_efficiency"] = table["throughput"] / (table["world_size"] * joined["_throughput_1"])
+    return table
 
 
 def _repeat_spread(ok: pd.DataFrame, base: str) -> tuple[pd.Series, pd.Series, pd.Series]:

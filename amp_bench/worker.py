@@ -10,6 +10,7 @@ atomically; a worker that dies without one is classified by the parent.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -169,9 +170,10 @@ def _after_window(case, device, torch_device, step, inputs, target, median_ms: f
     return out
 
 
-def build_step(case, device_type: str, torch_device, record: dict):
+def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
     """Model, optimizer, one synthetic batch on the device and the training step for a case; the
-    worker and the pytest-benchmark fixture both measure this. Model details go into `record`."""
+    worker and the pytest-benchmark fixture both measure this. Model details go into `record`.
+    `wrap(model)` (DDP) wraps the model the step calls; the optimizer holds the same parameters."""
     from amp_bench.models import build_workload
     from amp_bench.precision import get_mode
     from amp_bench.step import TrainStep, UnsupportedCase, build_optimizer
@@ -187,11 +189,16 @@ def build_step(case, device_type: str, torch_device, record: dict):
     except (RuntimeError, ValueError) as exc:
         raise UnsupportedCase(f"optimizer {case.optimizer.name} ({case.optimizer.impl}): {exc}") from exc
     inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
+    if wrap is not None:
+        model = wrap(model)
     return TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type), inputs, target
 
 
-def run_case(case, device, events: EventChannel) -> dict:
-    """Build, warm up and measure one case. Returns the record (status ok or nonfinite)."""
+def run_case(case, device, events: EventChannel, rank=None) -> dict:
+    """Build, warm up and measure one case. Returns the record (status ok or nonfinite).
+
+    Under torchrun `rank` (distributed.Rank) is this process's place in the job: the model is
+    wrapped in DDP and every rank runs this same function; the step itself is unchanged."""
     import numpy as np
     import torch
 
@@ -200,6 +207,9 @@ def run_case(case, device, events: EventChannel) -> dict:
     from amp_bench.step import UnsupportedCase
     from amp_bench.timing import CpuStepTimer, CudaStepTimer, StepStats
 
+    if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
+        from amp_bench.distributed import threads_per_rank
+        torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
     record: dict = {"num_threads": torch.get_num_threads()}
     mode = get_mode(case.precision)
     support = precision_support(case.precision, device)
@@ -208,6 +218,13 @@ def run_case(case, device, events: EventChannel) -> dict:
         raise UnsupportedCase(support.reason)
     device_type = device.type
     torch_device = torch.device(device.torch_device)
+    backend = None
+    if rank is not None:
+        backend = rank.backend(case, device_type)
+        rank.check(case, device, backend)
+        if device_type == "cuda":
+            torch_device = torch.device("cuda", rank.cuda_index(device))
+        record["threads_per_rank"] = record["num_threads"]
     if device_type == "cuda":
         torch.cuda.set_device(torch_device)
 
@@ -228,7 +245,10 @@ def run_case(case, device, events: EventChannel) -> dict:
     record["rss_before_model_bytes"] = read_rss_bytes()
     nvml_reader, nvml_baseline = _open_nvml(device, torch_device, record) if device_type == "cuda" else (None, None)
 
-    step, inputs, target = build_step(case, device_type, torch_device, record)
+    if rank is not None:
+        rank.init(backend, torch_device)
+    step, inputs, target = build_step(case, device_type, torch_device, record,
+                                      wrap=None if rank is None else lambda m: rank.wrap(m, torch_device))
 
     losses = []
     total = case.warmup_steps + case.steps
@@ -243,6 +263,8 @@ def run_case(case, device, events: EventChannel) -> dict:
         torch.cuda.reset_peak_memory_stats(torch_device)
     else:
         timer = CpuStepTimer()
+    if rank is not None:  # every rank has warmed up (DDP rebuilt its buckets): start the window together
+        rank.barrier()
     sampler = None
     if nvml_reader is not None:
         from amp_bench.nvml import NvmlSampler
@@ -302,7 +324,10 @@ def run_case(case, device, events: EventChannel) -> dict:
     ]
     try:
         if case.instrument:
-            record.update(_after_window(case, device, torch_device, step, inputs, target, stats.median))
+            # under DDP without gradient sync: no collective that a rank-local failure here could desync
+            no_sync = step.model.no_sync() if rank is not None else contextlib.nullcontext()
+            with no_sync:
+                record.update(_after_window(case, device, torch_device, step, inputs, target, stats.median))
     except Exception as exc:  # instrumentation must never cost the measurement taken above
         record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
                                                     f"failed: {type(exc).__name__}: {exc}"[:300]) if w)
@@ -317,13 +342,18 @@ def run_case(case, device, events: EventChannel) -> dict:
     return record
 
 
-def _case_job(spec: dict, events: EventChannel) -> dict:
+def _case_job(spec: dict, events: EventChannel, rank) -> dict:
+    from amp_bench import distributed
     from amp_bench.hardware import DeviceInfo
     from amp_bench.suite import Case
-    return run_case(Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"]), events)
+    case, device = Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"])
+    record = run_case(case, device, events, rank)
+    if rank is not None:  # every rank gets every record; each node's local rank 0 writes the row
+        record = distributed.aggregate(rank.gather(record), case, rank.backend(case, device.type))
+    return record
 
 
-def _fidelity_job(spec: dict, events: EventChannel) -> dict:
+def _fidelity_job(spec: dict, events: EventChannel, rank) -> dict:  # one process, never under torchrun
     from amp_bench.fidelity import train_precision
     from amp_bench.hardware import DeviceInfo
     from amp_bench.suite import FidelitySpec
@@ -335,22 +365,35 @@ JOBS = {"case": _case_job, "fidelity": _fidelity_job}
 
 
 def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:
+    from amp_bench import distributed
     from amp_bench.step import UnsupportedCase
 
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
     started = time.time()
+    rank = distributed.Rank.from_env()
     try:
-        record = job(spec, events)
-    except UnsupportedCase as exc:
+        record = job(spec, events, rank)
+    except UnsupportedCase as exc:  # decided alike on every rank, before any collective
         record = {"status": "unsupported", "reason": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a crash
         traceback.print_exc()
         kind = "oom" if is_oom(exc) else "error"
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         record = {"status": kind, "reason": f"{type(exc).__name__}: {message}"[:500]}
+        if rank is not None:
+            # this rank's own account, then a non-zero exit: torchrun stops the other ranks (which
+            # would wait for this one in the next collective) and the parent reads the account
+            record.update(rank=rank.rank, failed_at=time.time())
+            write_json_atomic(distributed.rank_result_path(result_path, rank.rank), record)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)  # no interpreter teardown: it could wait on a collective that never ends
     record["worker_seconds"] = time.time() - started
-    write_json_atomic(result_path, record)
+    if rank is None or rank.local_rank == 0:
+        write_json_atomic(result_path, record)
+    if rank is not None:
+        distributed.Rank.teardown()
     return 0
 
 
@@ -392,6 +435,12 @@ def die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     die_with_parent()
     fd = os.environ.get("AMP_BENCH_EVENT_FD")
+    path = os.environ.get("AMP_BENCH_EVENT_PATH")  # under torchrun: the launcher's pipe, for rank 0
+    if fd is None and path and os.environ.get("RANK", "0") == "0":
+        try:
+            fd = str(os.open(path, os.O_WRONLY))
+        except OSError:
+            fd = None  # no progress events; the measurement goes on
     events = EventChannel(int(fd) if fd else None)
     if len(argv) == 3 and argv[0] in JOBS:
         return _main_job(JOBS[argv[0]], argv[1], argv[2], events)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The project's GPU check, for a machine with one CUDA GPU (about 5-7 minutes on an H200):
+# The project's GPU check, for a machine with one CUDA GPU (about 6-8 minutes on an H200):
 #   1. the environment record (`amp_bench env`);
 #   2. the GPU-marked tests (`pytest -m gpu`): autocast dtypes on CUDA, fp32 really without TF32
 #      (matmul and cuDNN error against float64), CUDA-event timing, GradScaler skips, a 1 GiB
 #      allocation seen by torch and NVML within 10%, energy and clocks non-empty, the smoke suite;
-#   3. suites/gpu_check.yaml (ResNet-50 and GPT-2 small, all four precision modes) and its markdown
-#      summary (environment, step time, speedup, memory saving, NVML peak, energy, MFU, statuses).
+#   3. suites/gpu_check.yaml (ResNet-50 and GPT-2 small, all four precision modes, and ResNet-50 under
+#      torchrun + DDP with world size 1 on NCCL) and its markdown summary (environment, step time, speedup, memory saving, NVML peak, energy, MFU, statuses).
 # On a machine without a GPU it runs what it can (the CPU block of the suite) and says what it skipped.
 # It exits non-zero when any step fails or any case ends in error or timeout.
 # Everything it prints also goes to ${OUT:-gpu-check-out}/gpu_check.log; commit that under
@@ -32,7 +32,7 @@ echo; echo "### Environment"; "$py" -m amp_bench env || fail "amp_bench env"
 echo; echo "### pytest -m gpu"
 timeout 300 "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py || fail "pytest -m gpu"
 echo; echo "### suites/gpu_check.yaml"
-timeout 420 "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$out/results" --no-report || fail "amp_bench run"
+timeout 540 "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$out/results" --no-report || fail "amp_bench run"
 echo
 if "$py" -m amp_bench report "$out/results" --format md -o "$out/summary.html" >/dev/null; then
   cat "$out/summary.md"
@@ -42,6 +42,10 @@ fi
 bad=$("$py" -c "import amp_bench, sys; t = amp_bench.load_results(sys.argv[1]); \
 print(int(t.status.isin(['error', 'timeout']).sum()))" "$out/results" 2>/dev/null) || bad=unknown
 [ "$bad" = 0 ] || fail "$bad case(s) ended in error or timeout (see the logs in results.tgz)"
+ddp=$("$py" -c "import amp_bench, sys; t = amp_bench.load_results(sys.argv[1]); \
+t = t[(t.world_size == 1) & (t.dist_backend.isin(['nccl', 'gloo'])) & (t.status == 'ok')]; print(len(t))" \
+  "$out/results" 2>/dev/null) || ddp=0
+[ "${ddp:-0}" -gt 0 ] || fail "no DDP case (resnet50-ddp, world size 1) finished ok"
 ( cd "$out" && tar czf results.tgz results 2>/dev/null && rm -rf results )
 echo "gpu check: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status

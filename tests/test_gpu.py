@@ -93,6 +93,25 @@ def test_smoke_suite_on_cuda(tmp_path):
         assert by.loc[(model, "tf32"), "status"] == expected
 
 
+def test_ddp_world_size_one_runs_nccl_on_cuda(tmp_path):
+    """The NCCL path: torchrun, one rank, DDP-wrapped model, autocast and GradScaler as usual; and a
+    world size this machine cannot hold ends as unsupported, not as a crash."""
+    suite = tmp_path / "ddp.yaml"
+    suite.write_text("models: [{ref: torchvision/resnet18}]\nimage_size: 64\nbatch_sizes: [8]\n"
+                     "precisions: [fp32, amp_fp16]\nwarmup_steps: 3\nsteps: 5\ntimeout_s: 240\n"
+                     f"nproc_per_node: [1, {torch.cuda.device_count() + 1}]\n")
+    results = amp_bench.run_suite(suite, device="cuda", results_dir=tmp_path / "results")
+    by = results.set_index(["world_size", "precision"])
+    for precision in ("fp32", "amp_fp16"):
+        row = by.loc[(1, precision)]
+        assert row["status"] == "ok", row["reason"]
+        assert row["dist_backend"] == "nccl" and row["peak_mem_allocated_bytes"] > 0
+        assert row["throughput"] > 0
+    assert by.loc[(1, "amp_fp16"), "output_dtype"] == "float16"
+    too_many = results[results["world_size"] > 1]
+    assert (too_many["status"] == "unsupported").all() and too_many["reason"].str.contains("GPUs").all()
+
+
 def _nvml_reader():
     from amp_bench.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
     nvml = load_nvml()

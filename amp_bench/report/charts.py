@@ -21,6 +21,8 @@ def _x_label(frame: pd.DataFrame) -> pd.Series:
     label = "bs " + frame["batch_size"].astype(int).astype(str)
     if "channels_last" in frame and frame["channels_last"].astype(bool).any():
         label = label + np.where(frame["channels_last"].astype(bool), " cl", " nchw")
+    if "world_size" in frame and frame["world_size"].nunique() > 1:  # DDP runs: one bar per world size
+        label = label + " np" + frame["world_size"].astype(int).astype(str)
     return label
 
 
@@ -160,6 +162,27 @@ def throughput_chart(summary: pd.DataFrame):
                      labels={"batch_size": "batch size", "throughput": "samples / s"}, **_facets(frame))
     fig.update_xaxes(type="log")
     return _finish(fig, "Throughput against batch size (samples per second over the measured window)", "samples / s")
+
+
+def scaling_chart(summary: pd.DataFrame):
+    """Weak-scaling efficiency (1-process step time / N-process step time) per precision against
+    the DDP world size: does AMP's speedup survive data-parallel scaling?"""
+    if "world_size" not in summary or not (summary["world_size"] > 1).any():
+        return None
+    frame = summary[summary["scaling_efficiency"].notna()].copy()
+    if frame.empty:
+        return None
+    frame["x"] = "bs " + frame["batch_size"].astype(int).astype(str)
+    frame = frame.sort_values("world_size")
+    fig = _px().line(frame, x="world_size", y="scaling_efficiency", color="precision", markers=True,
+                     line_dash="x" if frame["x"].nunique() > 1 else None, color_discrete_map=COLORS,
+                     hover_data={"step_time_ms": ":.2f", "throughput": ":.1f", "speedup_vs_fp32": ":.2f"},
+                     labels={"world_size": "processes (world size)", "scaling_efficiency": "scaling efficiency",
+                             "x": "batch per process"}, **_facets(frame))
+    fig.update_xaxes(type="log", dtick=np.log10(2))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    return _finish(fig, "DDP scaling efficiency (weak scaling: batch per process fixed; 1.0 = perfect)",
+                   "efficiency")
 
 
 def step_time_chart(samples: pd.DataFrame):

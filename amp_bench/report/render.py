@@ -28,7 +28,7 @@ def _fmt_cell(value, column: str) -> str:
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "-"
     if isinstance(value, (float, np.floating)):
-        if "saving" in column or column == "mfu":
+        if "saving" in column or column in ("mfu", "scaling efficiency"):
             return f"{value:.1%}"
         if "speedup" in column:
             return f"{value:.2f}x"
@@ -72,6 +72,9 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
         table.insert(3, "layout", np.where(summary["channels_last"].astype(bool), "channels_last", "nchw"))
     if summary["speedup_vs_tf32"].isna().all():
         table = table.drop(columns="speedup vs tf32")
+    if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling
+        table.insert(3, "procs", summary["world_size"].astype(int))
+        table.insert(table.columns.get_loc("speedup vs fp32") + 1, "scaling efficiency", summary["scaling_efficiency"])
     return table
 
 
@@ -102,12 +105,14 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
     results = data.results.copy()
     if not data.has_benchmarks:  # a fidelity or headroom run only
         return studies.figures(data)
+    scaling = charts.scaling_chart(summary)  # a section only when the results hold DDP runs
     return [
         ("speedup", "Speedup over FP32", charts.speedup_chart(summary, "fp32")),
         ("speedup-tf32", "Speedup over TF32", charts.speedup_chart(summary, "tf32")),
         ("memory", "Memory saving", charts.memory_chart(summary)),
         ("phases", "Memory per phase", charts.phase_memory_chart(results)),
         ("throughput", "Throughput against batch size", charts.throughput_chart(summary)),
+        *([("scaling", "Scaling across processes (DDP)", scaling)] if scaling is not None else []),
         ("distributions", "Step-time distributions", charts.step_time_chart(step_samples(data))),
         ("energy", "Energy and MFU", charts.energy_and_mfu_chart(summary, results)),
         ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
@@ -191,6 +196,9 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
                "speedup_vs_tf32", "mem_saving_vs_fp32"]
     if summary["channels_last"].astype(bool).any():
         columns.insert(3, "channels_last")
+    if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling, global samples/s
+        columns.insert(3, "world_size")
+        columns.insert(columns.index("speedup_vs_fp32") + 1, "scaling_efficiency")
     telemetry = {"nvml_mem_used_delta_bytes": "nvml_delta_MiB", "energy_j_per_sample": "J/sample",
                  "achieved_tflops": "TFLOP/s", "mfu": "mfu"}
     table = summary.reindex(columns=columns).copy()
