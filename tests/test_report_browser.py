@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from amp_bench.report import build_report
-from fake_results import write_machine_runs
+from fake_results import write_machine_runs, write_study_runs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.environ.get("CI") != "true":  # .ci/run installs it; a laptop may lack it
@@ -67,3 +67,18 @@ def test_every_chart_draws_offline_and_nothing_is_fetched(tmp_path):
         body = dom.split(f'<div id="chart-{chart}"', 1)[1].split('<div id="chart-', 1)[0]
         assert 'class="main-svg"' in body, f"chart {chart} did not draw"
         assert "<path" in body or "<rect" in body, f"chart {chart} drew no marks"
+
+
+def test_fidelity_and_headroom_charts_draw_offline(tmp_path):
+    write_study_runs(tmp_path / "results")
+    written = build_report([tmp_path / "results"], tmp_path / "report.html")
+    dom, requests = render(written["html"], tmp_path)
+    assert requests == []
+    charts = re.findall(r'<div id="chart-([a-z0-9-]+)"', dom)
+    assert set(charts) == {"fidelity", "loss-scale", "headroom"}
+    for chart in charts:
+        body = dom.split(f'<div id="chart-{chart}"', 1)[1].split('<div id="chart-', 1)[0]
+        assert 'class="main-svg"' in body, f"chart {chart} did not draw"
+        assert "<path" in body or "<rect" in body, f"chart {chart} drew no marks"
+    assert "Speedup over FP32" not in dom  # no benchmark rows: no empty benchmark sections
+    assert "parity" in dom and "2.11x" in dom
