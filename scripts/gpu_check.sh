@@ -5,7 +5,10 @@
 #      (matmul and cuDNN error against float64), CUDA-event timing, GradScaler skips, a 1 GiB
 #      allocation seen by torch and NVML within 10%, energy and clocks non-empty, the smoke suite;
 #   3. suites/gpu_check.yaml (ResNet-50 and GPT-2 small, all four precision modes, and ResNet-50 under
-#      torchrun + DDP with world size 1 on NCCL) and its markdown summary (environment, step time, speedup, memory saving, NVML peak, energy, MFU, statuses).
+#      torchrun + DDP with world size 1 on NCCL) and its markdown summary (environment, step time,
+#      speedup, memory saving, NVML peak, energy, MFU, statuses);
+#   4. GPU only: the fidelity study for 3 epochs (ResNet-18 on the digits; needs scikit-learn) and a
+#      headroom search under a 2 GiB allocator cap (suites/gpu_headroom.yaml).
 # On a machine without a GPU it runs what it can (the CPU block of the suite) and says what it skipped.
 # It exits non-zero when any step fails or any case ends in error or timeout.
 # Everything it prints also goes to ${OUT:-gpu-check-out}/gpu_check.log; commit that under
@@ -46,6 +49,19 @@ ddp=$("$py" -c "import amp_bench, sys; t = amp_bench.load_results(sys.argv[1]); 
 t = t[(t.world_size == 1) & (t.dist_backend.isin(['nccl', 'gloo'])) & (t.status == 'ok')]; print(len(t))" \
   "$out/results" 2>/dev/null) || ddp=0
 [ "${ddp:-0}" -gt 0 ] || fail "no DDP case (resnet50-ddp, world size 1) finished ok"
+echo; echo "### fidelity and headroom on the GPU"
+if [ "${has_gpu:-0}" != 1 ]; then
+  echo "SKIPPED: needs a CUDA GPU (the CPU paths of fidelity and headroom run in the test suite)"
+else
+  if "$py" -c 'import sklearn' 2>/dev/null; then
+    timeout 240 "$py" -m amp_bench fidelity suites/fidelity.yaml --epochs 3 --seed 0 \
+      --results-dir "$out/results" --no-report || fail "amp_bench fidelity"
+  else
+    echo "SKIPPED fidelity: scikit-learn (which ships the data) is not installed; pip install scikit-learn"
+  fi
+  timeout 240 "$py" -m amp_bench headroom suites/gpu_headroom.yaml --results-dir "$out/results" --no-report \
+    || fail "amp_bench headroom"
+fi
 ( cd "$out" && tar czf results.tgz results 2>/dev/null && rm -rf results )
 echo "gpu check: $([ $status = 0 ] && echo passed || echo FAILED)"
 exit $status
