@@ -570,17 +570,22 @@ HEADROOM_FIELDS: dict[str, Callable] = {
 }
 
 
+def _checked_fields(data: dict, path: str, problems: Problems, fields: dict[str, Callable]) -> dict:
+    """Each present field through its check; the valid ones, normalised (problems collect the rest)."""
+    out = {}
+    for key, check in fields.items():
+        if key in data:
+            checked = check(data[key], _join(path, key), problems)
+            if checked is not None:
+                out[key] = checked
+    return out
+
+
 def _validate_section(value, path: str, problems: Problems, fields: dict[str, Callable]) -> dict | None:
     if _mapping(value, path, problems) is None:
         return None
     _check_keys(value, fields, path, problems)
-    out = {}
-    for key, check in fields.items():
-        if key in value:
-            checked = check(value[key], _join(path, key), problems)
-            if checked is not None:
-                out[key] = checked
-    return out
+    return _checked_fields(value, path, problems, fields)
 
 
 def _validate_fidelity(value, path: str, problems: Problems) -> dict | None:
@@ -623,14 +628,7 @@ SETTING_KEYS = tuple(_setting_fields(()))
 
 
 def _validate_settings(data: dict, path: str, problems: Problems, search_dirs) -> dict:
-    fields = _setting_fields(search_dirs)
-    out = {}
-    for key, check in fields.items():
-        if key in data:
-            value = check(data[key], _join(path, key), problems)
-            if value is not None:
-                out[key] = value
-    return out
+    return _checked_fields(data, path, problems, _setting_fields(search_dirs))
 
 
 # --------------------------------------------------------------------------- loading

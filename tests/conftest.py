@@ -12,6 +12,20 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 
+def processes_with(*markers: str) -> list[int]:
+    """Live processes whose command line contains every marker (e.g. a run directory)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if all(m in cmdline for m in markers):
+                pids.append(int(entry.name))
+    return pids
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
     if torch.cuda.is_available():

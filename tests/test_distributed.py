@@ -15,6 +15,7 @@ from amp_bench.errors import SuiteError
 from amp_bench.process import processes_with_token
 from amp_bench.suite import load_suite
 from amp_bench.summary import summarize
+from conftest import processes_with
 
 DDP_SUITE = """
 models: [python:toy_models:mlp]
@@ -222,16 +223,7 @@ def test_amp_bench_run_under_an_outer_torchrun_is_refused(write_suite, monkeypat
 
 def _alive(marker: str) -> list[int]:
     """Processes whose command line names the run directory: the launcher and every rank."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if marker in cmdline:
-                pids.append(int(entry.name))
-    return pids
+    return processes_with(marker)
 
 
 @pytest.mark.slow

@@ -46,6 +46,13 @@ def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
     return proc.stdout, sorted(set(requests))
 
 
+def assert_every_chart_drew(dom: str, charts: list[str]) -> None:
+    for chart in charts:
+        body = dom.split(f'<div id="chart-{chart}"', 1)[1].split('<div id="chart-', 1)[0]
+        assert 'class="main-svg"' in body, f"chart {chart} did not draw"
+        assert "<path" in body or "<rect" in body, f"chart {chart} drew no marks"
+
+
 def test_detector_catches_outside_requests(tmp_path):
     page = tmp_path / "leaky.html"
     page.write_text('<html><body><img src="http://example.invalid/p.png">'
@@ -63,10 +70,7 @@ def test_every_chart_draws_offline_and_nothing_is_fetched(tmp_path):
     # two machines with per-phase memory and scaler skips: every chart of the report has data
     assert set(charts) == {"speedup", "speedup-tf32", "memory", "phases", "throughput", "distributions",
                            "scaler", "machines"}
-    for chart in charts:
-        body = dom.split(f'<div id="chart-{chart}"', 1)[1].split('<div id="chart-', 1)[0]
-        assert 'class="main-svg"' in body, f"chart {chart} did not draw"
-        assert "<path" in body or "<rect" in body, f"chart {chart} drew no marks"
+    assert_every_chart_drew(dom, charts)
 
 
 def test_fidelity_and_headroom_charts_draw_offline(tmp_path):
@@ -76,9 +80,6 @@ def test_fidelity_and_headroom_charts_draw_offline(tmp_path):
     assert requests == []
     charts = re.findall(r'<div id="chart-([a-z0-9-]+)"', dom)
     assert set(charts) == {"fidelity", "loss-scale", "headroom"}
-    for chart in charts:
-        body = dom.split(f'<div id="chart-{chart}"', 1)[1].split('<div id="chart-', 1)[0]
-        assert 'class="main-svg"' in body, f"chart {chart} did not draw"
-        assert "<path" in body or "<rect" in body, f"chart {chart} drew no marks"
+    assert_every_chart_drew(dom, charts)
     assert "Speedup over FP32" not in dom  # no benchmark rows: no empty benchmark sections
     assert "parity" in dom and "2.11x" in dom

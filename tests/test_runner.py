@@ -13,7 +13,7 @@ import amp_bench
 from amp_bench.results import RESULT_COLUMNS, SAMPLE_COLUMNS
 from amp_bench.runner import schedule
 from amp_bench.suite import load_suite
-from conftest import ROOT
+from conftest import ROOT, processes_with
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +34,7 @@ timeout_s: 25
 
 
 def _workers_alive(marker: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if "amp_bench.worker" in cmdline and marker in cmdline:
-                pids.append(int(entry.name))
-    return pids
+    return processes_with("amp_bench.worker", marker)
 
 
 def test_every_status_is_recorded_and_the_run_goes_on(write_suite, tmp_path):
