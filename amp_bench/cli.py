@@ -252,6 +252,8 @@ def cmd_headroom(args, console) -> int:
     class Progress(HeadroomReporter):
         def started(self, store, device, spec, searches):
             cap = f"{spec.memory_cap_bytes / 2**30:.3g} GiB" if spec.memory_cap_bytes else "none (the whole device)"
+            if (store.manifest.get("headroom") or {}).get("default_cpu_cap"):
+                cap += " (default: half the memory available now, shared by DDP ranks)"
             console.print(f"[bold]headroom[/]: {searches} searches on {device.name}, memory cap {cap}, batch "
                           f"{spec.start_batch_size}..{spec.max_batch_size}, resolution {spec.resolution}   "
                           f"[bold]results[/]: {store.dir}", highlight=False, soft_wrap=True)
@@ -271,12 +273,15 @@ def cmd_headroom(args, console) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: every finished search is saved; see the results directory above")
         return 130
-    out = Table("model", "precision", "largest batch", "first OOM", "x fp32's batch", "samples/s there",
-                "x fp32's samples/s", "probes", "status", title="largest batch that trains", title_justify="left")
+    procs = table["nproc_per_node"].notna().any()
+    out = Table("model", *(["procs"] if procs else []), "precision", "largest batch", "first OOM", "x fp32 batch",
+                "samples/s there", "x fp32 samples/s", "probes", "status", title="largest batch that trains",
+                title_justify="left")
     for _, r in table.iterrows():
         largest = _fmt(r["max_batch_size"], ".0f") + (" (limit)" if r["limit_reached"] else "")
-        out.add_row(escape(r["model_label"]), r["precision"], largest, _fmt(r["first_oom_batch_size"], ".0f"),
-                    _fmt(r["batch_ratio_vs_fp32"], ".2f", "x"), _fmt(r["throughput_at_max"], ".1f"),
+        ratio = ("≥" if r["batch_ratio_is_lower_bound"] else "") + _fmt(r["batch_ratio_vs_fp32"], ".2f", "x")
+        out.add_row(escape(r["model_label"]), *([_fmt(r["world_size"], ".0f")] if procs else []), r["precision"],
+                    largest, _fmt(r["first_oom_batch_size"], ".0f"), ratio, _fmt(r["throughput_at_max"], ".1f"),
                     _fmt(r["throughput_ratio_vs_fp32"], ".2f", "x"), str(r["probes"]),
                     r["status"] if r["status"] == "ok" else f"{r['status']}: {escape(str(r['reason']))}")
     console.print(out)
@@ -314,12 +319,13 @@ def cmd_validate(args, console) -> int:
             continue
         parts = [f"{len(suite.cases(d))} cases x {suite.settings_for(d)['repeats']} repeats on {d}"
                  for d in ("cuda", "cpu") if suite.has_matrix]
-        if suite.fidelity is not None or any("fidelity" in b for b in suite.blocks.values()):
-            spec = suite.fidelity_spec("cpu")
-            parts.append(f"fidelity: {spec.model} on {spec.dataset}, {len(spec.precisions)} precisions x "
-                         f"{len(spec.seeds)} seeds")
-        if suite.headroom is not None:
-            parts.append("headroom section")
+        for d in ("cuda", "cpu"):  # load_suite has checked every section already; this only describes
+            if suite.section("fidelity", d) is not None:
+                spec = suite.fidelity_spec(d)
+                parts.append(f"fidelity on {d}: {spec.model} on {spec.dataset}, {len(spec.precisions)} "
+                             f"precisions x {len(spec.seeds)} seeds")
+            if suite.section("headroom", d) is not None:
+                parts.append(f"headroom section on {d}")
         counts = ", ".join(parts)
         console.print(f"{path}: ok ({counts})", highlight=False, soft_wrap=True)
     if failed:

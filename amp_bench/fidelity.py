@@ -6,6 +6,7 @@ and stores; `verdicts` is the plotting-free comparison used by the CLI and the r
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -112,7 +113,7 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
     order = torch.Generator().manual_seed(seed)  # same example order under every precision
 
     n = len(split.train_x)
-    steps_per_epoch = math.ceil(n / spec.batch_size)
+    steps_per_epoch = n // spec.batch_size + (n % spec.batch_size > 1)  # a last batch of one is left out
     probe_every = spec.probe_every or steps_per_epoch
     losses, step_epochs, probes, epochs = [], [], [], []
     started = time.perf_counter()
@@ -121,6 +122,8 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
         permutation = torch.randperm(n, generator=order).to(torch_device)
         for start in range(0, n, spec.batch_size):
             batch = permutation[start:start + spec.batch_size]
+            if len(batch) == 1 < spec.batch_size:  # a last batch of one: batch norm cannot train on it
+                continue
             inputs, target = prepare(split.train_x[batch]), split.train_y[batch]
             if mode.uses_autocast and index % probe_every == 0:
                 scale = step.scales[-1].item() if step.scales else step.initial_scale
@@ -214,7 +217,8 @@ def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
     fp32 paired by seed (percentage points), fp32's own seed-to-seed range for scale, the final
     training-loss difference, and a verdict: parity (|difference| <= tolerance), worse, better,
     or why there is none."""
-    columns = ["run_id", "dataset", "model", "precision", "seeds", "status", "test_accuracy", "accuracy_diff_pp",
+    columns = ["run_id", "dataset", "model", "precision", "seeds", "paired_seeds", "status", "test_accuracy",
+               "accuracy_diff_pp",
                "accuracy_diff_pp_min", "accuracy_diff_pp_max", "fp32_seed_range_pp", "final_train_loss",
                "train_loss_rel_diff", "tolerance_pp", "verdict"]
     if runs.empty:
@@ -243,10 +247,11 @@ def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
                 diff = (ok.loc[paired, "test_accuracy"] - fp32.loc[paired, "test_accuracy"]) * 100
                 loss_diff = (ok.loc[paired, "final_train_loss"] - fp32.loc[paired, "final_train_loss"]) / \
                     fp32.loc[paired, "final_train_loss"].abs()
-                row.update(accuracy_diff_pp=diff.mean(), accuracy_diff_pp_min=diff.min(),
-                           accuracy_diff_pp_max=diff.max(), train_loss_rel_diff=loss_diff.mean())
-                row["verdict"] = ("parity" if abs(diff.mean()) <= tol else
-                                  "worse" if diff.mean() < 0 else "better")
+                # rounded: 0.96 - 0.97 is -1.0000000000000009 pp in floats, which must still meet a 1 pp tolerance
+                mean = round(float(diff.mean()), 9)
+                row.update(accuracy_diff_pp=mean, accuracy_diff_pp_min=diff.min(), accuracy_diff_pp_max=diff.max(),
+                           train_loss_rel_diff=loss_diff.mean(), paired_seeds=len(paired))
+                row["verdict"] = "parity" if abs(mean) <= tol else "worse" if mean < 0 else "better"
             rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 
@@ -264,10 +269,7 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
                  **overrides) -> pd.DataFrame:
     """Run the suite's fidelity section; returns one row per precision and seed (attrs: run_dir,
     verdicts). Each precision trains in its own worker; results are saved after each."""
-    import json
-
     from amp_bench.hardware import DeviceInfo, may_run, precision_support
-    from amp_bench.process import run_worker
     from amp_bench.results import utc_now
     from amp_bench.runner import open_store, probe, sigterm_as_interrupt
     from amp_bench.suite import load_suite
@@ -293,42 +295,22 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
         for index, precision in enumerate(spec.precisions):
             reporter.precision_started(precision, index, len(spec.precisions))
             support = precision_support(precision, info)
-            new = []
-            if not may_run(support, spec.allow_emulated):
-                new = [{**base, "precision": precision, "seed": seed, "status": "unsupported",
-                        "reason": support.reason, "emulated": support.emulated} for seed in spec.seeds]
-            else:
-                stem = f"fidelity-{precision}"
-                spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
-                log_path = store.dir / "logs" / f"{stem}.log"
-                spec_path.write_text(json.dumps({"spec": spec.to_json(), "precision": precision,
-                                                 "device": info.to_json()}), encoding="utf-8")
-                outcome = run_worker(["fidelity", str(spec_path), str(result_path)], result_path, log_path,
-                                     spec.timeout_s, on_event=lambda e, p=precision: reporter.worker_event(p, e))
-                spec_path.unlink(missing_ok=True)
-                result_path.unlink(missing_ok=True)
-                result = outcome.result or {}
-                log_file = str(log_path.relative_to(store.dir))
-                if "runs" in result:
-                    for run in result["runs"]:
-                        keys = {"run_id": store.run_id, "precision": precision, "seed": run["seed"]}
-                        steps += [{**keys, **s} for s in run.pop("step_table", [])]
-                        epochs += [{**keys, **e} for e in run.pop("epoch_table", [])]
-                        probes += [{**keys, **p} for p in run.pop("probe_table", [])]
-                        new.append({**base, **run, "log_file": log_file})
+            finished = []
+            for seed in spec.seeds:  # one worker per seed: a crash or timeout costs that seed alone
+                if not may_run(support, spec.allow_emulated):
+                    new = [{**base, "precision": precision, "seed": seed, "status": "unsupported",
+                            "reason": support.reason, "emulated": support.emulated}]
                 else:
-                    from amp_bench.runner import classify_death, death_reason
-                    status_, reason = (result.get("status"), result.get("reason")) if result else (
-                        classify_death(outcome), death_reason(outcome, spec.timeout_s))
-                    new = [{**base, "precision": precision, "seed": seed, "status": status_, "reason": reason,
-                            "log_file": log_file} for seed in spec.seeds]
-            stamp = utc_now().isoformat()
-            rows += [{**r, "timestamp": stamp} for r in new]
-            store.write_table("fidelity_steps", steps, STEP_COLUMNS)
-            store.write_table("fidelity_epochs", epochs, EPOCH_COLUMNS)
-            store.write_table("fidelity_probes", probes, PROBE_COLUMNS)
-            store.write_table("fidelity", rows, RUN_COLUMNS)
-            reporter.precision_finished(precision, new)
+                    new = _train_in_worker(store, info, dataclasses.replace(spec, seeds=(seed,)), precision, base,
+                                           (steps, epochs, probes), reporter)
+                stamp = utc_now().isoformat()
+                rows += [{**r, "timestamp": stamp} for r in new]
+                finished += new
+                store.write_table("fidelity_steps", steps, STEP_COLUMNS)
+                store.write_table("fidelity_epochs", epochs, EPOCH_COLUMNS)
+                store.write_table("fidelity_probes", probes, PROBE_COLUMNS)
+                store.write_table("fidelity", rows, RUN_COLUMNS)
+            reporter.precision_finished(precision, finished)
         status = "complete"
     finally:
         restore()
@@ -337,6 +319,40 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
     frame.attrs["run_dir"] = str(store.dir)
     frame.attrs["verdicts"] = verdicts(frame, spec.tolerance_pp)
     return frame
+
+
+def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tuple, reporter) -> list[dict]:
+    """One worker trains spec.seeds under one precision; its rows (the per-step, per-epoch and probe
+    tables are appended to `tables`), or one row per seed with the status the worker ended in."""
+    import json
+
+    from amp_bench.process import run_worker
+    from amp_bench.runner import classify_death, death_reason
+    stem = f"fidelity-{precision}-seed{'-'.join(map(str, spec.seeds))}"
+    spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
+    log_path = store.dir / "logs" / f"{stem}.log"
+    spec_path.write_text(json.dumps({"spec": spec.to_json(), "precision": precision, "device": info.to_json()}),
+                         encoding="utf-8")
+    outcome = run_worker(["fidelity", str(spec_path), str(result_path)], result_path, log_path, spec.timeout_s,
+                         on_event=lambda e: reporter.worker_event(precision, e))
+    spec_path.unlink(missing_ok=True)
+    result_path.unlink(missing_ok=True)
+    result = outcome.result or {}
+    log_file = str(log_path.relative_to(store.dir))
+    if "runs" not in result:
+        status, reason = (result.get("status"), result.get("reason")) if result else (
+            classify_death(outcome), death_reason(outcome, spec.timeout_s))
+        return [{**base, "precision": precision, "seed": seed, "status": status, "reason": reason,
+                 "log_file": log_file} for seed in spec.seeds]
+    steps, epochs, probes = tables
+    rows = []
+    for run in result["runs"]:
+        keys = {"run_id": store.run_id, "precision": precision, "seed": run["seed"]}
+        steps += [{**keys, **s} for s in run.pop("step_table", [])]
+        epochs += [{**keys, **e} for e in run.pop("epoch_table", [])]
+        probes += [{**keys, **p} for p in run.pop("probe_table", [])]
+        rows.append({**base, **run, "log_file": log_file})
+    return rows
 
 
 def load_fidelity(run_dirs: list[Path]) -> dict[str, pd.DataFrame]:

@@ -18,9 +18,10 @@ import pandas as pd
 FITS = ("ok", "nonfinite")  # memory held; a non-finite loss in a 2-step probe is not a memory verdict
 
 HEADROOM_COLUMNS = [
-    "run_id", "suite", "model_label", "image_size", "seq_len", "channels_last", "precision", "device", "device_name",
-    "status", "reason", "max_batch_size", "first_oom_batch_size", "limit_reached", "start_batch_size",
-    "max_batch_size_limit", "resolution", "memory_cap_bytes", "probes", "batch_ratio_vs_fp32", "throughput_at_max",
+    "run_id", "suite", "model_label", "image_size", "seq_len", "channels_last", "world_size", "nproc_per_node",
+    "precision", "device", "device_name", "status", "reason", "max_batch_size", "first_oom_batch_size",
+    "limit_reached", "start_batch_size", "max_batch_size_limit", "resolution", "memory_cap_bytes", "probes",
+    "batch_ratio_vs_fp32", "batch_ratio_is_lower_bound", "throughput_at_max",
     "step_time_ms_at_max", "peak_mem_at_max_bytes", "throughput_ratio_vs_fp32", "measure_status", "hostname",
     "fingerprint", "timestamp",
 ]
@@ -49,6 +50,9 @@ def search_max_batch(probe: Callable[[int], tuple[str, str]], start: int, limit:
                      resolution: int = 1) -> SearchResult:
     """Doubling, then bisection. `probe(batch)` returns (status, reason); status ok/nonfinite means the
     batch fits, oom that it does not; anything else stops the search with that status."""
+    resolution = max(1, resolution)  # 0 would never stop bisecting
+    limit = max(1, limit)
+    start = min(max(1, start), limit)
     result = SearchResult(None, None, "ok")
 
     def fits(batch: int) -> bool:
@@ -100,19 +104,30 @@ def default_cpu_cap() -> int:
 def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
     """Each precision's largest batch and its throughput there, as multiples of fp32's."""
     table = table.copy()
-    keys = ["run_id", "model_label", "image_size", "seq_len", "channels_last"]
-    filled = table[keys].astype(str)
+    keys = ["run_id", "model_label", "image_size", "seq_len", "channels_last", "world_size", "nproc_per_node"]
+    filled = table.reindex(columns=keys).astype(str)
     fp32 = table[(table["precision"] == "fp32") & (table["status"] == "ok")]
-    base = {tuple(filled.loc[i]): (r["max_batch_size"], r["throughput_at_max"]) for i, r in fp32.iterrows()}
-    batch_ratio, speed_ratio = [], []
+    base = {tuple(filled.loc[i]): r for i, r in fp32.iterrows()}
+    batch_ratio, lower_bound, speed_ratio = [], [], []
     for i, r in table.iterrows():
         b = base.get(tuple(filled.loc[i]))
-        ok = b is not None and r["status"] == "ok"
-        batch_ratio.append(r["max_batch_size"] / b[0] if ok and b[0] else float("nan"))
-        speed_ratio.append(r["throughput_at_max"] / b[1] if ok and b[1] == b[1] and b[1] else float("nan"))
+        ok = b is not None and r["status"] == "ok" and bool(b["max_batch_size"])
+        # fp32 at the search limit: its true maximum is unknown, and so is the ratio
+        ok = ok and not _true(b.get("limit_reached"))
+        batch_ratio.append(r["max_batch_size"] / b["max_batch_size"] if ok else float("nan"))
+        lower_bound.append(ok and _true(r.get("limit_reached")))  # the mode itself hit the limit: at least this
+        t = b["throughput_at_max"] if b is not None else float("nan")
+        speed_ratio.append(r["throughput_at_max"] / t if b is not None and r["status"] == "ok" and t == t and t
+                           else float("nan"))
     table["batch_ratio_vs_fp32"] = batch_ratio
+    table["batch_ratio_is_lower_bound"] = lower_bound
     table["throughput_ratio_vs_fp32"] = speed_ratio
     return table
+
+
+def _true(value) -> bool:
+    """A flag that may have come back from CSV as the string 'True'."""
+    return value is True or str(value).lower() == "true"
 
 
 class HeadroomReporter:
@@ -125,6 +140,7 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
                  **overrides) -> pd.DataFrame:
     """Search every model x precision of the suite; returns the headroom table (attrs: run_dir).
     Tables are saved after every probe."""
+    from amp_bench.errors import UserError
     from amp_bench.hardware import DeviceInfo
     from amp_bench.results import utc_now
     from amp_bench.runner import Reporter, open_store, probe, run_one, sigterm_as_interrupt
@@ -136,17 +152,24 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
     info = DeviceInfo.from_json(probed["device"])
     headroom_keys = {"memory_cap_gb", "start_batch_size", "max_batch_size", "resolution", "probe_steps", "measure"}
     spec = suite.headroom_spec(info.type, {k: v for k, v in overrides.items() if k in headroom_keys})
-    if info.type == "cpu" and spec.memory_cap_bytes is None:
-        # without a cap the search would end in the kernel's OOM killer, which may pick another process
-        spec = dataclasses.replace(spec, memory_cap_bytes=default_cpu_cap())
     cases = suite.cases(info.type, {k: v for k, v in overrides.items() if k not in headroom_keys})
+    if any(c.nnodes > 1 for c in cases):
+        raise UserError(f"{path}: nnodes: headroom searches run on one node (each node would search alone "
+                        "and wait for the others at every probe); use nnodes: 1")
+    shared_cap = info.type == "cpu" and spec.memory_cap_bytes is None
+    if shared_cap:
+        # without a cap the search would end in the kernel's OOM killer, which may pick another process;
+        # a cap holds per process, so DDP ranks share this one out
+        spec = dataclasses.replace(spec, memory_cap_bytes=default_cpu_cap())
     templates: dict[tuple, object] = {}  # one per model, sizes, layout and precision; batch is searched
     for case in cases:
-        key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.world_size, case.precision)
+        key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.nproc_per_node,
+               case.precision)
         templates.setdefault(key, case)
     templates = list(templates.values())
     store, host, fingerprint = open_store(suite, path, probed, results_dir, overrides, kind="headroom",
-                                          headroom=dataclasses.asdict(spec), cases_planned=len(templates))
+                                          headroom={**dataclasses.asdict(spec), "default_cpu_cap": shared_cap},
+                                          cases_planned=len(templates))
     store.flush()
     quiet = Reporter()
     table, probes = [], []
@@ -155,8 +178,9 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
     reporter.started(store, info, spec, len(templates))
     try:
         for template in templates:
+            cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if shared_cap else spec.memory_cap_bytes
             base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
-                                       memory_cap_bytes=spec.memory_cap_bytes, instrument=False)
+                                       memory_cap_bytes=cap, instrument=False)
 
             def probe_batch(batch: int, base=base) -> tuple[str, str]:
                 case = dataclasses.replace(base, batch_size=batch)
@@ -174,12 +198,13 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
             found = search_max_batch(probe_batch, spec.start_batch_size, spec.max_batch_size, spec.resolution)
             row = {"run_id": store.run_id, "suite": suite.name, "model_label": template.model.label,
                    "image_size": template.image_size, "seq_len": template.seq_len,
-                   "channels_last": template.channels_last, "precision": template.precision, "device": info.type,
+                   "channels_last": template.channels_last, "world_size": template.world_size,
+                   "nproc_per_node": template.nproc_per_node, "precision": template.precision, "device": info.type,
                    "device_name": info.name, "status": found.status, "reason": found.reason,
                    "max_batch_size": found.largest_fit, "first_oom_batch_size": found.smallest_oom,
                    "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,
                    "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution,
-                   "memory_cap_bytes": spec.memory_cap_bytes, "probes": len(found.probes),
+                   "memory_cap_bytes": cap, "probes": len(found.probes),
                    "hostname": host["hostname"], "fingerprint": fingerprint.get("fingerprint", "")}
             if found.status == "ok" and spec.measure:
                 # the throughput this batch buys: a full measurement, without the cap (on the CPU the

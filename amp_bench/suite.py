@@ -198,7 +198,7 @@ class Suite:
     def has_matrix(self) -> bool:
         return "models" in self.settings and "batch_sizes" in self.settings
 
-    def _section(self, name: str, device_type: str) -> dict | None:
+    def section(self, name: str, device_type: str) -> dict | None:
         top = getattr(self, name)
         override = self.blocks.get(device_type, {}).get(name)
         if top is None and override is None:
@@ -206,7 +206,7 @@ class Suite:
         return {**(top or {}), **(override or {})}
 
     def fidelity_spec(self, device_type: str, overrides: dict | None = None) -> FidelitySpec:
-        section = self._section("fidelity", device_type)
+        section = self.section("fidelity", device_type)
         if section is None:
             raise SuiteError(f"{self.path}: fidelity: missing (add a fidelity: section, e.g. "
                              "{dataset: digits, epochs: 10}, to run the fidelity study)")
@@ -222,7 +222,7 @@ class Suite:
     def headroom_spec(self, device_type: str, overrides: dict | None = None) -> HeadroomSpec:
         problems: Problems = []
         given = {k: v for k, v in (overrides or {}).items() if v is not None}
-        section = {**(self._section("headroom", device_type) or {}),
+        section = {**(self.section("headroom", device_type) or {}),
                    **(_validate_headroom(given, "override", problems) or {})}
         if problems:
             raise SuiteError([f"{self.path}: {p}" for p in problems])
@@ -665,7 +665,9 @@ def load_suite(path: str | Path) -> Suite:
     settings = {**DEFAULTS, "optimizer": OptimizerSpec()}
     settings.update(_validate_settings(data, "", problems, search_dirs))
     for required in ("models", "batch_sizes"):
-        if required not in data and "fidelity" not in data:  # a fidelity-only suite needs no matrix
+        fidelity_only = "fidelity" in data or any(isinstance(data.get(b), dict) and "fidelity" in data[b]
+                                                  for b in DEVICE_BLOCKS)
+        if required not in data and not fidelity_only:  # a fidelity-only suite needs no matrix
             problems.append(f"{required}: missing (the matrix needs models and batch_sizes)")
     sections = {"fidelity": None, "headroom": None}
     sections["fidelity"] = _validate_fidelity(data["fidelity"], "fidelity", problems) if "fidelity" in data else None
@@ -696,9 +698,9 @@ def load_suite(path: str | Path) -> Suite:
     for block in DEVICE_BLOCKS:  # every device's matrix must be sound, not just this machine's
         if suite.has_matrix:
             suite.cases(block)
-        if suite._section("fidelity", block) is not None:
+        if suite.section("fidelity", block) is not None:
             suite.fidelity_spec(block)
-        if suite._section("headroom", block) is not None:
+        if suite.section("headroom", block) is not None:
             suite.headroom_spec(block)
     return suite
 

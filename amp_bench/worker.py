@@ -20,7 +20,7 @@ import time
 import traceback
 
 OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "cudnn_status_alloc_failed",
-               "cuda error: out of memory", "std::bad_alloc")
+               "cuda error: out of memory", "std::bad_alloc", "cublas_status_alloc_failed")
 
 
 class EventChannel:

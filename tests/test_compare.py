@@ -78,7 +78,8 @@ def run_compare(*args):
 
 @pytest.mark.slow
 def test_same_suite_twice_is_no_regression(runs, tmp_path):
-    proc = run_compare(runs["base"], runs["same"], "-o", tmp_path / "c")
+    # 5%: a rerun on a shared 2-core machine can drift by a few percent; a 30% slowdown is tested below
+    proc = run_compare(runs["base"], runs["same"], "-o", tmp_path / "c", "--threshold-time", "5%")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdict = json.loads((tmp_path / "c.json").read_text())
     assert verdict["verdict"] == "no regression"
@@ -111,7 +112,9 @@ def test_fingerprint_mismatch_is_refused_unless_forced(runs, tmp_path):
     proc = run_compare(runs["base"], other, "-o", tmp_path / "c")
     assert proc.returncode == 2 and "machine fingerprints differ" in proc.stderr and "--force" in proc.stderr
     assert "Traceback" not in proc.stderr
-    forced = run_compare(runs["base"], other, "-o", tmp_path / "c", "--force")
+    # what is tested here is the refusal and --force, not the statistics: a wide threshold keeps
+    # scheduler noise on a busy machine out of it
+    forced = run_compare(runs["base"], other, "-o", tmp_path / "c", "--force", "--threshold-time", "50%")
     assert forced.returncode == 0 and "compared anyway" in forced.stdout
 
 

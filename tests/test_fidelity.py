@@ -40,6 +40,14 @@ def test_verdicts_pair_by_seed_and_follow_the_tolerance():
     assert table.loc["tf32", "accuracy_diff_pp"] == pytest.approx(5.0)
     assert table.loc["tf32", "verdict"] == "better"
     assert verdicts(runs, tolerance_pp=7.0).set_index("precision").loc["amp_fp16", "verdict"] == "parity"
+    assert table.loc["tf32", "paired_seeds"] == 1 and table.loc["amp_fp16", "paired_seeds"] == 2
+
+
+def test_a_difference_exactly_at_the_tolerance_is_parity():
+    # 0.96 - 0.97 is -1.0000000000000009 pp in floating point
+    runs = _runs([{"precision": "fp32", "seed": 0, "test_accuracy": 0.97},
+                  {"precision": "amp_bf16", "seed": 0, "test_accuracy": 0.96}])
+    assert verdicts(runs, 1.0).set_index("precision").loc["amp_bf16", "verdict"] == "parity"
 
 
 def test_verdicts_without_a_baseline_or_a_measurement():
@@ -176,6 +184,16 @@ def test_bad_sections_get_one_line_each(write_suite, text, message):
     assert any(message in line for line in info.value.lines), info.value.lines
 
 
+def test_a_fidelity_section_in_a_device_block_only(write_suite):
+    from amp_bench.cli import main
+    path = write_suite("models: [python:toy_models:mlp]\nbatch_sizes: [4]\ncuda: {fidelity: {epochs: 2}}")
+    suite = load_suite(path)
+    assert suite.fidelity_spec("cuda").epochs == 2
+    assert main(["validate", str(path)]) == 0
+    block_only = load_suite(write_suite("cpu: {fidelity: {epochs: 1}}", name="block.yaml"))
+    assert not block_only.has_matrix and block_only.fidelity_spec("cpu").epochs == 1
+
+
 def test_a_fidelity_only_suite_refuses_run_with_a_clear_line(write_suite, tmp_path):
     suite = write_suite("fidelity: {dataset: digits}")
     proc = subprocess.run([sys.executable, "-m", "amp_bench", "run", str(suite), "--device", "cpu",
@@ -185,4 +203,4 @@ def test_a_fidelity_only_suite_refuses_run_with_a_clear_line(write_suite, tmp_pa
     assert "models, batch_sizes: missing" in proc.stderr and "amp_bench fidelity" in proc.stderr
     validate = subprocess.run([sys.executable, "-m", "amp_bench", "validate", str(suite)], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
-    assert validate.returncode == 0 and "fidelity: small_cnn on digits" in validate.stdout
+    assert validate.returncode == 0 and "fidelity on cpu: small_cnn on digits" in validate.stdout

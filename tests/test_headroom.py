@@ -57,6 +57,32 @@ def test_nonfinite_loss_is_not_a_memory_verdict():
     assert found.status == "ok" and found.largest_fit == 10
 
 
+def test_unguarded_arguments_cannot_hang_or_overshoot():
+    found = search_max_batch(_limit_probe(10), 4, 64, resolution=0)
+    assert found.largest_fit == 10 and found.smallest_oom == 11
+    found = search_max_batch(_limit_probe(1000), 100, 50)
+    assert found.largest_fit == 50 and found.limit_reached
+
+
+def _row(precision, batch, throughput, world_size=1, nproc=None, limit=False):
+    return {"run_id": "r", "model_label": "m", "image_size": 32, "seq_len": None, "channels_last": False,
+            "world_size": world_size, "nproc_per_node": nproc, "precision": precision, "status": "ok",
+            "max_batch_size": batch, "throughput_at_max": throughput, "limit_reached": limit}
+
+
+def test_ratios_pair_within_a_world_size_and_mark_bounds():
+    out = ratios_vs_fp32(pd.DataFrame([_row("fp32", 100, 10.0, 1, 1), _row("amp_bf16", 200, 18.0, 1, 1),
+                                       _row("fp32", 50, 16.0, 2, 2), _row("amp_bf16", 90, 30.0, 2, 2)]))
+    assert out["batch_ratio_vs_fp32"].tolist() == [1.0, 2.0, 1.0, 1.8]
+    assert out["throughput_ratio_vs_fp32"].tolist() == pytest.approx([1.0, 1.8, 1.0, 1.875])
+    bounded = ratios_vs_fp32(pd.DataFrame([_row("fp32", 100, 10.0), _row("amp_bf16", 1024, 18.0, limit=True)]))
+    assert bounded["batch_ratio_vs_fp32"].iloc[1] == pytest.approx(10.24)
+    assert bool(bounded["batch_ratio_is_lower_bound"].iloc[1])
+    unknown = ratios_vs_fp32(pd.DataFrame([_row("fp32", 1024, 10.0, limit="True"), _row("amp_bf16", 1024, 18.0,
+                                                                                       limit=True)]))
+    assert pd.isna(unknown["batch_ratio_vs_fp32"].iloc[1])  # fp32's own maximum was never found
+
+
 def test_ratios_against_fp32_per_model():
     table = pd.DataFrame([
         {"run_id": "r", "model_label": "m", "image_size": None, "seq_len": None, "channels_last": False,

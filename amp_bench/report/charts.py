@@ -317,7 +317,9 @@ def loss_scale_chart(steps: pd.DataFrame):
         if not skipped.empty:
             fig.add_scatter(x=skipped["step"], y=skipped["scale"], mode="markers", name=f"skipped (seed {seed})",
                             marker=dict(symbol="x", size=9, color=COLORS["amp_fp16"]))
-    fig.add_hline(y=1, line_dash="dot", annotation_text="scale 1", line_color="#999")
+    # on a log axis plotly places an hline's own annotation at 10**y: label the line by hand
+    fig.add_hline(y=1, line_dash="dot", line_color="#999")
+    fig.add_annotation(y=0, yref="y", x=1, xref="paper", text="scale 1", showarrow=False, yanchor="bottom")
     fig.update_yaxes(type="log", title_text="loss scale (after the step)")
     fig.update_xaxes(title_text="step")
     fig.update_layout(template=TEMPLATE, height=380, title="GradScaler loss scale (x: a skipped optimizer step)",

@@ -96,7 +96,9 @@ def collect(inputs: list[str | Path]) -> ReportData:
     from amp_bench.fidelity import load_fidelity
     from amp_bench.headroom import load_headroom
     from amp_bench.results import RESULT_COLUMNS
-    frame = pd.concat(results, ignore_index=True)
+    # study runs carry a header-only results.csv: concatenating it would turn every column to object
+    results = [r for r in results if not r.empty]
+    frame = pd.concat(results, ignore_index=True) if results else pd.DataFrame()
     if frame.empty:
         frame = pd.DataFrame(columns=RESULT_COLUMNS)
     try:

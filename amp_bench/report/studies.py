@@ -63,11 +63,16 @@ def headroom_for_reading(headroom: pd.DataFrame) -> pd.DataFrame:
     def cap(v):
         return "none" if v != v or v is None else f"{v / 2**30:.3g} GiB"
     return pd.DataFrame({
-        "device": headroom["device_name"], "model": headroom["model_label"], "precision": headroom["precision"],
+        "device": headroom["device_name"], "model": headroom["model_label"],
+        "processes": headroom.get("world_size", pd.Series(np.nan, index=headroom.index)),
+        "precision": headroom["precision"],
         "status": headroom["status"], "largest batch": headroom["max_batch_size"],
         "first OOM": headroom["first_oom_batch_size"],
         "limit reached": headroom["limit_reached"].map(lambda v: "yes" if v in (True, "True") else ""),
-        "x fp32's batch": headroom["batch_ratio_vs_fp32"].map(lambda v: "-" if v != v else f"{v:.2f}x"),
+        "x fp32's batch": [("-" if v != v else ("≥" if str(lb).lower() == "true" else "") + f"{v:.2f}x")
+                           for v, lb in zip(headroom["batch_ratio_vs_fp32"],
+                                            headroom.get("batch_ratio_is_lower_bound",
+                                                         pd.Series(False, index=headroom.index)))],
         "samples/s there": headroom["throughput_at_max"],
         "x fp32's samples/s": headroom["throughput_ratio_vs_fp32"].map(lambda v: "-" if v != v else f"{v:.2f}x"),
         "memory cap": headroom["memory_cap_bytes"].map(cap), "probes": headroom["probes"],
