@@ -191,6 +191,7 @@ def _auto_report(run_dir: str, reports_dir: Path, console) -> None:
 
 
 def cmd_fidelity(args, console) -> int:
+    from rich import box
     from rich.table import Table
 
     from amp_bench.fidelity import FidelityReporter, run_fidelity
@@ -202,6 +203,11 @@ def cmd_fidelity(args, console) -> int:
                           f"[bold]results[/]: {store.dir}", highlight=False, soft_wrap=True)
 
         def precision_finished(self, precision, rows):
+            if rows and len({(r.get("status"), r.get("reason")) for r in rows}) == 1 and rows[0].get("status") != "ok":
+                seeds = ", ".join(str(r["seed"]) for r in rows)  # alike for every seed: say it once
+                console.print(f"{rows[0]['status']:>11} {precision} (seeds {seeds})  {escape(str(rows[0].get('reason')))}",
+                              highlight=False)
+                return
             for r in rows:
                 detail = (f"test accuracy {r['test_accuracy']:.2%}, final train loss {r['final_train_loss']:.4f}"
                           if r.get("status") == "ok" else escape(str(r.get("reason", ""))))
@@ -216,24 +222,29 @@ def cmd_fidelity(args, console) -> int:
         console.print("[yellow]interrupted[/]: every finished precision is saved; see the results directory above")
         return 130
     verdicts = runs.attrs["verdicts"]
-    table = Table("precision", "seeds", "test accuracy", "vs fp32 (pp)", "fp32 seed range (pp)", "train loss",
-                  "scaler skips", "min scale", "grads lost in fp16 (unscaled -> scaled)", "verdict",
-                  title=f"held-out accuracy against fp32 (tolerance +/-{verdicts['tolerance_pp'].iloc[0]:g} pp)",
-                  title_justify="left")
     health = runs.groupby("precision", sort=False).agg(
         skips=("scaler_skipped_steps", "sum"), min_scale=("scaler_min_scale", "min"),
         lost=("grad_underflow_fraction_unscaled", "max"), lost_scaled=("grad_underflow_fraction_scaled", "max"))
+    has_scaler, has_probe = health["min_scale"].notna().any(), health["lost"].notna().any()
+    table = Table(title=f"held-out accuracy against fp32 (tolerance +/-{verdicts['tolerance_pp'].iloc[0]:g} pp)"
+                  + ("; grads lost: share of gradient elements zero under autocast, unscaled->scaled"
+                     if has_probe else ""), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    columns = ["precision", "seeds", "acc", "diff pp", "fp32 range pp", "train loss"]
+    columns += (["skips", "min scale"] if has_scaler else []) + (["grads lost"] if has_probe else []) + ["verdict"]
+    for name in columns:  # narrow terminals wrap rather than cut a figure short
+        table.add_column(name, no_wrap=name in ("precision", "verdict"), overflow="fold",
+                         justify="left" if name in ("precision", "verdict") else "right")
     colours = {"parity": "green", "worse": "red", "better": "yellow"}
     for _, v in verdicts.iterrows():
         h = health.loc[v["precision"]]
-        underflow = (f"{_fmt(h['lost'], '.3%')} -> {_fmt(h['lost_scaled'], '.3%')}"
-                     if h["lost"] == h["lost"] else "-")
         verdict = f"[{colours[v['verdict']]}]{v['verdict']}[/]" if v["verdict"] in colours else escape(v["verdict"])
-        table.add_row(v["precision"], str(v["seeds"]), _fmt(v["test_accuracy"], ".2%"),
-                      _fmt(v["accuracy_diff_pp"], "+.2f"), _fmt(v["fp32_seed_range_pp"], ".2f"),
-                      _fmt(v["final_train_loss"], ".4f"),
-                      _fmt(h["skips"], ".0f") if h["min_scale"] == h["min_scale"] else "-",
-                      _fmt(h["min_scale"], ".4g"), underflow, verdict)
+        cells = [v["precision"], str(v["seeds"]), _fmt(v["test_accuracy"], ".2%"), _fmt(v["accuracy_diff_pp"], "+.2f"),
+                 _fmt(v["fp32_seed_range_pp"], ".2f"), _fmt(v["final_train_loss"], ".4f")]
+        if has_scaler:
+            cells += [_fmt(h["skips"], ".0f") if h["min_scale"] == h["min_scale"] else "-", _fmt(h["min_scale"], ".4g")]
+        if has_probe:
+            cells.append(f"{_fmt(h['lost'], '.3%')}->{_fmt(h['lost_scaled'], '.3%')}" if h["lost"] == h["lost"] else "-")
+        table.add_row(*cells, verdict)
     console.print(table)
     if (runs["scaler_scale_below_one"] == True).any():  # noqa: E712 - NaN for runs without a scaler
         console.print("[red]warning[/]: the loss scale fell below 1: gradients overflow fp16 even unscaled",
@@ -245,6 +256,7 @@ def cmd_fidelity(args, console) -> int:
 
 
 def cmd_headroom(args, console) -> int:
+    from rich import box
     from rich.table import Table
 
     from amp_bench.headroom import HeadroomReporter, run_headroom
@@ -274,9 +286,12 @@ def cmd_headroom(args, console) -> int:
         console.print("[yellow]interrupted[/]: every finished search is saved; see the results directory above")
         return 130
     procs = table["nproc_per_node"].notna().any()
-    out = Table("model", *(["procs"] if procs else []), "precision", "largest batch", "first OOM", "x fp32 batch",
-                "samples/s there", "x fp32 samples/s", "probes", "status", title="largest batch that trains",
-                title_justify="left")
+    out = Table(title="largest batch that trains (and samples/s at it), against fp32", title_justify="left",
+                box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("model", *(["procs"] if procs else []), "precision", "largest", "first OOM", "x fp32",
+                 "samples/s", "x fp32 ", "probes", "status"):
+        out.add_column(name, no_wrap=name == "precision", overflow="fold",
+                       justify="left" if name in ("model", "precision", "status") else "right")
     for _, r in table.iterrows():
         largest = _fmt(r["max_batch_size"], ".0f") + (" (limit)" if r["limit_reached"] else "")
         ratio = ("≥" if r["batch_ratio_is_lower_bound"] else "") + _fmt(r["batch_ratio_vs_fp32"], ".2f", "x")
