@@ -21,6 +21,7 @@ def _device_record(requested: str = "auto") -> dict:
     return {"device": device, "versions": versions()}
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: without it installed, pytest must still start
 def pytest_benchmark_update_machine_info(config, machine_info):
     try:
         record = _device_record()

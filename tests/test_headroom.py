@@ -172,4 +172,9 @@ def test_probes_killed_like_the_oom_killer_do_not_end_the_run(write_suite, tmp_p
     results = pd.read_csv(run_dir / "results.csv")  # the measurement at the largest batch
     assert results["batch_size"].tolist() == [row["max_batch_size"]] and results["status"].tolist() == ["ok"]
     assert "largest batch that trains" in proc.stdout
-    assert any(p.suffix == ".html" for p in (tmp_path / "reports").iterdir())
+    try:
+        import plotly  # noqa: F401
+    except ImportError:  # the GPU image has no plotly: the run says so and keeps its results
+        assert "report skipped: plotly is not installed" in proc.stdout
+    else:
+        assert any(p.suffix == ".html" for p in (tmp_path / "reports").iterdir())
