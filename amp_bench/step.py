@@ -73,11 +73,12 @@ class TrainStep:
 
     def skipped_steps(self, first: int = 0, last: int | None = None) -> list[int]:
         """Indices of steps whose update was skipped: a skip is exactly a scale decrease."""
+        from amp_bench.scaler_health import scale_history
         if not self.scales:
             return []
-        values = [self.initial_scale] + torch.stack([s.float().cpu() for s in self.scales]).tolist()
-        skipped = [i for i in range(len(values) - 1) if values[i + 1] < values[i]]
-        last = len(values) - 1 if last is None else last
+        scales = torch.stack([s.float().cpu() for s in self.scales]).tolist()
+        skipped = scale_history(self.initial_scale, scales)["scaler_skipped_step_indices"]
+        last = len(scales) if last is None else last
         return [i for i in skipped if first <= i < last]
 
     def final_scale(self) -> float | None:

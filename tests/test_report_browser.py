@@ -46,6 +46,14 @@ def render(page: Path, tmp_path: Path) -> tuple[str, list[str]]:
     return proc.stdout, sorted(set(requests))
 
 
+def report_charts(tmp_path: Path) -> tuple[str, list[str]]:
+    """Report of tmp_path/results rendered offline: (DOM, chart ids); the page fetched nothing."""
+    written = build_report([tmp_path / "results"], tmp_path / "report.html")
+    dom, requests = render(written["html"], tmp_path)
+    assert requests == []
+    return dom, re.findall(r'<div id="chart-([a-z0-9-]+)"', dom)
+
+
 def assert_every_chart_drew(dom: str, charts: list[str]) -> None:
     for chart in charts:
         body = dom.split(f'<div id="chart-{chart}"', 1)[1].split('<div id="chart-', 1)[0]
@@ -63,10 +71,7 @@ def test_detector_catches_outside_requests(tmp_path):
 
 def test_every_chart_draws_offline_and_nothing_is_fetched(tmp_path):
     write_machine_runs(tmp_path / "results")
-    written = build_report([tmp_path / "results"], tmp_path / "report.html")
-    dom, requests = render(written["html"], tmp_path)
-    assert requests == []
-    charts = re.findall(r'<div id="chart-([a-z0-9-]+)"', dom)
+    dom, charts = report_charts(tmp_path)
     # two machines with per-phase memory and scaler skips: every chart of the report has data
     assert set(charts) == {"speedup", "speedup-tf32", "memory", "phases", "throughput", "distributions",
                            "scaler", "machines"}
@@ -75,10 +80,7 @@ def test_every_chart_draws_offline_and_nothing_is_fetched(tmp_path):
 
 def test_fidelity_and_headroom_charts_draw_offline(tmp_path):
     write_study_runs(tmp_path / "results")
-    written = build_report([tmp_path / "results"], tmp_path / "report.html")
-    dom, requests = render(written["html"], tmp_path)
-    assert requests == []
-    charts = re.findall(r'<div id="chart-([a-z0-9-]+)"', dom)
+    dom, charts = report_charts(tmp_path)
     assert set(charts) == {"fidelity", "loss-scale", "headroom"}
     assert_every_chart_drew(dom, charts)
     assert "Speedup over FP32" not in dom  # no benchmark rows: no empty benchmark sections
