@@ -9,13 +9,13 @@ from __future__ import annotations
 import platform
 from dataclasses import asdict, dataclass, field
 
+from amp_bench import modes
+
 # Compute capability -> architecture family (first match wins on major.minor, then major).
 _ARCH_BY_CC = {(7, 0): "Volta", (7, 2): "Volta", (7, 5): "Turing", (8, 0): "Ampere", (8, 6): "Ampere",
                (8, 7): "Ampere", (8, 9): "Ada", (9, 0): "Hopper"}
 _ARCH_BY_MAJOR = {6: "Pascal", 10: "Blackwell", 12: "Blackwell"}
 
-CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-CPU_FP16_FLAGS = ("amx_fp16", "avx512_fp16")
 
 
 @dataclass(frozen=True)
@@ -69,42 +69,24 @@ class Support:
 
 
 def precision_support(mode: str, device: DeviceInfo) -> Support:
-    """Hardware gate per mode. Deliberately not torch.cuda.is_bf16_supported(): it counts
-    slow emulation on Volta/Turing as support."""
-    if mode == "fp32":
-        return Support(True)
+    """Hardware gate per mode, from the mode's requirements in amp_bench.modes. Deliberately not
+    torch.cuda.is_bf16_supported(): it counts slow emulation on Volta/Turing as support."""
+    spec = modes.get(mode)
     if device.type == "cuda":
         cc = device.capability or (0, 0)
-        cc_text = f"compute capability {cc[0]}.{cc[1]}"
-        if mode == "tf32":
-            if cc >= (8, 0):
-                return Support(True)
-            return Support(False, f"TF32 needs compute capability >= 8.0 (Ampere); {device.name} has {cc_text}")
-        if mode == "amp_fp16":
-            if cc >= (7, 0):
-                return Support(True)
-            return Support(False, f"fp16 tensor cores need compute capability >= 7.0; {device.name} has {cc_text}",
-                           emulated=True)
-        if mode == "amp_bf16":
-            if cc >= (8, 0):
-                return Support(True)
-            return Support(False, f"bf16 needs compute capability >= 8.0 (emulated and slow below); "
-                                  f"{device.name} has {cc_text}", emulated=True)
-    else:
-        if mode == "tf32":
-            return Support(False, "TF32 is a CUDA tensor-core mode; the CPU has no TF32")
-        if mode == "amp_bf16":
-            if device.cpu_flags & set(CPU_BF16_FLAGS):
-                return Support(True)
-            return Support(True, "CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated", emulated=True)
-        if mode == "amp_fp16":
-            if not device.cpu_fp16_autocast:
-                return Support(False, "this torch's CPU autocast does not support float16")
-            if device.cpu_flags & set(CPU_FP16_FLAGS):
-                return Support(True)
-            return Support(False, "CPU has no AVX512-FP16/AMX-FP16: fp16 would run emulated, often 10x "
-                                  "slower than fp32 (set allow_emulated: true to run it anyway)", emulated=True)
-    raise ValueError(f"unknown precision {mode!r}")
+        if cc >= spec.cuda_min_capability:
+            return Support(True)
+        return Support(False, f"{spec.cuda_requirement}; {device.name} has compute capability {cc[0]}.{cc[1]}",
+                       emulated=spec.cuda_below == "emulated")
+    if spec.cpu == "always":
+        return Support(True)
+    if spec.cpu == "never":
+        return Support(False, spec.cpu_requirement)
+    if spec.autocast_dtype == "float16" and not device.cpu_fp16_autocast:
+        return Support(False, "this torch's CPU autocast does not support float16")
+    if device.cpu_flags & set(spec.cpu_isa_flags):
+        return Support(True)
+    return Support(spec.cpu_emulated_runs, spec.cpu_requirement, emulated=True)
 
 
 def may_run(support: Support, allow_emulated: bool) -> bool:
@@ -148,8 +130,8 @@ def read_cpu_info(path: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
 
 
 def cpu_fp16_autocast_works() -> bool:
-    from amp_bench.precision import MODES, autocast_engages
-    return autocast_engages(MODES["amp_fp16"], "cpu")[0]
+    from amp_bench.precision import autocast_engages, get_mode
+    return autocast_engages(get_mode("amp_fp16"), "cpu")[0]
 
 
 class DeviceUnavailable(Exception):
@@ -185,5 +167,4 @@ def probe_device(requested: str = "auto", cuda: CudaQuery | None = None,
 
 
 def describe_support(device: DeviceInfo) -> list[tuple[str, Support]]:
-    from amp_bench.precision import MODE_NAMES
-    return [(mode, precision_support(mode, device)) for mode in MODE_NAMES]
+    return [(mode, precision_support(mode, device)) for mode in modes.names()]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from amp_bench import modes
+
 # (name pattern, {mode: dense peak TFLOP/s}, source). fp32 = plain FP32 FMA rate; tf32/fp16/bf16 =
 # dense tensor-core rates (no sparsity). Sources: the vendor datasheets, as collected in
 # shared/FIELD_NOTES.md ("Dense peak TFLOP/s").
@@ -31,12 +33,10 @@ PEAKS: list[tuple[str, dict[str, float], str]] = [
      "NVIDIA H200 datasheet (SXM): 67 FP32, 495 TF32, 989 FP16/BF16 dense"),
 ]
 
-MODE_TO_MATH = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16"}
-
 
 def peak_tflops(device_name: str, precision: str) -> tuple[float | None, str]:
     """(dense peak TFLOP/s, source) for a device name and precision mode; (None, why) when unknown."""
-    math = MODE_TO_MATH.get(precision)
+    math = modes.get(precision).peak_math
     for pattern, peaks, source in PEAKS:
         if re.fullmatch(pattern, device_name.strip()):
             if math in peaks:

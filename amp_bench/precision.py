@@ -11,9 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
+from amp_bench import modes
+
 
 @dataclass(frozen=True)
 class PrecisionMode:
+    """A mode of amp_bench.modes with its autocast dtype as a torch dtype."""
     name: str
     autocast_dtype: torch.dtype | None  # None: no autocast region
     use_grad_scaler: bool
@@ -24,22 +27,10 @@ class PrecisionMode:
         return self.autocast_dtype is not None
 
 
-# Under the AMP modes the ops autocast leaves in FP32 run as strict IEEE FP32, like the fp32
-# baseline, so the only difference between fp32 and amp_* is autocast (and the scaler).
-MODES: dict[str, PrecisionMode] = {
-    "fp32": PrecisionMode("fp32", None, False, "ieee"),
-    "tf32": PrecisionMode("tf32", None, False, "tf32"),
-    "amp_fp16": PrecisionMode("amp_fp16", torch.float16, True, "ieee"),
-    "amp_bf16": PrecisionMode("amp_bf16", torch.bfloat16, False, "ieee"),
-}
-MODE_NAMES = tuple(MODES)
-
-
 def get_mode(name: str) -> PrecisionMode:
-    try:
-        return MODES[name]
-    except KeyError:
-        raise ValueError(f"unknown precision {name!r} (expected one of {', '.join(MODE_NAMES)})") from None
+    mode = modes.get(name)
+    dtype = getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None
+    return PrecisionMode(mode.name, dtype, mode.grad_scaler, mode.fp32_math)
 
 
 def _has_fp32_precision_api() -> bool:

@@ -18,7 +18,7 @@ import yaml
 
 from amp_bench import models as model_refs
 from amp_bench.errors import SuiteError
-from amp_bench.precision import MODE_NAMES
+from amp_bench import modes
 
 MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -479,11 +479,11 @@ def _models(search_dirs):
 def _peak_tflops(value, path, problems):
     """A number for every precision, or a mapping precision -> number."""
     if isinstance(value, dict):
-        _check_keys(value, MODE_NAMES, path, problems)
-        out = {k: _number(0, 1e6)(v, _join(path, k), problems) for k, v in value.items() if k in MODE_NAMES}
+        _check_keys(value, modes.names(), path, problems)
+        out = {k: _number(0, 1e6)(v, _join(path, k), problems) for k, v in value.items() if k in modes.names()}
         return None if None in out.values() else out
     number = _number(0, 1e6)(value, path, problems)
-    return None if number is None else {mode: number for mode in MODE_NAMES}
+    return None if number is None else {mode: number for mode in modes.names()}
 
 
 _nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
@@ -513,7 +513,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
     return {
         "models": _models(search_dirs),
         "batch_sizes": _axis(_int(1, MAX_BATCH_SIZE, "a batch size"), "batch size"),
-        "precisions": _axis(_choice(MODE_NAMES), "precision"),
+        "precisions": _axis(_choice(modes.names()), "precision"),
         "image_size": _axis(_int(8, 8192, "an image size"), "image size"),
         "seq_len": _axis(_int(1, 1 << 20, "a sequence length"), "sequence length"),
         "channels_last": _axis(_bool, "layout"),
@@ -557,7 +557,7 @@ def _fidelity_fields() -> dict[str, Callable]:
     return {
         "dataset": _choice(DATASETS), "model": _fidelity_model, "epochs": _int(1, 100_000),
         "batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "seeds": _axis(_int(0, 2**32 - 1, "a seed"), "seed"),
-        "precisions": _axis(_choice(MODE_NAMES), "precision"), "optimizer": _optimizer,
+        "precisions": _axis(_choice(modes.names()), "precision"), "optimizer": _optimizer,
         "test_fraction": _number(0, 0.9), "image_size": _int(8, 1024, "an image size"),
         "tolerance_pp": _number(0, 100), "probe_every": _int(0, 10_000_000), "timeout_s": _number(0, 7 * 24 * 3600),
     }

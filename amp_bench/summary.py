@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from amp_bench import modes
+
 GROUP_KEYS = ["run_id", "suite", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device",
               "device_name", "world_size"]
-PRECISION_ORDER = ["fp32", "tf32", "amp_fp16", "amp_bf16"]
 # memory metric -> result column; a metric is summarised only when its column has values
 MEMORY_METRICS = {
     "allocated": "peak_mem_allocated_bytes",
@@ -74,7 +75,7 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         base = table[table["precision"] == precision].set_index(GROUP_KEYS)[column]
         return table.join(base.rename("_base"), on=GROUP_KEYS)["_base"]
 
-    for base in ("fp32", "tf32"):
+    for base in modes.baseline_names():
         # from median step times (robust to outliers); the throughput ratio includes host gaps
         table[f"speedup_vs_{base}"] = baseline(base, "step_time_ms") / table["step_time_ms"]
         low, high, pairs = _repeat_spread(ok, base)
@@ -92,7 +93,7 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         table["mem_saving_above_baseline_vs_fp32"] = np.nan
     table = _scaling_efficiency(table)
     table[["image_size", "seq_len"]] = table[["image_size", "seq_len"]].replace(-1, np.nan)
-    table["_order"] = table["precision"].map({p: i for i, p in enumerate(PRECISION_ORDER)})
+    table["_order"] = table["precision"].map(modes.order_key)
     return table.sort_values(GROUP_KEYS[:7] + ["world_size", "_order"]).drop(columns="_order").reset_index(drop=True)
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import amp_bench
-from amp_bench.precision import MODES, autocast_region, set_fp32_math
+from amp_bench.precision import get_mode, autocast_region, set_fp32_math
 from amp_bench.step import TrainStep, build_optimizer
 from amp_bench.suite import OptimizerSpec
 from amp_bench.timing import CudaStepTimer
@@ -47,7 +47,7 @@ def test_fp32_is_strict_ieee_and_tf32_is_tf32(strict_fp32_after):
 def test_autocast_engages_on_cuda(name, dtype):
     if name == "amp_bf16" and _capability() < (8, 0):
         pytest.skip("bf16 needs compute capability >= 8.0")
-    with autocast_region(MODES[name], "cuda"):
+    with autocast_region(get_mode(name), "cuda"):
         out = torch.nn.functional.linear(torch.randn(4, 4, device="cuda"), torch.randn(4, 4, device="cuda"))
     assert out.dtype == dtype
 
@@ -73,7 +73,7 @@ def test_grad_scaler_skips_on_cuda():
     model, make_batch, loss_fn = inf_grad(at_steps=(1,))
     model = model.cuda()
     step = TrainStep(model, loss_fn, build_optimizer(model.parameters(), OptimizerSpec("adamw", "fused", 1e-3, 0.0)),
-                     MODES["amp_fp16"], "cuda")
+                     get_mode("amp_fp16"), "cuda")
     x, y = make_batch(8, torch.device("cuda"))
     for _ in range(4):
         step(x, y)

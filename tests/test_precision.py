@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from amp_bench.precision import (MODES, autocast_engages, autocast_region, get_mode, make_grad_scaler,
+from amp_bench import modes
+from amp_bench.precision import (autocast_engages, autocast_region, get_mode, make_grad_scaler,
                                  read_fp32_math_flags, set_fp32_math)
 
 
@@ -51,11 +52,11 @@ def test_flags_stay_readable_through_both_apis_after_every_mode():
 
 
 def test_grad_scaler_only_for_fp16():
-    assert [n for n, m in MODES.items() if make_grad_scaler(m, "cpu").is_enabled()] == ["amp_fp16"]
+    assert [n for n in modes.names() if make_grad_scaler(get_mode(n), "cpu").is_enabled()] == ["amp_fp16"]
 
 
 def test_autocast_proof_detects_a_silently_disabled_region():
-    fake = MODES["amp_bf16"].__class__("amp_f64", torch.float64, False, "ieee")  # CPU autocast ignores float64
+    fake = get_mode("amp_bf16").__class__("amp_f64", torch.float64, False, "ieee")  # CPU autocast ignores float64
     engaged, why = autocast_engages(fake, "cpu")
     assert not engaged
     assert "did not engage" in why or "failed" in why

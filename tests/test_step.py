@@ -1,7 +1,7 @@
 """The training step: AMP done as users write it; GradScaler skips counted exactly."""
 import torch
 
-from amp_bench.precision import MODES
+from amp_bench.precision import get_mode
 from amp_bench.step import TrainStep, build_optimizer
 from amp_bench.suite import OptimizerSpec
 from toy_models import inf_grad, mlp
@@ -11,7 +11,7 @@ def test_fp16_skip_counting_with_injected_inf_gradients():
     torch.manual_seed(0)
     model, make_batch, loss_fn = inf_grad(at_steps=(2, 4))
     optimizer = build_optimizer(model.parameters(), OptimizerSpec("sgd", "foreach", 0.1, 0.0))
-    step = TrainStep(model, loss_fn, optimizer, MODES["amp_fp16"], "cpu")
+    step = TrainStep(model, loss_fn, optimizer, get_mode("amp_fp16"), "cpu")
     x, y = make_batch(8, torch.device("cpu"))
     weights = []
     for _ in range(6):
@@ -29,7 +29,7 @@ def test_fp16_skip_counting_with_injected_inf_gradients():
 def test_no_skips_and_no_scaler_outside_fp16():
     model, make_batch, loss_fn = mlp()
     optimizer = build_optimizer(model.parameters(), OptimizerSpec())
-    step = TrainStep(model, loss_fn, optimizer, MODES["amp_bf16"], "cpu")
+    step = TrainStep(model, loss_fn, optimizer, get_mode("amp_bf16"), "cpu")
     x, y = make_batch(8, torch.device("cpu"))
     losses = [float(step(x, y)) for _ in range(20)]
     assert step.skipped_steps() == [] and step.final_scale() is None
@@ -41,7 +41,7 @@ def test_fp32_step_trains_in_fp32():
     torch.manual_seed(0)
     model, make_batch, loss_fn = mlp()
     step = TrainStep(model, loss_fn, build_optimizer(model.parameters(), OptimizerSpec("adamw", "for-loop", 0.01, 0.0)),
-                     MODES["fp32"], "cpu")
+                     get_mode("fp32"), "cpu")
     x, y = make_batch(8, torch.device("cpu"))
     losses = [float(step(x, y)) for _ in range(20)]
     assert step.output_dtype == torch.float32 and losses[-1] < losses[0]

@@ -10,7 +10,7 @@ from amp_bench.environment import fingerprint_columns
 from amp_bench.flops import count_step_flops, flops_columns
 from amp_bench.peaks import peak_tflops
 from amp_bench.phases import PHASES, CpuPhaseProbe, CudaPhaseProbe, phase_columns
-from amp_bench.precision import MODES
+from amp_bench.precision import get_mode
 from amp_bench.step import TrainStep, build_optimizer
 from amp_bench.suite import OptimizerSpec
 from conftest import ROOT
@@ -20,7 +20,7 @@ def mlp_step(precision="fp32", batch=8):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
     step = TrainStep(model, torch.nn.functional.cross_entropy,
-                     build_optimizer(model.parameters(), OptimizerSpec()), MODES[precision], "cpu")
+                     build_optimizer(model.parameters(), OptimizerSpec()), get_mode(precision), "cpu")
     return step, torch.randn(batch, 64), torch.randint(0, 10, (batch,))
 
 

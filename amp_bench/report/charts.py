@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from amp_bench.report.data import AMP_MODES, ARCH_ORDER, machine_label, precision_sort_key
-from amp_bench.summary import PRECISION_ORDER
+from amp_bench import modes
+from amp_bench.report.data import ARCH_ORDER, machine_label, precision_sort_key
 
-COLORS = {"fp32": "#636efa", "tf32": "#00cc96", "amp_fp16": "#ef553b", "amp_bf16": "#ab63fa"}
 TEMPLATE = "plotly_white"
 
 
@@ -30,7 +29,7 @@ def _facets(frame: pd.DataFrame) -> dict:
     """Facet columns by model; rows by machine when several machines are merged."""
     facets = {"facet_col": "model_label",
               "category_orders": {"model_label": list(dict.fromkeys(frame["model_label"])),
-                                  "precision": PRECISION_ORDER}}
+                                  "precision": modes.order()}}
     if frame["machine"].nunique() > 1:
         # every machine gets its row, even one with nothing measured, so rows line up with
         # _mark_not_measured's numbering
@@ -52,7 +51,7 @@ def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
     """Speedup of each mode over the baseline, per model and batch size, error bars = repeat spread.
     Cases that were not measured are drawn as labelled crosses on the parity line, never as zero."""
     frame = summary[summary["precision"] != base].copy()
-    frame = frame[frame["precision"].isin(AMP_MODES + (("tf32",) if base == "fp32" else ()))]
+    frame = frame[frame["precision"].isin(modes.amp_names() + tuple(b for b in modes.baseline_names() if base == "fp32" and b != base))]
     if frame.empty or frame[f"speedup_vs_{base}"].notna().sum() == 0:
         return None
     frame["x"] = _x_label(frame)
@@ -62,7 +61,7 @@ def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
     frame = frame.sort_values(["batch_size", "channels_last"], kind="stable")
     measured = frame[frame[f"speedup_vs_{base}"].notna()]
     fig = _px().bar(measured, x="x", y=f"speedup_vs_{base}", color="precision", barmode="group",
-                    error_y="err_plus", error_y_minus="err_minus", color_discrete_map=COLORS,
+                    error_y="err_plus", error_y_minus="err_minus", color_discrete_map=modes.colours(),
                     hover_data={"batch_size": True, "step_time_ms": ":.2f", "repeats": True, "status_counts": True,
                                 "x": False, "err_plus": False, "err_minus": False},
                     labels={f"speedup_vs_{base}": f"speedup vs {base}", "x": "batch size"}, **_facets(frame))
@@ -111,7 +110,7 @@ def memory_chart(summary: pd.DataFrame):
     long["metric"] = long["metric"].str[len("mem_saving_"):-len("_vs_fp32")].str.replace("_", " ")
     long["x"] = _x_label(long) + " · " + long["metric"]
     long = long.sort_values(["batch_size", "metric"])
-    fig = _px().bar(long, x="x", y="saving", color="precision", barmode="group", color_discrete_map=COLORS,
+    fig = _px().bar(long, x="x", y="saving", color="precision", barmode="group", color_discrete_map=modes.colours(),
                     hover_data={"metric": True, "batch_size": True, "saving": ":.1%", "x": False},
                     labels={"x": "batch size · memory metric"}, **_facets(long))
     fig.update_yaxes(tickformat=".0%")
@@ -157,7 +156,7 @@ def throughput_chart(summary: pd.DataFrame):
     frame = frame.sort_values("batch_size")
     frame["layout"] = np.where(frame["channels_last"].astype(bool), "channels_last", "nchw")
     fig = _px().line(frame, x="batch_size", y="throughput", color="precision", markers=True,
-                     line_dash="layout" if frame["layout"].nunique() > 1 else None, color_discrete_map=COLORS,
+                     line_dash="layout" if frame["layout"].nunique() > 1 else None, color_discrete_map=modes.colours(),
                      hover_data={"step_time_ms": ":.2f", "repeats_ok": True, "status_counts": True},
                      labels={"batch_size": "batch size", "throughput": "samples / s"}, **_facets(frame))
     fig.update_xaxes(type="log")
@@ -175,7 +174,7 @@ def scaling_chart(summary: pd.DataFrame):
     frame["x"] = "bs " + frame["batch_size"].astype(int).astype(str)
     frame = frame.sort_values("world_size")
     fig = _px().line(frame, x="world_size", y="scaling_efficiency", color="precision", markers=True,
-                     line_dash="x" if frame["x"].nunique() > 1 else None, color_discrete_map=COLORS,
+                     line_dash="x" if frame["x"].nunique() > 1 else None, color_discrete_map=modes.colours(),
                      hover_data={"step_time_ms": ":.2f", "throughput": ":.1f", "speedup_vs_fp32": ":.2f"},
                      labels={"world_size": "processes (world size)", "scaling_efficiency": "scaling efficiency",
                              "x": "batch per process"}, **_facets(frame))
@@ -191,7 +190,7 @@ def step_time_chart(samples: pd.DataFrame):
         return None
     frame = samples.copy()
     frame["x"] = "bs " + frame["batch_size"].astype(int).astype(str)
-    fig = _px().box(frame, x="x", y="step_time_ms", color="precision", points="outliers", color_discrete_map=COLORS,
+    fig = _px().box(frame, x="x", y="step_time_ms", color="precision", points="outliers", color_discrete_map=modes.colours(),
                     hover_data={"repeat": True, "step": True}, labels={"x": "batch size"}, **_facets(frame))
     return _finish(fig, "Per-step time distribution over the measured steps (all repeats)", "step time (ms)")
 
@@ -199,7 +198,7 @@ def step_time_chart(samples: pd.DataFrame):
 def scaler_chart(results: pd.DataFrame):
     if "scaler_skipped_steps" not in results or not (results["scaler_skipped_steps"].fillna(0) > 0).any():
         return None
-    frame = results[results["precision"] == "amp_fp16"].copy()
+    frame = results[results["precision"].isin(modes.scaler_names())].copy()
     frame["machine"] = machine_label(frame)
     frame["x"] = frame["case_id"] + " r" + frame["repeat"].astype(str)
     fig = _px().bar(frame, x="x", y="scaler_skipped_steps", hover_data={"scaler_final_scale": True, "steps": True},
@@ -214,7 +213,7 @@ def energy_and_mfu_chart(summary: pd.DataFrame, results: pd.DataFrame):
         return None
     long = _long_medians(results, columns, "metric")
     long["x"] = _x_label(long) + " · " + long["metric"]
-    fig = _px().bar(long, x="x", y="value", color="precision", barmode="group", color_discrete_map=COLORS,
+    fig = _px().bar(long, x="x", y="value", color="precision", barmode="group", color_discrete_map=modes.colours(),
                     labels={"x": "batch size · metric"}, **_facets(long))
     return _finish(fig, "Energy per sample (J) and model-FLOPs utilisation", "value")
 
@@ -229,11 +228,11 @@ def machines_chart(summary: pd.DataFrame):
     frame["arch_rank"] = frame["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))
     frame = frame.sort_values(["arch_rank", "machine", "batch_size"])
     frame["x"] = frame["machine"] + " · " + _x_label(frame)
-    fig = _px().bar(frame, x="x", y="throughput", color="precision", barmode="group", color_discrete_map=COLORS,
+    fig = _px().bar(frame, x="x", y="throughput", color="precision", barmode="group", color_discrete_map=modes.colours(),
                     pattern_shape="architecture",
                     hover_data={"architecture": True, "speedup_vs_fp32": ":.2f", "step_time_ms": ":.2f", "x": False},
                     labels={"x": "machine · batch size", "throughput": "samples / s"},
-                    facet_col="model_label", category_orders={"precision": PRECISION_ORDER})
+                    facet_col="model_label", category_orders={"precision": modes.order()})
     return _finish(fig, "Machines compared: throughput of the same cases (pattern = architecture family)",
                    "samples / s")
 
@@ -283,14 +282,14 @@ def fidelity_chart(steps: pd.DataFrame, epochs: pd.DataFrame):
         group = group.sort_values("step")
         fig.add_scatter(x=group["step"], y=group["loss"].rolling(per_epoch, min_periods=1).mean(), mode="lines",
                         name=precision, legendgroup=precision, showlegend=precision not in shown,
-                        line=dict(color=COLORS.get(precision), width=1.5), row=1, col=1,
+                        line=dict(color=modes.colours().get(precision), width=1.5), row=1, col=1,
                         hovertemplate=f"{precision} seed {seed}<br>step %{{x}}<br>loss %{{y:.4f}}<extra></extra>")
         shown.add(precision)
     for (run_id, precision, seed), group in epochs.groupby(["run_id", "precision", "seed"], sort=False):
         group = group.sort_values("epoch")
         fig.add_scatter(x=group["epoch"] + 1, y=group["test_accuracy"] * 100, mode="lines+markers",
                         name=precision, legendgroup=precision, showlegend=precision not in shown,
-                        line=dict(color=COLORS.get(precision), width=1.5), marker=dict(size=4), row=1, col=2,
+                        line=dict(color=modes.colours().get(precision), width=1.5), marker=dict(size=4), row=1, col=2,
                         hovertemplate=f"{precision} seed {seed}<br>epoch %{{x}}<br>%{{y:.2f}}%<extra></extra>")
         shown.add(precision)
     fig.update_xaxes(title_text="step", row=1, col=1)
@@ -316,7 +315,7 @@ def loss_scale_chart(steps: pd.DataFrame):
         skipped = group[group["skipped"].astype(str).str.lower() == "true"]
         if not skipped.empty:
             fig.add_scatter(x=skipped["step"], y=skipped["scale"], mode="markers", name=f"skipped (seed {seed})",
-                            marker=dict(symbol="x", size=9, color=COLORS["amp_fp16"]))
+                            marker=dict(symbol="x", size=9, color=modes.colours().get(precision)))
     # on a log axis plotly places an hline's own annotation at 10**y: label the line by hand
     fig.add_hline(y=1, line_dash="dot", line_color="#999")
     fig.add_annotation(y=0, yref="y", x=1, xref="paper", text="scale 1", showarrow=False, yanchor="bottom")
@@ -340,9 +339,9 @@ def headroom_chart(headroom: pd.DataFrame):
         text = [("" if r != r else f"{r:.2f}x") + (" (limit)" if str(lim).lower() == "true" else "")
                 for r, lim in zip(group["batch_ratio_vs_fp32"], group["limit_reached"])]
         fig.add_bar(x=group["model_label"], y=group["max_batch_size"], name=precision, legendgroup=precision,
-                    marker_color=COLORS.get(precision), text=text, textposition="outside", row=1, col=1)
+                    marker_color=modes.colours().get(precision), text=text, textposition="outside", row=1, col=1)
         fig.add_bar(x=group["model_label"], y=group["throughput_at_max"], name=precision, legendgroup=precision,
-                    showlegend=False, marker_color=COLORS.get(precision),
+                    showlegend=False, marker_color=modes.colours().get(precision),
                     text=[f"{r:.2f}x" if r == r else "" for r in group["throughput_ratio_vs_fp32"]],
                     textposition="outside", row=1, col=2)
     fig.update_layout(template=TEMPLATE, height=420, barmode="group", margin=dict(t=80, r=20),

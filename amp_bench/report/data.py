@@ -14,12 +14,12 @@ import pandas as pd
 
 from amp_bench.errors import UserError
 from amp_bench.results import MANIFEST_FILE, RESULTS_FILE, SAMPLES_FILE
-from amp_bench.summary import PRECISION_ORDER, summarize
+from amp_bench import modes
+from amp_bench.summary import summarize
 
 # The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
 CLAIMED_SPEEDUP = (1.5, 3.0)
 CLAIMED_MEMORY_SAVING = (0.40, 0.50)
-AMP_MODES = ("amp_fp16", "amp_bf16")
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
 
 
@@ -139,15 +139,15 @@ def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozens
     each precision at its own largest batch, so there is no same-batch baseline to claim against."""
     from amp_bench.summary import GROUP_KEYS
     rows = []
-    amp = summary[summary["precision"].isin(AMP_MODES) & ~summary["run_id"].isin(headroom_runs)]
+    amp = summary[summary["precision"].isin(modes.amp_names()) & ~summary["run_id"].isin(headroom_runs)]
     # a tf32 baseline is worth a row where tf32 could run (measured, or failed for a reason worth seeing)
     tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] != "unsupported")]
     tf32_groups = set(map(tuple, tf32[GROUP_KEYS].astype(str).values))
-    baselines = summary[summary["precision"].isin(["fp32", "tf32"])]
+    baselines = summary[summary["precision"].isin(modes.baseline_names())]
     baseline_status = {(*map(str, r[GROUP_KEYS]), r["precision"]): r["status"] for _, r in baselines.iterrows()}
     for _, case in amp.iterrows():
-        for base in ("fp32", "tf32"):
-            if base == "tf32" and tuple(case[GROUP_KEYS].astype(str)) not in tf32_groups:
+        for base in modes.baseline_names():
+            if base != "fp32" and tuple(case[GROUP_KEYS].astype(str)) not in tf32_groups:
                 continue
             speedup = case[f"speedup_vs_{base}"]
             cpu = case["device"] == "cpu"
@@ -230,4 +230,4 @@ def step_samples(data: ReportData) -> pd.DataFrame:
 
 
 def precision_sort_key(values: pd.Series) -> pd.Series:
-    return values.map({p: i for i, p in enumerate(PRECISION_ORDER)}).fillna(len(PRECISION_ORDER))
+    return values.map(modes.order_key)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from amp_bench import modes
+
 from amp_bench.report import charts
 from amp_bench.report.data import ReportData
 
@@ -33,7 +35,7 @@ def verdicts_for_reading(verdicts: pd.DataFrame) -> pd.DataFrame:
 
 def scaler_health_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Per AMP run: what the loss scale did, and the share of gradient elements lost to zero."""
-    amp = runs[runs["precision"].isin(("amp_fp16", "amp_bf16"))]
+    amp = runs[runs["precision"].isin(modes.amp_names())]
     if amp.empty:
         return pd.DataFrame()
 

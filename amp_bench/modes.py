@@ -1,0 +1,119 @@
+"""The precision modes: the one list every other module reads (torch-free).
+
+A mode's name, its place in tables and charts, its family, whether speedups are given against it,
+its autocast dtype and GradScaler use, how FP32 math runs around autocast, which dense peak rate
+its MFU is measured against, its chart colour, and what hardware runs it natively. Adding a mode
+means adding an entry here (plus, when its autocast/scaler policy is new, that policy in
+precision.py); the hardware gate, suite validation, summary, report and peak table read it from
+here. Readers look the registry up at call time (`all_modes()`), never copy it at import.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    family: str  # "fp32" (full-precision tensors) or "amp" (an autocast region)
+    autocast_dtype: str | None  # torch dtype name inside autocast ("float16", "bfloat16"); None: no autocast
+    grad_scaler: bool  # torch.amp.GradScaler around backward/step
+    fp32_math: str  # "ieee" or "tf32": how FP32 matmuls/convolutions run outside autocast
+    peak_math: str  # key of the dense peak rate in peaks.PEAKS that MFU is measured against
+    colour: str  # chart colour
+    baseline: bool = False  # speedups and savings are given against this mode
+    # Hardware. CUDA: native from this compute capability; below it the mode either does not exist
+    # ("unsupported") or runs slowly in software ("emulated").
+    cuda_min_capability: tuple[int, int] = (0, 0)
+    cuda_below: str = "unsupported"
+    cuda_requirement: str = ""  # what the reason says below cuda_min_capability
+    # CPU: "always" (no special ISA), "isa" (native with one of cpu_isa_flags, emulated without),
+    # or "never" (the mode does not exist on a CPU; cpu_requirement says why).
+    cpu: str = "always"
+    cpu_isa_flags: tuple[str, ...] = ()
+    cpu_requirement: str = ""
+    # Whether an emulated CPU run goes ahead without allow_emulated (the historical bf16 rule).
+    cpu_emulated_runs: bool = False
+
+    @property
+    def is_amp(self) -> bool:
+        return self.family == "amp"
+
+    @property
+    def uses_autocast(self) -> bool:
+        return self.autocast_dtype is not None
+
+
+# Under the AMP modes the ops autocast leaves in FP32 run as strict IEEE FP32, like the fp32
+# baseline, so the only difference between fp32 and amp_* is autocast (and the scaler).
+_REGISTRY: dict[str, Mode] = {}
+
+
+def register(mode: Mode) -> Mode:
+    """Add a mode at the end of the order (tests register fake ones)."""
+    if mode.name in _REGISTRY:
+        raise ValueError(f"precision mode {mode.name!r} is already registered")
+    _REGISTRY[mode.name] = mode
+    return mode
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+register(Mode("fp32", "fp32", None, False, "ieee", "fp32", "#636efa", baseline=True))
+register(Mode("tf32", "fp32", None, False, "tf32", "tf32", "#00cc96", baseline=True,
+              cuda_min_capability=(8, 0), cuda_requirement="TF32 needs compute capability >= 8.0 (Ampere)",
+              cpu="never", cpu_requirement="TF32 is a CUDA tensor-core mode; the CPU has no TF32"))
+register(Mode("amp_fp16", "amp", "float16", True, "ieee", "fp16", "#ef553b",
+              cuda_min_capability=(7, 0), cuda_below="emulated",
+              cuda_requirement="fp16 tensor cores need compute capability >= 7.0",
+              cpu="isa", cpu_isa_flags=("amx_fp16", "avx512_fp16"),
+              cpu_requirement="CPU has no AVX512-FP16/AMX-FP16: fp16 would run emulated, often 10x slower "
+                              "than fp32 (set allow_emulated: true to run it anyway)"))
+register(Mode("amp_bf16", "amp", "bfloat16", False, "ieee", "bf16", "#ab63fa",
+              cuda_min_capability=(8, 0), cuda_below="emulated",
+              cuda_requirement="bf16 needs compute capability >= 8.0 (emulated and slow below)",
+              cpu="isa", cpu_isa_flags=("amx_bf16", "avx512_bf16"),
+              cpu_requirement="CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated", cpu_emulated_runs=True))
+
+
+def all_modes() -> list[Mode]:
+    return list(_REGISTRY.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Mode:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown precision {name!r} (expected one of {', '.join(_REGISTRY)})") from None
+
+
+def amp_names() -> tuple[str, ...]:
+    return tuple(m.name for m in _REGISTRY.values() if m.is_amp)
+
+
+def baseline_names() -> tuple[str, ...]:
+    return tuple(m.name for m in _REGISTRY.values() if m.baseline)
+
+
+def scaler_names() -> tuple[str, ...]:
+    return tuple(m.name for m in _REGISTRY.values() if m.grad_scaler)
+
+
+def order() -> list[str]:
+    return list(_REGISTRY)
+
+
+def order_key(name: str) -> int:
+    """Sort key: registry order, unknown names last."""
+    order_ = order()
+    return order_.index(name) if name in order_ else len(order_)
+
+
+def colours() -> dict[str, str]:
+    return {m.name: m.colour for m in _REGISTRY.values()}
