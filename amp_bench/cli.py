@@ -370,7 +370,7 @@ def cmd_env(args, console) -> int:
     from rich.table import Table
 
     from amp_bench.environment import fingerprint_columns, host_facts
-    from amp_bench.runner import probe
+    from amp_bench.session import probe
     info = probe(args.device)
     info["host"] = host_facts()
     info["fingerprint"] = fingerprint_columns(info["device"], info["versions"], info.get("gpu", {}),

@@ -16,6 +16,7 @@ from xml.sax.saxutils import escape as xml_escape
 import numpy as np
 import pandas as pd
 
+from amp_bench import timing
 from amp_bench.errors import UserError
 from amp_bench.summary import headline_memory
 
@@ -128,9 +129,12 @@ def judge(ratio_low: float, ratio_high: float, threshold: float, worse_when_high
 # ----------------------------------------------------------------------------- loading and matching
 
 def _load_side(inputs: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from amp_bench.report.data import collect
-    data = collect(inputs)
-    return data.results, data.samples
+    from amp_bench.results import RESULT_COLUMNS, SAMPLE_COLUMNS, find_run_dirs, read_table
+    run_dirs = find_run_dirs(inputs)
+    results = read_table(run_dirs, "results", RESULT_COLUMNS)
+    if results.empty:
+        raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
+    return results, read_table(run_dirs, "samples", SAMPLE_COLUMNS)
 
 
 def _fingerprints(results: pd.DataFrame) -> set[str]:
@@ -178,7 +182,7 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
 
 
 def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> list[np.ndarray]:
-    measured = samples[(samples["case_id"] == case_id) & (samples["phase"] == "measure")]
+    measured = timing.measured(samples[samples["case_id"] == case_id])
     measured = measured[measured["run_id"].isin(rows["run_id"]) & measured["repeat"].isin(rows["repeat"])]
     return [g["step_time_ms"].dropna().to_numpy(float) for _, g in measured.groupby(["run_id", "repeat"])
             if g["step_time_ms"].notna().any()]
@@ -198,9 +202,10 @@ def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput
         out.append(MetricResult(case_id, "step_time", base_median, cand_median, ratio, low, high, p,
                                 judge(low, high, t_time.relative, worse_when_higher=True),
                                 f"{n_base} vs {n_cand} steps"))
-        # throughput = batch / step time, so its ratio and interval are the step-time ones inverted
-        batch = float(b["batch_size"].iloc[0])
-        out.append(MetricResult(case_id, "throughput", batch / base_median * 1e3, batch / cand_median * 1e3,
+        # throughput at the median step: its ratio and interval are the step-time ones inverted
+        batch = float(b["batch_size"].iloc[0]) * float(b["world_size"].fillna(1).iloc[0] if "world_size" in b else 1)
+        out.append(MetricResult(case_id, "throughput", timing.samples_per_second(batch, base_median / 1e3),
+                                timing.samples_per_second(batch, cand_median / 1e3),
                                 1 / ratio, 1 / high, 1 / low, p,
                                 judge(1 / high, 1 / low, t_tput.relative, worse_when_higher=False)))
     base_mem, cand_mem = headline_memory(b).dropna(), headline_memory(c).dropna()

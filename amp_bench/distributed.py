@@ -126,7 +126,7 @@ def first_rank_failure(result_path, world_size: int) -> dict | None:
 # --------------------------------------------------------------------------- launcher
 
 def _launch(argv: list[str]) -> int:
-    from amp_bench.worker import die_with_parent
+    from amp_bench.child import die_with_parent
     die_with_parent()
     fd = os.environ.pop("AMP_BENCH_EVENT_FD", None)
     if fd:  # torchrun closes inherited fds; rank 0 reopens this process's end of the pipe by path
@@ -224,29 +224,23 @@ def slowest_per_step(per_rank_ms: list[list[float]]) -> list[float]:
     return [max(step) for step in zip(*per_rank_ms)]
 
 
-def _measured_times(record: dict) -> list[float]:
-    return [s["step_time_ms"] for s in record.get("samples", []) if s["phase"] == "measure"]
-
-
 def aggregate(records: list[dict], case, backend: str) -> dict:
     """One row for the job from every rank's record (index = rank)."""
-    from amp_bench.timing import StepStats
+    from amp_bench.timing import StepStats, Window, measured
 
     world = len(records)
     out = dict(records[0])
-    per_rank = [_measured_times(r) for r in records]
+    per_rank = [[s["step_time_ms"] for s in measured(r.get("samples", []))] for r in records]
     slowest = slowest_per_step(per_rank)
-    stats = StepStats.from_samples(slowest)
-    out.update(stats.to_columns())
-    window_s = max(r["window_s"] for r in records)  # the job's window ends when its last rank's does
-    out["window_s"] = window_s
-    out["throughput"] = world * case.batch_size * case.steps / window_s  # global samples/s
-    out["window_gap_fraction"] = max(0.0, 1 - sum(slowest) / 1e3 / window_s) if window_s > 0 else None
+    # the job's window ends when its last rank's does; throughput is global (every rank's samples)
+    window = Window.from_steps(slowest, case.batch_size, seconds=max(r["window_s"] for r in records),
+                               world_size=world)
+    stats = window.stats
+    out.update(window.to_columns())
     out["samples"] = [dict(s) for s in records[0]["samples"]]
-    measured = iter(slowest)
-    for sample in out["samples"]:
-        if sample["phase"] == "measure":
-            sample["step_time_ms"] = next(measured)
+    slowest_steps = iter(slowest)
+    for sample in measured(out["samples"]):
+        sample["step_time_ms"] = next(slowest_steps)
     for column, pick in [(c, max) for c in MAX_COLUMNS] + [(c, min) for c in MIN_COLUMNS] + \
                         [(c, sum) for c in SUM_COLUMNS]:
         values = [r[column] for r in records if r.get(column) is not None]

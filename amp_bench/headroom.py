@@ -141,15 +141,13 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
     """Search every model x precision of the suite; returns the headroom table (attrs: run_dir).
     Tables are saved after every probe."""
     from amp_bench.errors import UserError
-    from amp_bench.hardware import DeviceInfo
+    from amp_bench.launch import run_one
     from amp_bench.results import utc_now
-    from amp_bench.runner import Reporter, open_store, probe, run_one, sigterm_as_interrupt
-    from amp_bench.suite import load_suite
+    from amp_bench.session import Session
 
     reporter = reporter or HeadroomReporter()
-    suite = load_suite(path)
-    probed = probe(device or suite.device)
-    info = DeviceInfo.from_json(probed["device"])
+    session = Session.start(path, device)
+    suite, info, versions = session.suite, session.device, session.versions
     headroom_keys = {"memory_cap_gb", "start_batch_size", "max_batch_size", "resolution", "probe_steps", "measure"}
     spec = suite.headroom_spec(info.type, {k: v for k, v in overrides.items() if k in headroom_keys})
     cases = suite.cases(info.type, {k: v for k, v in overrides.items() if k not in headroom_keys})
@@ -167,16 +165,14 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
                case.precision)
         templates.setdefault(key, case)
     templates = list(templates.values())
-    store, host, fingerprint = open_store(suite, path, probed, results_dir, overrides, kind="headroom",
-                                          headroom={**dataclasses.asdict(spec), "default_cpu_cap": shared_cap},
-                                          cases_planned=len(templates))
+    store = session.open_store(results_dir, overrides, kind="headroom",
+                               headroom={**dataclasses.asdict(spec), "default_cpu_cap": shared_cap},
+                               cases_planned=len(templates))
+    host, fingerprint = session.host, session.fingerprint
     store.flush()
-    quiet = Reporter()
     table, probes = [], []
-    status = "interrupted"
-    restore = sigterm_as_interrupt()
     reporter.started(store, info, spec, len(templates))
-    try:
+    with session.running(lambda: {"cases_finished": len(table), "probes": len(probes)}):
         for template in templates:
             cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if shared_cap else spec.memory_cap_bytes
             base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
@@ -184,8 +180,7 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
 
             def probe_batch(batch: int, base=base) -> tuple[str, str]:
                 case = dataclasses.replace(base, batch_size=batch)
-                row, _ = run_one(case, 0, info, probed["versions"], store, quiet,
-                                 stem=f"probe-{case.case_id}")
+                row, _ = run_one(case, 0, info, versions, store, stem=f"probe-{case.case_id}")
                 memory = row.get("peak_mem_allocated_bytes") if info.type == "cuda" else row.get("peak_rss_bytes")
                 probes.append({"run_id": store.run_id, "model_label": case.model.label, "precision": case.precision,
                                "probe": len(probes), "batch_size": batch, "status": row["status"],
@@ -210,8 +205,7 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
                 # the throughput this batch buys: a full measurement, without the cap (on the CPU the
                 # cap changes how malloc works; the batch is known to fit in less memory than that)
                 case = dataclasses.replace(template, batch_size=found.largest_fit, repeats=1)
-                measured, samples = run_one(case, 0, info, probed["versions"], store, quiet,
-                                            stem=f"measure-{case.case_id}")
+                measured, samples = run_one(case, 0, info, versions, store, stem=f"measure-{case.case_id}")
                 measured.update(hostname=host["hostname"], headroom_max_batch=True, **fingerprint)
                 store.add(measured, samples)
                 row.update(measure_status=measured["status"], throughput_at_max=measured.get("throughput"),
@@ -223,20 +217,12 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
             frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
             store.write_table("headroom", frame.to_dict("records"), HEADROOM_COLUMNS)
             reporter.search_finished(template, frame.iloc[-1].to_dict())
-        status = "complete"
-    finally:
-        restore()
-        store.write_manifest(status=status, finished_at=utc_now().isoformat(), cases_finished=len(table),
-                             probes=len(probes))
     frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
     frame.attrs["run_dir"] = str(store.dir)
     return frame
 
 
 def load_headroom(run_dirs) -> dict[str, pd.DataFrame]:
-    out = {}
-    for name, columns in (("headroom", HEADROOM_COLUMNS), ("headroom_probes", PROBE_COLUMNS)):
-        frames = [pd.read_csv(d / f"{name}.csv") for d in run_dirs if (d / f"{name}.csv").is_file()]
-        frames = [f for f in frames if not f.empty]
-        out[name] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    return out
+    from amp_bench.results import read_table
+    return {name: read_table(run_dirs, name, columns)
+            for name, columns in (("headroom", HEADROOM_COLUMNS), ("headroom_probes", PROBE_COLUMNS))}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from amp_bench.errors import UserError
 from amp_bench.results import RunStore, make_run_id
+from amp_bench.timing import MEASURED_PHASE, Window, samples_per_second
 
 
 def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:
@@ -52,15 +53,20 @@ def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:
             "step_time_ms_max": stats.get("max", float("nan")) * 1e3,
             "step_time_ms_iqr": stats.get("iqr", float("nan")) * 1e3,
             "step_time_cv": stats["stddev"] / stats["mean"] if stats.get("mean") else None,
-            "throughput": batch / stats["mean"] if batch and stats.get("mean") else None,
+            "throughput": None,
             "peak_mem_allocated_bytes": extra.get("peak_mem_allocated_bytes"),
             "peak_mem_reserved_bytes": extra.get("peak_mem_reserved_bytes"),
             "scaler_skipped_steps": extra.get("scaler_skipped_steps"), "output_dtype": extra.get("output_dtype"),
             "torch_version": versions.get("torch_version"), "hostname": machine.get("node"),
             "timestamp": data.get("datetime"), "pytest_benchmark_name": bench.get("fullname", bench.get("name")),
         }
+        rounds_s = stats.get("data") or [ms / 1e3 for ms in extra.get("step_times_ms") or []]
         samples = [{"run_id": store.run_id, "case_id": case_id, "precision": row["precision"], "repeat": 0,
-                    "phase": "measure", "step": j, "step_time_ms": t * 1e3, "loss": None}
-                   for j, t in enumerate(stats.get("data") or [ms / 1e3 for ms in extra.get("step_times_ms") or []])]
+                    "phase": MEASURED_PHASE, "step": j, "step_time_ms": t * 1e3, "loss": None}
+                   for j, t in enumerate(rounds_s)]
+        if batch and rounds_s:  # the rounds back to back: pytest-benchmark measures no gap between them
+            row["throughput"] = Window.from_steps([t * 1e3 for t in rounds_s], batch).throughput
+        elif batch and stats.get("mean"):  # no raw rounds: mean round time x rounds is the window
+            row["throughput"] = samples_per_second(batch, stats["mean"])
         store.add(row, samples)
     return store.dir

@@ -36,10 +36,10 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "auto", **overrides) -> dict:
     import torch
 
-    from amp_bench.hardware import may_run, precision_support, probe_device
-    from amp_bench.precision import get_mode, set_fp32_math
+    from amp_bench.hardware import probe_device
+    from amp_bench.measure import build_step, prepare_case, seed_case
+    from amp_bench.step import UnsupportedCase
     from amp_bench.suite import load_suite
-    from amp_bench.worker import build_step
 
     info = probe_device(device)
     suite = load_suite(suite_path)
@@ -47,13 +47,16 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
     if case_id not in cases:
         raise pytest.UsageError(f"{suite_path}: no case {case_id!r} on {info.type} (cases: {', '.join(cases)})")
     case = cases[case_id]
-    support = precision_support(case.precision, info)
-    if not may_run(support, case.allow_emulated):
-        pytest.skip(f"{case_id}: unsupported here: {support.reason}")
-    set_fp32_math(get_mode(case.precision).fp32_math)
-    torch.manual_seed(case.seed)
     torch_device = torch.device(info.torch_device)
-    step, inputs, target = build_step(case, info.type, torch_device, {})
+    if info.type == "cuda":
+        torch.cuda.set_device(torch_device)
+    record: dict = {}
+    try:  # the worker's own set-up: gate, math flags, cuDNN autotuning and the autocast proof
+        prepare_case(case, info, record)
+    except UnsupportedCase as exc:
+        pytest.skip(f"{case_id}: unsupported here: {exc}")
+    seed_case(case)
+    step, inputs, target = build_step(case, info.type, torch_device, record)
     synchronize = torch.cuda.synchronize if info.type == "cuda" else (lambda: None)
 
     def one_step():
@@ -65,7 +68,8 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
     benchmark.pedantic(one_step, rounds=case.steps, iterations=1, warmup_rounds=case.warmup_steps)
     extra = {"amp_bench_case": case.to_json(), "case_id": case_id, "suite": suite.name,
              "precision": case.precision, "batch_size": case.batch_size, "device": info.type,
-             "device_name": info.name, "output_dtype": str(step.output_dtype).replace("torch.", "")}
+             "device_name": info.name, "output_dtype": str(step.output_dtype).replace("torch.", ""),
+             **{k: record[k] for k in ("emulated", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn") if k in record}}
     if info.type == "cuda":
         extra["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
         extra["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)

@@ -6,6 +6,7 @@ killed run keeps every finished case and no file is ever half-written.
 from __future__ import annotations
 
 import datetime as dt
+import glob
 import json
 import os
 import re
@@ -116,33 +117,75 @@ class RunStore:
         self.saved = len(self.rows)
 
 
-def _run_dirs(path: Path) -> list[Path]:
-    if (path / RESULTS_FILE).is_file():
-        return [path]
-    return sorted(p.parent for p in path.rglob(RESULTS_FILE))
+# ----------------------------------------------------------------------------- reading
+# The one reader of run directories: report, compare, history, the studies' tables and the API all
+# find and load runs through these functions.
+
+def find_run_dirs(inputs) -> list[Path]:
+    """Run directories from paths to run dirs, trees of them, or glob patterns (a str or a list)."""
+    inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    found: list[Path] = []
+    for item in inputs:
+        text = str(item)
+        matches = [Path(p) for p in sorted(glob.glob(text, recursive=True))] if glob.has_magic(text) else [Path(text)]
+        if not matches:
+            raise UserError(f"{text}: no path matches this pattern")
+        for path in matches:
+            if not path.exists():
+                raise UserError(f"{path}: no such results directory")
+            if (path / RESULTS_FILE).is_file():
+                found.append(path)
+            else:
+                found.extend(sorted(p.parent for p in path.rglob(RESULTS_FILE)))
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise UserError(f"{', '.join(map(str, inputs))}: no {RESULTS_FILE} found (expected run directories "
+                        "written by `amp_bench run`, a tree of them, or a glob)")
+    return unique
+
+
+def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None) -> pd.DataFrame:
+    """One table (NAME.csv) of every run directory that has it, concatenated; header-only files are
+    left out (concatenating them would turn every column to object). Empty: a frame with `columns`."""
+    frames = []
+    for run_dir in run_dirs:
+        file = Path(run_dir) / f"{name}.csv"
+        if file.is_file() and file.stat().st_size:
+            try:
+                frame = pd.read_csv(file)
+            except (ValueError, pd.errors.ParserError) as exc:
+                raise UserError(f"{file}: unreadable results table ({exc})") from None
+            if not frame.empty:
+                frames.append(frame)
+    if frames:
+        return pd.concat(frames, ignore_index=True)
+    return pd.DataFrame(columns=columns or [])
+
+
+def read_manifests(run_dirs: list[Path]) -> list[dict]:
+    manifests = []
+    for run_dir in run_dirs:
+        path = Path(run_dir) / MANIFEST_FILE
+        if path.is_file():
+            try:
+                manifests.append(json.loads(path.read_text(encoding="utf-8")))
+            except ValueError:
+                raise UserError(f"{path}: unreadable manifest (invalid JSON)") from None
+    return manifests
 
 
 def load_results(path: str | os.PathLike = "results") -> pd.DataFrame:
     """One row per case and repeat, from one run directory or a tree of them."""
-    return _load(Path(path), RESULTS_FILE)
+    return _load(path, RESULTS_FILE, RESULT_COLUMNS)
 
 
 def load_samples(path: str | os.PathLike = "results") -> pd.DataFrame:
     """Per-step samples (long format), from one run directory or a tree of them."""
-    return _load(Path(path), SAMPLES_FILE)
+    return _load(path, SAMPLES_FILE, SAMPLE_COLUMNS)
 
 
-def _load(path: Path, name: str) -> pd.DataFrame:
-    if not path.exists():
-        raise UserError(f"{path}: no such results directory")
-    frames = []
-    for run_dir in _run_dirs(path):
-        file = run_dir / name
-        if file.is_file() and file.stat().st_size:
-            try:
-                frames.append(pd.read_csv(file))
-            except (ValueError, pd.errors.ParserError) as exc:
-                raise UserError(f"{file}: unreadable results table ({exc})") from None
-    if not frames:
-        raise UserError(f"{path}: no {name} found (expected a run directory or a tree of them)")
-    return pd.concat(frames, ignore_index=True)
+def _load(path, file_name: str, columns: list[str]) -> pd.DataFrame:
+    table = read_table(find_run_dirs(path), file_name[: -len(".csv")], columns)
+    if table.empty:
+        raise UserError(f"{path}: no {file_name} found (expected a run directory or a tree of them)")
+    return table

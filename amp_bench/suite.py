@@ -86,7 +86,7 @@ class Case:
     peak_tflops: float | None = None  # the user's peak for MFU, overriding the built-in table
     nvml_interval_ms: float = 10.0
     search_dirs: tuple[str, ...] = ()
-    memory_cap_bytes: int | None = None  # headroom probes: see worker.apply_memory_cap
+    memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
     instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)
     # DDP under torchrun when nproc_per_node is set (even to 1); None: one plain worker process
     nproc_per_node: int | None = None

@@ -59,6 +59,62 @@ class StepStats:
         return out
 
 
+MEASURED_PHASE = "measure"  # a timed step; warmup steps never enter a figure
+
+
+def measured(samples):
+    """The timed steps among per-step samples: a DataFrame (rows of the samples table) or a list
+    of sample dicts (a worker record's). The one definition of "the measured samples"."""
+    if hasattr(samples, "loc"):
+        return samples[(samples["phase"] == MEASURED_PHASE) & samples["step_time_ms"].notna()]
+    return [s for s in samples if s.get("phase") == MEASURED_PHASE and s.get("step_time_ms") is not None]
+
+
+def samples_per_second(samples: float, seconds: float) -> float | None:
+    """Throughput: training samples processed (batch x steps x processes) over the seconds it took.
+    The one throughput formula: the worker's window, DDP aggregation, ingest and compare use it."""
+    if not seconds or seconds <= 0 or not math.isfinite(seconds):
+        return None
+    return samples / seconds
+
+
+@dataclass(frozen=True)
+class Window:
+    """A measured window: per-step times, the wall-clock seconds around them (host gaps included),
+    and how many samples each step processed across every process."""
+    step_times_ms: tuple[float, ...]
+    seconds: float
+    batch_size: int
+    world_size: int = 1
+
+    @classmethod
+    def from_steps(cls, step_times_ms, batch_size: int, seconds: float | None = None,
+                   world_size: int = 1) -> Window:
+        """`seconds` defaults to the sum of the steps (no gap measured, e.g. pytest-benchmark rounds)."""
+        times = tuple(float(t) for t in step_times_ms)
+        return cls(times, sum(times) / 1e3 if seconds is None else float(seconds), int(batch_size), int(world_size))
+
+    @property
+    def stats(self) -> StepStats:
+        return StepStats.from_samples(list(self.step_times_ms))
+
+    @property
+    def throughput(self) -> float | None:
+        return samples_per_second(self.world_size * self.batch_size * len(self.step_times_ms), self.seconds)
+
+    @property
+    def gap_fraction(self) -> float | None:
+        """Share of the window outside every step: host work between steps (or, on CUDA, the GPU
+        idling while the host catches up)."""
+        if not self.seconds or self.seconds <= 0:
+            return None
+        return max(0.0, 1 - sum(self.step_times_ms) / 1e3 / self.seconds)
+
+    def to_columns(self) -> dict:
+        return {**self.stats.to_columns(), "window_s": self.seconds, "throughput": self.throughput,
+                "window_gap_fraction": self.gap_fraction}
+
+
 class CpuStepTimer:
     """Host clock; on the CPU the step is synchronous, so this is the step's real duration."""
 

@@ -90,7 +90,7 @@ def main() -> int:
     harness, plain = [], []
     # probe once, in a worker, so this process never runs torch work (its thread pool would
     # compete with the measured process for the cores)
-    from amp_bench.runner import probe
+    from amp_bench.session import probe
     device = probe("cpu")["device"]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):

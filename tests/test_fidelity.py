@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from amp_bench.datasets import load
-from amp_bench.fidelity import run_fidelity, train_one, verdicts
+from amp_bench.fidelity import run_fidelity, verdicts
+from amp_bench.fidelity_train import train_one
 from amp_bench.suite import load_suite
 from conftest import ROOT
 

@@ -112,7 +112,8 @@ headroom: {memory_cap_gb: 2, max_batch_size: 1024, resolution: 1, measure: false
 @pytest.mark.slow
 def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_suite, tmp_path):
     from amp_bench.hardware import DeviceInfo
-    from amp_bench.runner import Reporter, probe, run_one
+    from amp_bench.launch import run_one
+    from amp_bench.session import probe
     from amp_bench.suite import load_suite
 
     suite_path = write_suite(CAPPED)
@@ -134,9 +135,8 @@ def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_sui
     case = dataclasses.replace(case, memory_cap_bytes=2 * 2**30, instrument=False)
     from amp_bench.results import RunStore
     store = RunStore(tmp_path / "check", "check")
-    fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store, Reporter())
-    over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store,
-                      Reporter())
+    fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store)
+    over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store)
     assert fits["status"] == "ok", fits.get("reason")
     assert over["status"] == "oom", (largest, probes[["batch_size", "status"]].values.tolist(), over.get("reason"))
     assert fits["memory_cap_kind"] == "address space above the bare torch process"

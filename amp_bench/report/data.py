@@ -4,8 +4,6 @@ Everything here is a pandas table, so it is tested directly and written out as C
 """
 from __future__ import annotations
 
-import glob
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,9 +11,11 @@ import numpy as np
 import pandas as pd
 
 from amp_bench.errors import UserError
-from amp_bench.results import MANIFEST_FILE, RESULTS_FILE, SAMPLES_FILE
+from amp_bench.results import (RESULT_COLUMNS, RESULTS_FILE, SAMPLE_COLUMNS, SAMPLES_FILE, find_run_dirs,
+                               read_manifests, read_table)
 from amp_bench import modes
 from amp_bench.summary import summarize
+from amp_bench.timing import measured as measured_samples
 
 # The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
 CLAIMED_SPEEDUP = (1.5, 3.0)
@@ -55,61 +55,19 @@ class ReportData:
         return table
 
 
-def find_run_dirs(inputs: list[str | Path]) -> list[Path]:
-    """Run directories from paths to run dirs, trees of them, or glob patterns."""
-    found: list[Path] = []
-    for item in inputs:
-        text = str(item)
-        matches = [Path(p) for p in sorted(glob.glob(text, recursive=True))] if glob.has_magic(text) else [Path(text)]
-        if not matches:
-            raise UserError(f"{text}: no path matches this pattern")
-        for path in matches:
-            if not path.exists():
-                raise UserError(f"{path}: no such results directory")
-            if (path / RESULTS_FILE).is_file():
-                found.append(path)
-            else:
-                found.extend(sorted(p.parent for p in path.rglob(RESULTS_FILE)))
-    unique = list(dict.fromkeys(p.resolve() for p in found))
-    if not unique:
-        raise UserError(f"{', '.join(map(str, inputs))}: no results.csv found (expected run directories "
-                        "written by `amp_bench run`, a tree of them, or a glob)")
-    return unique
-
-
 def collect(inputs: list[str | Path]) -> ReportData:
-    run_dirs = find_run_dirs(inputs)
-    results, samples, manifests = [], [], []
-    for run_dir in run_dirs:
-        try:
-            results.append(pd.read_csv(run_dir / RESULTS_FILE))
-            if (run_dir / SAMPLES_FILE).is_file():
-                samples.append(pd.read_csv(run_dir / SAMPLES_FILE))
-        except (ValueError, pd.errors.ParserError) as exc:
-            raise UserError(f"{run_dir}: unreadable results table ({exc})") from None
-        manifest_path = run_dir / MANIFEST_FILE
-        if manifest_path.is_file():
-            try:
-                manifests.append(json.loads(manifest_path.read_text(encoding="utf-8")))
-            except ValueError:
-                raise UserError(f"{manifest_path}: unreadable manifest (invalid JSON)") from None
     from amp_bench.fidelity import load_fidelity
     from amp_bench.headroom import load_headroom
-    from amp_bench.results import RESULT_COLUMNS
-    # study runs carry a header-only results.csv: concatenating it would turn every column to object
-    results = [r for r in results if not r.empty]
-    frame = pd.concat(results, ignore_index=True) if results else pd.DataFrame()
-    if frame.empty:
-        frame = pd.DataFrame(columns=RESULT_COLUMNS)
+    run_dirs = find_run_dirs(inputs)
+    frame = read_table(run_dirs, RESULTS_FILE[: -len(".csv")], RESULT_COLUMNS)
+    samples = read_table(run_dirs, SAMPLES_FILE[: -len(".csv")], SAMPLE_COLUMNS)
     try:
         fidelity, headroom = load_fidelity(run_dirs), load_headroom(run_dirs)
     except (ValueError, pd.errors.ParserError) as exc:
         raise UserError(f"{', '.join(map(str, run_dirs))}: unreadable fidelity or headroom table ({exc})") from None
-    data = ReportData(run_dirs, frame, pd.DataFrame(), manifests, fidelity, headroom)
+    data = ReportData(run_dirs, frame, samples, read_manifests(run_dirs), fidelity, headroom)
     if not (data.has_benchmarks or data.has_fidelity or data.has_headroom):
         raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
-    data.samples = pd.concat(samples, ignore_index=True) if samples else pd.DataFrame(
-        columns=["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"])
     return data
 
 
@@ -221,7 +179,7 @@ def step_samples(data: ReportData) -> pd.DataFrame:
     """Measured per-step times joined with what the case was, for distribution plots."""
     if data.samples.empty:
         return data.samples
-    measured = data.samples[data.samples["phase"] == "measure"]
+    measured = measured_samples(data.samples)
     info = data.results[["run_id", "case_id", "repeat", "model_label", "batch_size", "device_name",
                          "hostname", "architecture"]].drop_duplicates(["run_id", "case_id", "repeat"])
     joined = measured.merge(info, on=["run_id", "case_id", "repeat"], how="inner")

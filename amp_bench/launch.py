@@ -1,0 +1,118 @@
+"""One case in one worker: write its spec, start the worker (plainly, or under torchrun for a DDP
+case), and turn the outcome into a result row and its per-step samples. A worker that died without
+a result is classified here (timeout, OOM kill, error), for every kind of study.
+"""
+from __future__ import annotations
+
+import json
+import signal
+from typing import Callable
+
+from amp_bench import distributed
+from amp_bench.hardware import DeviceInfo, may_run, precision_support
+from amp_bench.process import WorkerOutcome, run_worker
+from amp_bench.results import RunStore, utc_now
+from amp_bench.suite import Case
+
+
+def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
+            on_event: Callable[[dict], None] | None = None, launcher: list[str] | None = None,
+            extra_env: dict[str, str] | None = None) -> WorkerOutcome:
+    """Run one worker job (`case`, `fidelity`) with its spec; its log is logs/STEM.log. The spec and
+    result files are removed afterwards (the result is in the outcome)."""
+    spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
+    log_path = store.dir / "logs" / f"{stem}.log"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    try:
+        return run_worker([job, str(spec_path), str(result_path)], result_path, log_path, timeout_s,
+                          on_event=on_event, launcher=launcher, extra_env=extra_env)
+    finally:
+        spec_path.unlink(missing_ok=True)
+
+
+def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore,
+            on_event: Callable[[dict], None] | None = None, stem: str | None = None) -> tuple[dict, list[dict]]:
+    """One worker for one case: (result row, per-step samples). `stem` names its log file."""
+    row = _base_row(case, repeat, device, versions, store.run_id)
+    support = precision_support(case.precision, device)
+    if not may_run(support, case.allow_emulated):
+        row.update(status="unsupported", reason=support.reason, emulated=support.emulated)
+        return row, []
+    stem = stem or f"{case.case_id}-r{repeat}"
+    launcher = extra_env = None
+    if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
+        launcher = distributed.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
+        extra_env = distributed.launch_env(case)
+    outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json()}, case.timeout_s,
+                      on_event=on_event, launcher=launcher, extra_env=extra_env)
+    result_path = store.dir / "work" / f"{stem}.result.json"
+    row["log_file"] = str(outcome.log_path.relative_to(store.dir))
+    row["peak_rss_bytes"] = outcome.peak_rss_bytes
+    row["peak_rss_lifetime_bytes"] = outcome.peak_rss_bytes  # from wait4: the whole worker, all of it
+    samples = []
+    if outcome.result is not None:
+        record = dict(outcome.result)
+        samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
+                    "repeat": repeat, **s} for s in record.pop("samples", [])]
+        row.update(record)
+        # peak RSS over the training steps: the worker's high-water mark read right after the
+        # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
+        if record.get("rss_hwm_bytes"):
+            row["peak_rss_bytes"] = record["rss_hwm_bytes"]
+    else:
+        row.update(status=classify_death(outcome), reason=death_reason(outcome, case.timeout_s))
+        if case.distributed and outcome.timed_out:
+            row["reason"] = (f"no result within timeout_s={case.timeout_s:g} (a rank hung or waited for one); "
+                             f"torchrun and its {case.world_size} ranks killed")
+        if case.distributed and not outcome.timed_out:
+            log = outcome.log_path.read_text(errors="replace") if outcome.log_path.exists() else ""
+            explained = distributed.explain_failure(result_path, log, case.world_size)
+            if explained:
+                row["status"], row["reason"] = explained
+    result_path.unlink(missing_ok=True)
+    for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
+        rank_file.unlink(missing_ok=True)
+    return row, samples
+
+
+def classify_death(outcome: WorkerOutcome) -> str:
+    if outcome.timed_out:
+        return "timeout"
+    if outcome.exit_code == -signal.SIGKILL:
+        return "oom"
+    return "error"
+
+
+def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
+    if outcome.timed_out:
+        return f"no result within timeout_s={timeout_s:g}; worker killed"
+    if outcome.exit_code == -signal.SIGKILL:
+        return "worker was killed by SIGKILL without a result (usually the kernel's OOM killer)"
+    tail = ""
+    if outcome.log_path.exists():
+        lines = [l for l in outcome.log_path.read_text(errors="replace").splitlines() if l.strip()]
+        tail = lines[-1][:300] if lines else ""
+    return f"worker exited with code {outcome.exit_code} without a result" + (f": {tail}" if tail else "")
+
+
+def _base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> dict:
+    return {
+        "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
+        "model": case.model.ref, "model_label": case.model.label, "batch_size": case.batch_size,
+        "precision": case.precision, "channels_last": case.channels_last, "image_size": case.image_size,
+        "seq_len": case.seq_len, "device": device.type, "device_name": device.name,
+        "architecture": device.architecture, "repeat": repeat, "warmup_steps": case.warmup_steps,
+        "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
+        "seed": case.seed, **_distributed_columns(case, device),
+        "torch_version": versions.get("torch_version", ""),
+        "cuda_version": versions.get("torch_cuda_version", ""), "cudnn_version": versions.get("cudnn_version", ""),
+        "timestamp": utc_now().isoformat(),
+    }
+
+
+def _distributed_columns(case: Case, device: DeviceInfo) -> dict:
+    backend = "" if not case.distributed else (
+        case.dist_backend if case.dist_backend != "auto" else ("nccl" if device.type == "cuda" else "gloo"))
+    return {"world_size": case.world_size, "nnodes": case.nnodes, "nproc_per_node": case.nproc_per_node,
+            "dist_backend": backend, "global_batch_size": case.batch_size * case.world_size,
+            "scaling": distributed.SCALING if case.distributed else "single process"}

@@ -1,0 +1,300 @@
+"""What is measured: one case's training step, set up, warmed up and timed in this process.
+
+`prepare_case` applies the mode (hardware gate, FP32 math flags, cuDNN autotuning, the autocast
+proof) and `build_step` builds the model, optimizer, batch and step: the worker and the
+pytest-benchmark fixture both set a case up through these two, so one case measured two ways is
+the same measurement. `run_case` adds the timed window and the telemetry around it.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+
+from amp_bench.child import EventChannel, read_rss_bytes, read_status_bytes
+
+def _rehearse(case, device_type: str, torch_device) -> None:
+    """A training step on a tiny model, and the model's library imported: everything the real
+    step loads lazily (modules, the thread pool) is in place before the cap is measured from."""
+    import torch
+
+    from amp_bench.models import import_callable, kind_of
+    from amp_bench.precision import get_mode
+    from amp_bench.step import TrainStep, build_optimizer
+    model = torch.nn.Linear(64, 64).to(torch_device)
+    step = TrainStep(model, torch.nn.functional.mse_loss, build_optimizer(model.parameters(), case.optimizer),
+                     get_mode(case.precision), device_type)
+    step(torch.ones(8, 64, device=torch_device), torch.ones(8, 64, device=torch_device))
+    kind = kind_of(case.model.ref)
+    if kind == "torchvision":
+        import torchvision.models  # noqa: F401
+    elif kind == "transformers":
+        import transformers  # noqa: F401
+    elif kind == "python":
+        import_callable(case.model.ref, case.search_dirs)
+
+
+def _predictable_malloc() -> None:
+    """glibc: one arena and a fixed mmap threshold. Otherwise whether a thread reserves its own 64 MiB
+    arena, and whether a large block comes from mmap or the heap, varies from run to run, and the
+    address space a batch needs with it: the same batch would fit in one probe and not the next."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-8, 1)  # M_ARENA_MAX
+        libc.mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD: large blocks always mmap, returned on free
+    except (OSError, AttributeError):  # not glibc: the cap still holds, only less sharply
+        pass
+
+
+def apply_memory_cap(case, device_type: str, torch_device) -> dict:
+    """Cap this worker's memory at case.memory_cap_bytes so that running out is an ordinary,
+    catchable OOM.
+
+    CUDA: the caching allocator's per-process fraction of the device. CPU: an address-space limit
+    (RLIMIT_AS) of the process as it stands after a rehearsal step, plus the cap, so the cap is what
+    the model and its training may use on top of the bare runtime.
+    """
+    import torch
+    cap_bytes = case.memory_cap_bytes
+    if device_type == "cuda":
+        total = torch.cuda.get_device_properties(torch_device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), torch_device)
+        return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "cuda allocator fraction of the device"}
+    import resource
+    _predictable_malloc()
+    _rehearse(case, device_type, torch_device)
+    baseline = read_status_bytes("VmSize:") or 0
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = baseline + cap_bytes
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "address space above the bare torch process",
+            "memory_cap_baseline_bytes": baseline}
+
+
+def _open_nvml(device, torch_device, record: dict):
+    """(reader, idle used-memory baseline) for this CUDA device, or (None, None) with the reason."""
+    import torch
+
+    from amp_bench.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
+    try:
+        # create the CUDA context first: torch makes it lazily, and the baseline must include it on
+        # every device index alike, so that the delta is the model's and the step's memory alone
+        torch.zeros(1, device=torch_device)
+        torch.cuda.synchronize(torch_device)
+        nvml = load_nvml()
+        handle, note = device_handle(nvml, *cuda_identity(torch_device.index or 0))
+        reader = NvmlReader(nvml, handle, note)
+    except Exception as exc:  # no library, no driver, no device: the run goes on without NVML
+        record["nvml_notes"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, None
+    return reader, reader.memory_used()
+
+
+def _after_window(case, device, torch_device, step, inputs, target, median_ms: float) -> dict:
+    """Outside the timed window: one instrumented step for per-phase memory, one counted for FLOPs."""
+    from amp_bench.flops import count_step_flops, flops_columns
+    from amp_bench.peaks import peak_tflops
+    from amp_bench.phases import CpuPhaseProbe, CudaPhaseProbe, phase_columns
+
+    out: dict = {}
+    probe = CudaPhaseProbe(torch_device) if device.type == "cuda" else CpuPhaseProbe()
+    if device.type == "cuda" or probe.available():
+        step(inputs, target, marks=probe.mark)
+        out.update(phase_columns(probe))
+    flops = count_step_flops(step, inputs, target)
+    if case.peak_tflops:
+        peak, source = case.peak_tflops, "given by the user"
+    elif device.type == "cuda":
+        peak, source = peak_tflops(device.name, case.precision)
+    else:
+        peak, source = None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)"
+    out.update(flops_columns(flops, median_ms, peak, source))
+    return out
+
+
+def prepare_case(case, device, record: dict):
+    """Apply a case's precision mode in this process and prove it took: the hardware gate, the FP32
+    math flags (recorded as they resolved), cuDNN autotuning and the autocast proof. Returns the
+    PrecisionMode; raises UnsupportedCase when the mode can't run here."""
+    import torch
+
+    from amp_bench.hardware import may_run, precision_support
+    from amp_bench.precision import autocast_engages, get_mode, read_fp32_math_flags, set_fp32_math
+    from amp_bench.step import UnsupportedCase
+
+    support = precision_support(case.precision, device)
+    record["emulated"] = support.emulated
+    if not may_run(support, case.allow_emulated):
+        raise UnsupportedCase(support.reason)
+    mode = get_mode(case.precision)
+    set_fp32_math(mode.fp32_math)
+    record.update(read_fp32_math_flags())
+    # cuDNN autotuning, as NVIDIA's and timm's training scripts use it; the warmup absorbs the search
+    torch.backends.cudnn.benchmark = case.cudnn_benchmark
+    record["cudnn_benchmark"] = case.cudnn_benchmark
+    engaged, why = autocast_engages(mode, device.type)
+    if not engaged:
+        raise UnsupportedCase(why)
+    return mode
+
+
+def seed_case(case) -> None:
+    """Python's, numpy's and torch's generators from the case's seed, before the model is built."""
+    import numpy as np
+    import torch
+    random.seed(case.seed)
+    np.random.seed(case.seed % 2**32)
+    torch.manual_seed(case.seed)
+
+
+def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
+    """Model, optimizer, one synthetic batch on the device and the training step for a case; the
+    worker and the pytest-benchmark fixture both measure this. Model details go into `record`.
+    `wrap(model)` (DDP) wraps the model the step calls; the optimizer holds the same parameters."""
+    from amp_bench.models import build_workload
+    from amp_bench.precision import get_mode
+    from amp_bench.step import TrainStep, UnsupportedCase, build_optimizer
+
+    workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
+                              channels_last=case.channels_last, search_dirs=case.search_dirs)
+    record.update({f"model_{k}": v for k, v in workload.details.items()})
+    model = workload.model.to(torch_device)
+    model.train()
+    record["model_parameters"] = sum(p.numel() for p in model.parameters())
+    try:
+        optimizer = build_optimizer(model.parameters(), case.optimizer)
+    except (RuntimeError, ValueError) as exc:
+        raise UnsupportedCase(f"optimizer {case.optimizer.name} ({case.optimizer.impl}): {exc}") from exc
+    inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
+    if wrap is not None:
+        model = wrap(model)
+    return TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type), inputs, target
+
+
+def run_case(case, device, events: EventChannel, rank=None) -> dict:
+    """Build, warm up and measure one case. Returns the record (status ok or nonfinite).
+
+    Under torchrun `rank` (distributed.Rank) is this process's place in the job: the model is
+    wrapped in DDP and every rank runs this same function; the step itself is unchanged."""
+    import torch
+
+    from amp_bench.timing import MEASURED_PHASE, CpuStepTimer, CudaStepTimer, Window
+
+    if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
+        from amp_bench.distributed import threads_per_rank
+        torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
+    record: dict = {"num_threads": torch.get_num_threads()}
+    device_type = device.type
+    torch_device = torch.device(device.torch_device)
+    backend = None
+    if rank is not None:
+        backend = rank.backend(case, device_type)
+        rank.check(case, device, backend)
+        if device_type == "cuda":
+            torch_device = torch.device("cuda", rank.cuda_index(device))
+        record["threads_per_rank"] = record["num_threads"]
+    if device_type == "cuda":
+        torch.cuda.set_device(torch_device)
+    mode = prepare_case(case, device, record)
+
+    if case.memory_cap_bytes:
+        record.update(apply_memory_cap(case, device_type, torch_device))
+    seed_case(case)
+    record["rss_before_model_bytes"] = read_rss_bytes()
+    nvml_reader, nvml_baseline = _open_nvml(device, torch_device, record) if device_type == "cuda" else (None, None)
+
+    if rank is not None:
+        rank.init(backend, torch_device)
+    step, inputs, target = build_step(case, device_type, torch_device, record,
+                                      wrap=None if rank is None else lambda m: rank.wrap(m, torch_device))
+
+    losses = []
+    total = case.warmup_steps + case.steps
+    events.emit(event="phase", phase="warmup", total=total)
+    for i in range(case.warmup_steps):
+        losses.append(step(inputs, target))
+        events.emit(event="step", phase="warmup", step=i, total=total)
+
+    if device_type == "cuda":
+        timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize, case.steps)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(torch_device)
+    else:
+        timer = CpuStepTimer()
+    if rank is not None:  # every rank has warmed up (DDP rebuilt its buckets): start the window together
+        rank.barrier()
+    sampler = None
+    if nvml_reader is not None:
+        from amp_bench.nvml import NvmlSampler
+        sampler = NvmlSampler(nvml_reader, interval_s=case.nvml_interval_ms / 1e3)
+        sampler.start()
+    events.emit(event="phase", phase=MEASURED_PHASE, total=total)
+    timer.begin_window()
+    for i in range(case.steps):
+        timer.step_started()
+        losses.append(step(inputs, target))
+        timer.step_ended()
+        events.emit(event="step", phase=MEASURED_PHASE, step=case.warmup_steps + i, total=total)
+    per_step_ms, window_s = timer.end_window()
+    if sampler is not None:
+        record.update(sampler.stop(nvml_baseline, case.steps, case.steps * case.batch_size))
+
+    if device_type == "cuda":
+        record["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
+        record["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)
+        record["cuda_num_alloc_retries"] = torch.cuda.memory_stats(torch_device).get("num_alloc_retries")
+    # the process's peak RSS so far: the phase probe below resets the kernel's high-water mark
+    record["rss_hwm_bytes"] = read_status_bytes("VmHWM:")
+    loss_values = torch.stack(losses).float().cpu().tolist()
+    window = Window.from_steps(per_step_ms, case.batch_size, seconds=window_s)
+    stats = window.stats
+    record.update(window.to_columns())
+    record.update({
+        "loss_first": loss_values[0],
+        "loss_last": loss_values[-1],
+        "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
+    })
+    warnings = [w for w in (stats.instability(),) if w]
+    if record["window_gap_fraction"] and record["window_gap_fraction"] > 0.05:
+        warnings.append(f"{record['window_gap_fraction']:.0%} of the measured window fell between steps "
+                        "(host-bound?): throughput is below what the per-step times suggest")
+    if step.scaler.is_enabled():
+        skipped = step.skipped_steps()
+        record["scaler_skipped_steps"] = sum(1 for i in skipped if i >= case.warmup_steps)
+        record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < case.warmup_steps)
+        record["scaler_final_scale"] = step.final_scale()
+        if record["scaler_skipped_steps"]:
+            warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {case.steps} measured "
+                            "optimizer steps: those steps did less work, so throughput is flattered")
+    if mode.uses_autocast and step.output_dtype not in (None, mode.autocast_dtype):
+        warnings.append(f"model output is {step.output_dtype} under autocast {mode.autocast_dtype}")
+    record["warnings"] = " | ".join(warnings)
+
+    record["samples"] = [
+        {"phase": "warmup" if i < case.warmup_steps else MEASURED_PHASE, "step": i,
+         "step_time_ms": per_step_ms[i - case.warmup_steps] if i >= case.warmup_steps else None,
+         "loss": loss_values[i]}
+        for i in range(total)
+    ]
+    try:
+        if case.instrument:
+            # under DDP without gradient sync: no collective that a rank-local failure here could desync
+            no_sync = step.model.no_sync() if rank is not None else contextlib.nullcontext()
+            with no_sync:
+                record.update(_after_window(case, device, torch_device, step, inputs, target, stats.median))
+    except Exception as exc:  # instrumentation must never cost the measurement taken above
+        record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
+                                                    f"failed: {type(exc).__name__}: {exc}"[:300]) if w)
+
+    bad = [i for i, v in enumerate(loss_values) if not math.isfinite(v)]
+    if bad:
+        record["status"] = "nonfinite"
+        record["reason"] = f"loss is {loss_values[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of {total})"
+    else:
+        record["status"] = "ok"
+        record["reason"] = ""
+    return record

@@ -1,0 +1,223 @@
+"""The code's structure holds what the design promises: no import circle, analysis without torch,
+one definition of a precision mode, of throughput and of a case's set-up, and small modules."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from amp_bench import modes
+from conftest import ROOT
+
+PACKAGE = ROOT / "amp_bench"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the amp_bench modules it imports, at module level or inside functions alike."""
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] +
+                                    ([base] if base else []))
+                # `from pkg import sub` imports the submodule sub
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            graph[name] |= {t for t in targets if t in files and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node, stack):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_the_circle_check_can_fail():
+    assert _cycles({"w": {"d"}, "d": {"w"}, "x": set()}) == [["d", "w", "d"]]
+    assert _cycles({"w": {"d"}, "d": set()}) == []
+
+
+def test_no_import_circle_in_the_package():
+    graph = _import_graph()
+    assert "amp_bench.distributed" in graph["amp_bench.worker"]  # the graph was really read
+    assert not _cycles(graph), "import circles: " + "; ".join(" -> ".join(c) for c in _cycles(graph))
+
+
+@pytest.mark.parametrize("module", ["amp_bench.compare", "amp_bench.history", "amp_bench.summary",
+                                    "amp_bench.report", "amp_bench.report.data", "amp_bench.report.charts",
+                                    "amp_bench.report.render", "amp_bench.report.studies", "amp_bench.results",
+                                    "amp_bench.modes", "amp_bench.fidelity", "amp_bench.headroom"])
+def test_reading_and_analysing_results_does_not_import_torch(module):
+    code = f"import sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
+    out = subprocess.run([sys.executable, "-c", "import json; " + code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert json.loads(out.stdout) == [], f"{module} imports torch"
+
+
+def test_no_module_over_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, long
+
+
+# --------------------------------------------------------------------------- one list of modes
+
+@pytest.fixture
+def fake_mode():
+    mode = modes.register(modes.Mode("amp_fake8", "amp", "bfloat16", False, "ieee", "fp8", "#123456",
+                                     cuda_min_capability=(8, 9), cuda_requirement="fake8 needs cc 8.9",
+                                     cpu="never", cpu_requirement="fake8 is a GPU mode"))
+    yield mode
+    modes.unregister(mode.name)
+
+
+def test_a_registered_mode_flows_to_gate_suite_summary_and_charts(fake_mode, tmp_path):
+    from amp_bench.hardware import DeviceInfo, precision_support
+    from amp_bench.report.charts import speedup_chart
+    from amp_bench.report.data import claims_table, machine_label
+    from amp_bench.suite import load_suite
+    from amp_bench.summary import summarize
+
+    h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", index=0, capability=(9, 0))
+    a100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", index=0, capability=(8, 0))
+    assert precision_support("amp_fake8", h100).supported
+    assert "fake8 needs cc 8.9" in precision_support("amp_fake8", a100).reason
+    assert not precision_support("amp_fake8", DeviceInfo("cpu", "cpu")).supported
+
+    suite_path = tmp_path / "s.yaml"
+    suite_path.write_text("models: [torchvision/resnet18]\nbatch_sizes: [8]\nprecisions: [fp32, amp_fake8]\n")
+    assert {c.precision for c in load_suite(suite_path).cases("cuda")} == {"fp32", "amp_fake8"}
+
+    rows = []
+    for precision, ms in (("fp32", 100.0), ("amp_bf16", 60.0), ("amp_fake8", 40.0)):
+        rows.append({"run_id": "r", "suite": "s", "case_id": f"m-bs8-{precision}", "model_label": "m",
+                     "batch_size": 8, "precision": precision, "channels_last": False, "image_size": 224,
+                     "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "architecture": "Hopper",
+                     "repeat": 0, "status": "ok", "reason": "", "step_time_ms_median": ms,
+                     "throughput": 8 / ms * 1e3, "peak_mem_allocated_bytes": 1e9 * ms / 100})
+    summary = summarize(pd.DataFrame(rows))
+    assert list(summary["precision"]) == ["fp32", "amp_bf16", "amp_fake8"]  # registry order
+    assert summary.set_index("precision").loc["amp_fake8", "speedup_vs_fp32"] == pytest.approx(2.5)
+    summary["machine"] = machine_label(summary)
+    assert "amp_fake8" in set(claims_table(summary)["precision"])
+    figure = speedup_chart(summary, "fp32")
+    traces = {trace.name: trace for trace in figure.data}
+    assert "amp_fake8" in traces and traces["amp_fake8"].marker.color == "#123456"
+
+
+# --------------------------------------------------------------------------- one throughput formula
+
+def test_one_throughput_formula_for_worker_ddp_ingest_and_compare(tmp_path):
+    from amp_bench import distributed
+    from amp_bench.compare import compare
+    from amp_bench.ingest import ingest
+    from amp_bench.results import RunStore
+    from amp_bench.timing import Window
+
+    times_ms = [9.0, 10.0, 11.0, 10.0, 9.5, 10.5]  # symmetric: median == mean, so every path agrees
+    batch = 16
+    expected = batch * len(times_ms) / (sum(times_ms) / 1e3)
+
+    worker = Window.from_steps(times_ms, batch, seconds=sum(times_ms) / 1e3).throughput
+
+    case = SimpleNamespace(batch_size=batch, steps=len(times_ms), nnodes=1)
+    samples = [{"phase": "measure", "step": i, "step_time_ms": t, "loss": 1.0} for i, t in enumerate(times_ms)]
+    record = {"status": "ok", "window_s": sum(times_ms) / 1e3, "samples": samples}
+    ddp = distributed.aggregate([record], case, "gloo")["throughput"]
+
+    bench = {"machine_info": {"node": "h"}, "datetime": "2026-11-30T00:00:00",
+             "benchmarks": [{"name": "t", "stats": {"median": 0.010, "mean": 0.010, "stddev": 0.0007,
+                                                     "rounds": len(times_ms), "data": [t / 1e3 for t in times_ms]},
+                             "extra_info": {"case_id": "m-bs16-fp32", "batch_size": batch, "precision": "fp32"}}]}
+    json_path = tmp_path / "bench.json"
+    json_path.write_text(json.dumps(bench))
+    ingested = pd.read_csv(ingest(json_path, tmp_path / "ingested") / "results.csv")["throughput"].iloc[0]
+
+    sides = []
+    for name in ("base", "cand"):
+        store = RunStore(tmp_path / name, name)
+        store.add({"run_id": name, "case_id": "m", "batch_size": batch, "world_size": 1, "repeat": 0,
+                   "status": "ok", "step_time_ms_median": 10.0, "device": "cpu", "peak_rss_bytes": 1},
+                  [{"run_id": name, "case_id": "m", "precision": "fp32", "repeat": 0, **s} for s in samples])
+        sides.append([str(store.dir)])
+    result = compare(*sides)
+    via_compare = next(r for r in result.results if r.metric == "throughput").baseline
+
+    assert worker == pytest.approx(expected)
+    assert ddp == pytest.approx(expected)
+    assert ingested == pytest.approx(expected)
+    assert via_compare == pytest.approx(expected)
+
+
+def test_measured_samples_are_one_definition():
+    from amp_bench.timing import measured
+    rows = [{"phase": "warmup", "step": 0, "step_time_ms": None}, {"phase": "measure", "step": 1, "step_time_ms": 2.0},
+            {"phase": "measure", "step": 2, "step_time_ms": None}]
+    assert [r["step"] for r in measured(rows)] == [1]
+    assert list(measured(pd.DataFrame(rows))["step"]) == [1]
+    assert np.isfinite(measured(pd.DataFrame(rows))["step_time_ms"]).all()
+
+
+# --------------------------------------------------------------------------- one case set-up
+
+def test_pytest_fixture_sets_a_case_up_through_the_workers_function(monkeypatch, tmp_path):
+    """The fixture runs the worker's prepare_case: a failed autocast proof skips it, as it would
+    mark the worker's case unsupported; and the cuDNN setting is applied and recorded."""
+    import torch
+
+    from amp_bench import measure, precision
+    from amp_bench.pytest_plugin import run_case_in_benchmark
+
+    suite = tmp_path / "s.yaml"
+    (tmp_path / "toy_models.py").write_text((ROOT / "tests" / "fixtures" / "toy_models.py").read_text())
+    suite.write_text("models: ['python:toy_models:mlp']\nbatch_sizes: [4]\nprecisions: [fp32, amp_bf16]\n"
+                     "warmup_steps: 1\nsteps: 2\ncudnn_benchmark: false\n")
+
+    class Bench:
+        extra_info: dict = {}
+
+        def pedantic(self, fn, rounds, iterations, warmup_rounds):
+            for _ in range(rounds + warmup_rounds):
+                fn()
+
+    calls = []
+    real = measure.prepare_case
+    monkeypatch.setattr(measure, "prepare_case", lambda *a, **k: calls.append(a[0].case_id) or real(*a, **k))
+    torch.backends.cudnn.benchmark = True
+    extra = run_case_in_benchmark(Bench(), suite, "mlp-bs4-fp32", device="cpu")
+    assert calls == ["mlp-bs4-fp32"]
+    assert extra["cudnn_benchmark"] is False and torch.backends.cudnn.benchmark is False
+
+    monkeypatch.setattr(precision, "autocast_engages", lambda mode, device_type: (False, "proof failed here"))
+    with pytest.raises(pytest.skip.Exception, match="proof failed here"):
+        run_case_in_benchmark(Bench(), suite, "mlp-bs4-amp_bf16", device="cpu")
