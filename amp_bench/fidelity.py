@@ -90,7 +90,7 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
                  **overrides) -> pd.DataFrame:
     """Run the suite's fidelity section; returns one row per precision and seed (attrs: run_dir,
     verdicts). Each precision trains in its own worker; results are saved after each."""
-    from amp_bench.hardware import may_run, precision_support
+    from amp_bench.hardware import may_run, not_run_reason, precision_support
     from amp_bench.results import utc_now
     from amp_bench.session import Session
 
@@ -116,7 +116,7 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
             for seed in spec.seeds:  # one worker per seed: a crash or timeout costs that seed alone
                 if not may_run(support, spec.allow_emulated):
                     new = [{**base, "precision": precision, "seed": seed, "status": "unsupported",
-                            "reason": support.reason, "emulated": support.emulated}]
+                            "reason": not_run_reason(support), "emulated": support.emulated}]
                 else:
                     new = _train_in_worker(store, info, dataclasses.replace(spec, seeds=(seed,)), precision, base,
                                            (steps, epochs, probes), reporter)

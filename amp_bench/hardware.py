@@ -6,6 +6,7 @@ the orchestrating parent, so the parent never creates a CUDA context.
 """
 from __future__ import annotations
 
+import os
 import platform
 from dataclasses import asdict, dataclass, field
 
@@ -63,6 +64,9 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class Support:
+    """The gate's answer. One rule for emulation, on CPUs and GPUs alike: a mode the hardware only
+    emulates (bf16/fp16 on a CPU without the ISA, bf16 below Ampere, fp16 below Volta) is not run
+    unless the suite says allow_emulated, and when it runs, `reason` says why it is emulated."""
     supported: bool
     reason: str = ""
     emulated: bool = False  # runs, but without native hardware for this dtype
@@ -86,11 +90,38 @@ def precision_support(mode: str, device: DeviceInfo) -> Support:
         return Support(False, "this torch's CPU autocast does not support float16")
     if device.cpu_flags & set(spec.cpu_isa_flags):
         return Support(True)
-    return Support(spec.cpu_emulated_runs, spec.cpu_requirement, emulated=True)
+    return Support(False, spec.cpu_requirement, emulated=True)
 
 
 def may_run(support: Support, allow_emulated: bool) -> bool:
     return support.supported or (allow_emulated and support.emulated)
+
+
+def not_run_reason(support: Support) -> str:
+    """What a row that the gate stopped says."""
+    if support.emulated:
+        return f"{support.reason} (not run: allow_emulated: true or --allow-emulated measures it)"
+    return support.reason
+
+
+# oneDNN ISA levels (ONEDNN_MAX_CPU_ISA) below which the CPU's bf16 / fp16 instructions are not used:
+# capping the ISA there makes bf16 autocast run emulated, so the gate must see it too.
+_ONEDNN_NO_BF16 = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+_ONEDNN_NO_FP16 = _ONEDNN_NO_BF16 | {"AVX512_CORE_BF16"}
+_ONEDNN_NO_AMX = _ONEDNN_NO_FP16 | {"AVX512_CORE_FP16"}
+
+
+def effective_cpu_flags(flags: frozenset[str], max_isa: str | None = None) -> frozenset[str]:
+    """The CPU's flags as oneDNN will use them: ONEDNN_MAX_CPU_ISA hides what is above the cap."""
+    cap = (max_isa if max_isa is not None else os.environ.get("ONEDNN_MAX_CPU_ISA", "")).strip().upper()
+    hidden = set()
+    if cap in _ONEDNN_NO_AMX:
+        hidden |= {f for f in flags if f.startswith("amx")}
+    if cap in _ONEDNN_NO_FP16:
+        hidden |= {"avx512_fp16"}
+    if cap in _ONEDNN_NO_BF16:
+        hidden |= {"avx512_bf16"}
+    return frozenset(flags - hidden)
 
 
 class CudaQuery:
@@ -144,6 +175,7 @@ def probe_device(requested: str = "auto", cuda: CudaQuery | None = None,
     """Resolve 'auto' | 'cpu' | 'cuda' | 'cuda:N' to a concrete device and describe it."""
     cuda = cuda or CudaQuery()
     cpu_model, cpu_flags = cpu_info or read_cpu_info()
+    cpu_flags = effective_cpu_flags(cpu_flags)
     if requested == "auto":
         requested = "cuda" if cuda.is_available() else "cpu"
     if requested == "cpu":

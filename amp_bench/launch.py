@@ -9,7 +9,7 @@ import signal
 from typing import Callable
 
 from amp_bench import distributed
-from amp_bench.hardware import DeviceInfo, may_run, precision_support
+from amp_bench.hardware import DeviceInfo, may_run, not_run_reason, precision_support
 from amp_bench.process import WorkerOutcome, run_worker
 from amp_bench.results import RunStore, utc_now
 from amp_bench.suite import Case
@@ -36,7 +36,7 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     row = _base_row(case, repeat, device, versions, store.run_id)
     support = precision_support(case.precision, device)
     if not may_run(support, case.allow_emulated):
-        row.update(status="unsupported", reason=support.reason, emulated=support.emulated)
+        row.update(status="unsupported", reason=not_run_reason(support), emulated=support.emulated)
         return row, []
     stem = stem or f"{case.case_id}-r{repeat}"
     launcher = extra_env = None

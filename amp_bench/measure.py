@@ -122,14 +122,15 @@ def prepare_case(case, device, record: dict):
     PrecisionMode; raises UnsupportedCase when the mode can't run here."""
     import torch
 
-    from amp_bench.hardware import may_run, precision_support
+    from amp_bench.hardware import may_run, not_run_reason, precision_support
     from amp_bench.precision import autocast_engages, get_mode, read_fp32_math_flags, set_fp32_math
     from amp_bench.step import UnsupportedCase
 
     support = precision_support(case.precision, device)
     record["emulated"] = support.emulated
+    record["emulated_reason"] = support.reason if support.emulated else ""
     if not may_run(support, case.allow_emulated):
-        raise UnsupportedCase(support.reason)
+        raise UnsupportedCase(not_run_reason(support))
     mode = get_mode(case.precision)
     set_fp32_math(mode.fp32_math)
     record.update(read_fp32_math_flags())
@@ -175,6 +176,39 @@ def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
     return TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type), inputs, target
 
 
+def stop_rule(case, rank=None):
+    """The case's window: adaptive (target_ci and/or budget between min_steps and max_steps) or a
+    fixed number of steps. DDP ranks must take the same number of steps (every step is a
+    collective), so a distributed case always measures a fixed count."""
+    from amp_bench.timing import StopRule
+    if rank is not None or (case.target_ci is None and case.case_budget_s is None):
+        return StopRule.fixed(case.steps)
+    return StopRule(case.min_steps, case.max_steps, case.target_ci, case.case_budget_s)
+
+
+def measure_window(run_step, timer, rule, on_step=lambda i: None) -> tuple[list[float], float, str]:
+    """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
+    The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
+    at checkpoints, about ten times a window, so the GPU queue stays full in between."""
+    from amp_bench.timing import host_clock
+    timer.begin_window()
+    started = host_clock()
+    n, next_check, reason = 0, rule.min_steps, None
+    while reason is None:
+        timer.step_started()
+        run_step()
+        timer.step_ended()
+        on_step(n)
+        n += 1
+        if n >= rule.max_steps:
+            reason = "max steps" if rule.adaptive else "fixed steps"
+        elif rule.adaptive and (timer.cheap_times or n >= next_check):
+            reason = rule.reason_to_stop(timer.times_so_far(), host_clock() - started)
+            next_check = n + max(5, n // 10)
+    per_step_ms, window_s = timer.end_window()
+    return per_step_ms, window_s, reason
+
+
 def run_case(case, device, events: EventChannel, rank=None) -> dict:
     """Build, warm up and measure one case. Returns the record (status ok or nonfinite).
 
@@ -182,7 +216,9 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     wrapped in DDP and every rank runs this same function; the step itself is unchanged."""
     import torch
 
-    from amp_bench.timing import MEASURED_PHASE, CpuStepTimer, CudaStepTimer, Window
+    from amp_bench.contention import WindowWatch, gpu_contention
+    from amp_bench.contention import merge as merge_contention
+    from amp_bench.timing import MEASURED_PHASE, CpuStepTimer, CudaStepTimer, Window, median_ci
 
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
         from amp_bench.distributed import threads_per_rank
@@ -213,14 +249,15 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
                                       wrap=None if rank is None else lambda m: rank.wrap(m, torch_device))
 
     losses = []
-    total = case.warmup_steps + case.steps
+    rule = stop_rule(case, rank)
+    total = case.warmup_steps + rule.max_steps  # the most steps this case can take, for progress
     events.emit(event="phase", phase="warmup", total=total)
     for i in range(case.warmup_steps):
         losses.append(step(inputs, target))
         events.emit(event="step", phase="warmup", step=i, total=total)
 
     if device_type == "cuda":
-        timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize, case.steps)
+        timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize, rule.max_steps)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(torch_device)
     else:
@@ -232,16 +269,23 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
         from amp_bench.nvml import NvmlSampler
         sampler = NvmlSampler(nvml_reader, interval_s=case.nvml_interval_ms / 1e3)
         sampler.start()
+    watch = WindowWatch(record["num_threads"])
     events.emit(event="phase", phase=MEASURED_PHASE, total=total)
-    timer.begin_window()
-    for i in range(case.steps):
-        timer.step_started()
-        losses.append(step(inputs, target))
-        timer.step_ended()
-        events.emit(event="step", phase=MEASURED_PHASE, step=case.warmup_steps + i, total=total)
-    per_step_ms, window_s = timer.end_window()
+    watch.start()
+    per_step_ms, window_s, record["stop_reason"] = measure_window(
+        lambda: losses.append(step(inputs, target)), timer, rule,
+        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=case.warmup_steps + i, total=total))
+    contention = watch.stop(window_s)
+    steps = len(per_step_ms)
     if sampler is not None:
-        record.update(sampler.stop(nvml_baseline, case.steps, case.steps * case.batch_size))
+        record.update(sampler.stop(nvml_baseline, steps, steps * case.batch_size))
+    if device_type == "cuda" and nvml_reader is not None:
+        contention = merge_contention(contention, gpu_contention(nvml_reader.other_processes(),
+                                                                 record.get("clock_event_reasons")))
+    record.update(contention)
+    record.update(steps=steps, min_steps=rule.min_steps, max_steps=rule.max_steps, target_ci=rule.target_ci,
+                  case_budget_s=rule.budget_s)
+    total = case.warmup_steps + steps
 
     if device_type == "cuda":
         record["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
@@ -253,6 +297,7 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     window = Window.from_steps(per_step_ms, case.batch_size, seconds=window_s)
     stats = window.stats
     record.update(window.to_columns())
+    record["step_time_ms_ci_low"], record["step_time_ms_ci_high"] = median_ci(per_step_ms)
     record.update({
         "loss_first": loss_values[0],
         "loss_last": loss_values[-1],
@@ -268,7 +313,7 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
         record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < case.warmup_steps)
         record["scaler_final_scale"] = step.final_scale()
         if record["scaler_skipped_steps"]:
-            warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {case.steps} measured "
+            warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {steps} measured "
                             "optimizer steps: those steps did less work, so throughput is flattered")
     if mode.uses_autocast and step.output_dtype not in (None, mode.autocast_dtype):
         warnings.append(f"model output is {step.output_dtype} under autocast {mode.autocast_dtype}")

@@ -21,6 +21,7 @@ class Mode:
     fp32_math: str  # "ieee" or "tf32": how FP32 matmuls/convolutions run outside autocast
     peak_math: str  # key of the dense peak rate in peaks.PEAKS that MFU is measured against
     colour: str  # chart colour
+    label: str = ""  # how a sentence names it ("bf16 autocast"); the name when empty
     baseline: bool = False  # speedups and savings are given against this mode
     # Hardware. CUDA: native from this compute capability; below it the mode either does not exist
     # ("unsupported") or runs slowly in software ("emulated").
@@ -32,8 +33,6 @@ class Mode:
     cpu: str = "always"
     cpu_isa_flags: tuple[str, ...] = ()
     cpu_requirement: str = ""
-    # Whether an emulated CPU run goes ahead without allow_emulated (the historical bf16 rule).
-    cpu_emulated_runs: bool = False
 
     @property
     def is_amp(self) -> bool:
@@ -61,21 +60,20 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-register(Mode("fp32", "fp32", None, False, "ieee", "fp32", "#636efa", baseline=True))
-register(Mode("tf32", "fp32", None, False, "tf32", "tf32", "#00cc96", baseline=True,
+register(Mode("fp32", "fp32", None, False, "ieee", "fp32", "#636efa", label="fp32", baseline=True))
+register(Mode("tf32", "fp32", None, False, "tf32", "tf32", "#00cc96", label="TF32", baseline=True,
               cuda_min_capability=(8, 0), cuda_requirement="TF32 needs compute capability >= 8.0 (Ampere)",
               cpu="never", cpu_requirement="TF32 is a CUDA tensor-core mode; the CPU has no TF32"))
-register(Mode("amp_fp16", "amp", "float16", True, "ieee", "fp16", "#ef553b",
+register(Mode("amp_fp16", "amp", "float16", True, "ieee", "fp16", "#ef553b", label="fp16 autocast",
               cuda_min_capability=(7, 0), cuda_below="emulated",
               cuda_requirement="fp16 tensor cores need compute capability >= 7.0",
               cpu="isa", cpu_isa_flags=("amx_fp16", "avx512_fp16"),
-              cpu_requirement="CPU has no AVX512-FP16/AMX-FP16: fp16 would run emulated, often 10x slower "
-                              "than fp32 (set allow_emulated: true to run it anyway)"))
-register(Mode("amp_bf16", "amp", "bfloat16", False, "ieee", "bf16", "#ab63fa",
+              cpu_requirement="CPU has no AVX512-FP16/AMX-FP16: fp16 runs emulated, often 10x slower than fp32"))
+register(Mode("amp_bf16", "amp", "bfloat16", False, "ieee", "bf16", "#ab63fa", label="bf16 autocast",
               cuda_min_capability=(8, 0), cuda_below="emulated",
               cuda_requirement="bf16 needs compute capability >= 8.0 (emulated and slow below)",
               cpu="isa", cpu_isa_flags=("amx_bf16", "avx512_bf16"),
-              cpu_requirement="CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated", cpu_emulated_runs=True))
+              cpu_requirement="CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated, often 10x slower than fp32"))
 
 
 def all_modes() -> list[Mode]:
@@ -113,6 +111,11 @@ def order_key(name: str) -> int:
     """Sort key: registry order, unknown names last."""
     order_ = order()
     return order_.index(name) if name in order_ else len(order_)
+
+
+def label(name: str) -> str:
+    mode = _REGISTRY.get(name)
+    return (mode.label or mode.name) if mode else name
 
 
 def colours() -> dict[str, str]:

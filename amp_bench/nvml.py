@@ -155,6 +155,20 @@ class NvmlReader:
         return None
 
 
+    def other_processes(self, own_pids: tuple[int, ...] | None = None) -> list[int] | None:
+        """PIDs of the other compute processes on the device; None when NVML can't list them. Inside
+        a PID namespace NVML lists host PIDs and ours is not recognisable: one entry is then taken to
+        be this worker and the rest are others."""
+        processes = self.read("process_memory", lambda: self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle))
+        if processes is None:
+            return None
+        own = set(own_pids or (os.getpid(),))
+        pids = [int(p.pid) for p in processes]
+        if own & set(pids):
+            return [p for p in pids if p not in own]
+        return pids[1:]
+
+
 class NvmlSampler:
     """Samples a device beside the measured steps: memory every `interval_s` (default 10 ms),
     clocks/power/temperature/utilisation every `slow_interval_s`, per-process memory every

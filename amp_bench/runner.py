@@ -7,6 +7,9 @@ case.
 """
 from __future__ import annotations
 
+import dataclasses
+import statistics
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -42,6 +45,36 @@ def schedule(cases: list[Case]) -> list[tuple[Case, int]]:
     return order
 
 
+class BudgetPlanner:
+    """Spreads a suite-level time budget (budget_s) over the cases still to run: each gets an equal
+    share of what is left, less what a worker costs outside its measured window (start, model
+    build, warmup, instrumentation; learnt from the cases so far), as its measuring budget. A case
+    never measures fewer than its min_steps, so a budget too small for the suite is overrun, not
+    faked."""
+
+    FLOOR_S = 0.5  # the least a case is given to measure in
+
+    def __init__(self, budget_s: float | None, cases: int, clock=time.monotonic):
+        self.budget_s, self.remaining, self.clock = budget_s, cases, clock
+        self.started = clock()
+        self.overheads: list[float] = []
+
+    def plan(self, case):
+        if self.budget_s is None:
+            return case
+        left = self.budget_s - (self.clock() - self.started)
+        overhead = statistics.median(self.overheads) if self.overheads else 0.0
+        share = max(self.FLOOR_S, left / max(1, self.remaining) - overhead)
+        if case.case_budget_s is not None:
+            share = min(share, case.case_budget_s)
+        return dataclasses.replace(case, case_budget_s=round(share, 3))
+
+    def finished(self, row: dict) -> None:
+        self.remaining -= 1
+        if row.get("worker_seconds") is not None and row.get("window_s") is not None:
+            self.overheads.append(max(0.0, float(row["worker_seconds"]) - float(row["window_s"])))
+
+
 def run_suite(path, *, device: str | None = None, results_dir: str | Path = "results",
               reporter: Reporter | None = None, **overrides) -> pd.DataFrame:
     """Run a suite and return its results (one row per case and repeat).
@@ -61,14 +94,17 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         counts = pd.Series([r["status"] for r in saved], dtype=object).value_counts().to_dict()
         return {"cases_finished": len(saved), "status_counts": counts}
 
+    planner = BudgetPlanner(plan[0][0].budget_s if plan else None, len(plan))
     with session.running(finished):
         for index, (case, repeat) in enumerate(plan):
+            case = planner.plan(case)
             reporter.case_started(case, repeat, index, len(plan))
             row, samples = run_one(case, repeat, info, session.versions, store,
                                    on_event=lambda event, case=case: reporter.worker_event(case, event))
             row["hostname"] = session.host["hostname"]
             row.update(session.fingerprint)
             store.add(row, samples)
+            planner.finished(row)
             reporter.case_finished(case, row)
     frame = order_columns(pd.DataFrame(store.rows))
     frame.attrs["run_dir"] = str(store.dir)

@@ -67,8 +67,9 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     reasons = by_case["reason"].agg(lambda s: next((r for r in s if isinstance(r, str) and r), "")) \
         if "reason" in frame else pd.Series("", index=statuses.index)
     carried = by_case[CARRIED].first()
+    flags = _flags(frame, keys)
     table = pd.DataFrame({"status": statuses, "status_counts": counts, "reason": reasons}) \
-        .join(carried).join(medians).reset_index()
+        .join(carried).join(flags).join(medians).reset_index()
     table["repeats_ok"] = table["repeats_ok"].fillna(0).astype(int)
 
     def baseline(precision: str, column: str) -> pd.Series:
@@ -78,9 +79,14 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     for base in modes.baseline_names():
         # from median step times (robust to outliers); the throughput ratio includes host gaps
         table[f"speedup_vs_{base}"] = baseline(base, "step_time_ms") / table["step_time_ms"]
-        low, high, pairs = _repeat_spread(ok, base)
+        low, high, pairs, ci_low, ci_high = _repeat_spread(ok, base)
         table = table.join(pd.DataFrame({f"speedup_vs_{base}_min": low, f"speedup_vs_{base}_max": high,
-                                         f"speedup_vs_{base}_pairs": pairs}), on=keys)
+                                         f"speedup_vs_{base}_pairs": pairs, f"speedup_vs_{base}_ci_low": ci_low,
+                                         f"speedup_vs_{base}_ci_high": ci_high}), on=keys)
+        # a ratio is only as trustworthy as both its sides
+        base_flags = baseline(base, "contended").astype(object)
+        table[f"contended_vs_{base}"] = table["contended"].fillna(False).astype(bool) | \
+            base_flags.where(base_flags.notna(), False).astype(bool)
     table["throughput_speedup_vs_fp32"] = table["throughput"] / baseline("fp32", "throughput")
     table["mem_saving_vs_fp32"] = 1 - table["peak_mem_bytes"] / baseline("fp32", "peak_mem_bytes")
     for name in metrics:
@@ -111,12 +117,36 @@ def _scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _repeat_spread(ok: pd.DataFrame, base: str) -> tuple[pd.Series, pd.Series, pd.Series]:
+def _flags(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per case: whether the mode ran emulated (and why), and whether any repeat was contended (and
+    how): the labels every table and chart shows beside the number."""
+    columns = {"emulated": False, "emulated_reason": "", "contended": False, "contention": ""}
+    frame = frame.assign(**{c: frame[c] if c in frame else default for c, default in columns.items()})
+
+    def anyof(values: pd.Series):
+        known = values.dropna()
+        return bool(known.astype(str).str.lower().isin(["true", "1", "1.0"]).any()) if len(known) else np.nan
+
+    def first_text(values: pd.Series) -> str:
+        return next((v for v in values if isinstance(v, str) and v), "")
+    grouped = frame.groupby(keys, dropna=False)
+    return pd.DataFrame({"emulated": grouped["emulated"].agg(anyof), "emulated_reason": grouped["emulated_reason"]
+                         .agg(first_text), "contended": grouped["contended"].agg(anyof),
+                         "contention": grouped["contention"].agg(first_text)})
+
+
+def _repeat_spread(ok: pd.DataFrame, base: str) -> tuple[pd.Series, ...]:
     """Min and max of the per-repeat speedups, pairing repeat r of the baseline with repeat r of
-    the mode (they ran interleaved, next to each other)."""
+    the mode (they ran interleaved, next to each other); and the interval that also covers each
+    pair's 95% intervals of the median (base low / mode high .. base high / mode low)."""
     keys = GROUP_KEYS + ["repeat"]
-    base_times = ok[ok["precision"] == base].set_index(keys)["step_time_ms_median"].rename("_base")
+    columns = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high"]
+    ok = ok.assign(**{c: ok[c] if c in ok else np.nan for c in columns})
+    base_times = ok[ok["precision"] == base].set_index(keys)[columns].rename(columns=lambda c: f"_base_{c}")
     paired = ok.join(base_times, on=keys)
-    paired["_ratio"] = paired["_base"] / paired["step_time_ms_median"]
-    grouped = paired.dropna(subset=["_ratio"]).groupby(GROUP_KEYS + ["precision"], dropna=False)["_ratio"]
-    return grouped.min(), grouped.max(), grouped.size()
+    paired["_ratio"] = paired["_base_step_time_ms_median"] / paired["step_time_ms_median"]
+    paired["_low"] = paired["_base_step_time_ms_ci_low"] / paired["step_time_ms_ci_high"]
+    paired["_high"] = paired["_base_step_time_ms_ci_high"] / paired["step_time_ms_ci_low"]
+    grouped = paired.dropna(subset=["_ratio"]).groupby(GROUP_KEYS + ["precision"], dropna=False)
+    return (grouped["_ratio"].min(), grouped["_ratio"].max(), grouped["_ratio"].size(),
+            grouped["_low"].min(), grouped["_high"].max())

@@ -14,6 +14,81 @@ from typing import Callable
 import numpy as np
 
 UNSTABLE_CV = 0.10  # pyperf warns when stdev >= 10% of the mean
+MIN_CI_SAMPLES = 6  # below this no pair of order statistics covers the median with 95% confidence
+
+
+def host_clock() -> float:
+    """The host clock the CPU timer and the window read. Tests replace CLOCK (a model that advances a
+    fake clock gives step times that no busy machine can disturb)."""
+    return CLOCK()
+
+
+CLOCK: Callable[[], float] = time.perf_counter
+
+
+def median_ci(samples_ms, confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: the pair of order statistics that covers
+    the population median with at least `confidence` (binomial(n, 1/2) ranks). Makes no normality
+    assumption, so a skewed step-time distribution (the usual shape) is fine. Fewer than
+    MIN_CI_SAMPLES samples: (min, max), which is then no 95% interval, and stop rules don't trust it."""
+    a = np.sort(np.asarray(samples_ms, dtype=float))
+    n = a.size
+    if n == 0:
+        raise ValueError("no step times for an interval")
+    if n < MIN_CI_SAMPLES:
+        return float(a[0]), float(a[-1])
+    from scipy.stats import binom
+    alpha = 1 - confidence
+    # the largest m with P(Bin(n, 1/2) <= m) <= alpha/2: then [x_(m), x_(n-1-m)] (0-based) covers the
+    # median with probability 1 - 2 P(Bin <= m) >= confidence
+    m = int(binom.ppf(alpha / 2, n, 0.5))
+    if binom.cdf(m, n, 0.5) > alpha / 2:
+        m -= 1
+    j = max(m, 0)
+    k = n - 1 - j
+    return float(a[j]), float(a[k])
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a measured window is long enough: fixed `steps`, or adaptively, once the 95% interval of
+    the median is within +-target_ci of it, the budget is spent, or max_steps is reached (never
+    before min_steps)."""
+    min_steps: int
+    max_steps: int
+    target_ci: float | None = None  # relative half-width; None: a fixed number of steps (max_steps)
+    budget_s: float | None = None  # seconds of measuring
+
+    @classmethod
+    def fixed(cls, steps: int) -> StopRule:
+        return cls(steps, steps)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.target_ci is not None or self.budget_s is not None
+
+    def reason_to_stop(self, samples_ms: list[float], elapsed_s: float) -> str | None:
+        """None to go on, else why the window ends: 'fixed steps', 'max steps', 'precision reached',
+        'budget'."""
+        n = len(samples_ms)
+        if not self.adaptive:
+            return "fixed steps" if n >= self.max_steps else None
+        if n >= self.max_steps:
+            return "max steps"
+        if n < self.min_steps:
+            return None
+        if self.target_ci is not None and n >= MIN_CI_SAMPLES and relative_half_width(samples_ms) <= self.target_ci:
+            return "precision reached"
+        if self.budget_s is not None and elapsed_s >= self.budget_s:
+            return "budget"
+        return None
+
+
+def relative_half_width(samples_ms) -> float:
+    """Half the width of the median's 95% interval, relative to the median."""
+    low, high = median_ci(samples_ms)
+    median = float(np.median(samples_ms))
+    return (high - low) / 2 / median if median > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -118,7 +193,9 @@ class Window:
 class CpuStepTimer:
     """Host clock; on the CPU the step is synchronous, so this is the step's real duration."""
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+    cheap_times = True  # times_so_far() costs nothing: a stop rule may look after every step
+
+    def __init__(self, clock: Callable[[], float] = host_clock):
         self._clock = clock
         self._starts: list[float] = []
         self._ends: list[float] = []
@@ -133,6 +210,9 @@ class CpuStepTimer:
     def step_ended(self) -> None:
         self._ends.append(self._clock())
 
+    def times_so_far(self) -> list[float]:
+        return [(e - s) * 1e3 for s, e in zip(self._starts, self._ends)]
+
     def end_window(self) -> tuple[list[float], float]:
         end = self._clock()
         start = self._window[0]
@@ -146,7 +226,7 @@ class CudaStepTimer:
     first record(), so every event is recorded once before the window: the loop then only re-records."""
 
     def __init__(self, event_factory: Callable[[], object], synchronize: Callable[[], None], steps: int,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = host_clock):
         self._synchronize = synchronize
         self._clock = clock
         self._starts = [event_factory() for _ in range(steps)]
@@ -166,6 +246,14 @@ class CudaStepTimer:
     def step_ended(self) -> None:
         self._ends[self._recorded].record()
         self._recorded += 1
+
+    cheap_times = False  # reading events needs a synchronisation
+
+    def times_so_far(self) -> list[float]:
+        """Synchronises (a checkpoint): the adaptive stop rule reads this every few steps only."""
+        self._synchronize()
+        pairs = zip(self._starts[: self._recorded], self._ends[: self._recorded])
+        return [start.elapsed_time(end) for start, end in pairs]
 
     def end_window(self) -> tuple[list[float], float]:
         self._synchronize()

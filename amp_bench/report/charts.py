@@ -59,8 +59,14 @@ def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
     frame["err_minus"] = (frame[f"speedup_vs_{base}"] - frame[f"speedup_vs_{base}_min"]).clip(lower=0)
     frame["repeats"] = frame[f"speedup_vs_{base}_pairs"].fillna(0).astype(int)
     frame = frame.sort_values(["batch_size", "channels_last"], kind="stable")
-    measured = frame[frame[f"speedup_vs_{base}"].notna()]
+    measured = frame[frame[f"speedup_vs_{base}"].notna()].copy()
+    # a figure that needs care says so on its bar: emulated dtype, or a machine shared in the window
+    emulated = measured.get("emulated", pd.Series(False, index=measured.index)).astype(str).str.lower() == "true"
+    contended = measured.get(f"contended_vs_{base}", pd.Series(False, index=measured.index)).astype(bool)
+    measured["caveat"] = np.where(emulated, "emulated", "") + np.where(emulated & contended, " · ", "") + \
+        np.where(contended, "contended", "")
     fig = _px().bar(measured, x="x", y=f"speedup_vs_{base}", color="precision", barmode="group",
+                    text="caveat" if (measured["caveat"] != "").any() else None,
                     error_y="err_plus", error_y_minus="err_minus", color_discrete_map=modes.colours(),
                     hover_data={"batch_size": True, "step_time_ms": ":.2f", "repeats": True, "status_counts": True,
                                 "x": False, "err_plus": False, "err_minus": False},

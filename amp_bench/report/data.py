@@ -91,6 +91,15 @@ def verdict(value: float, band: tuple[float, float], missing: str = "not measure
     return "within"
 
 
+def _qualified(text: str, case: pd.Series, base: str) -> str:
+    """A verdict on an emulated or contended figure says so: it does not test the claim."""
+    if str(case.get(f"contended_vs_{base}")).lower() == "true":
+        return f"{text} (contended: not a test of the claim)"
+    if str(case.get("emulated")).lower() == "true":
+        return f"{text} (emulated: no native {case['precision']} hardware)"
+    return text
+
+
 def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozenset()) -> pd.DataFrame:
     """Each AMP case's speedup and memory saving next to the seed articles' claims, against fp32 and,
     where it was run, against tf32 (the picture changes on Ampere and later). Headroom runs measure
@@ -119,8 +128,8 @@ def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozens
                 "channels_last": bool(case["channels_last"]), "precision": case["precision"], "baseline": base,
                 "status": case["status"], "speedup": speedup,
                 "speedup_claim": f"{CLAIMED_SPEEDUP[0]}-{CLAIMED_SPEEDUP[1]}x",
-                "speedup_verdict": (verdict(speedup, CLAIMED_SPEEDUP, missing) if case["status"] == "ok"
-                                    else case["status"]),
+                "speedup_verdict": _qualified(verdict(speedup, CLAIMED_SPEEDUP, missing), case, base)
+                if case["status"] == "ok" else case["status"],
                 "memory_saving": saving,
                 "memory_claim": f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%}",
                 "memory_verdict": (verdict(saving, CLAIMED_MEMORY_SAVING, missing) if base == "fp32"

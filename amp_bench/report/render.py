@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from amp_bench.headline import headlines
 from amp_bench.report import charts
 from amp_bench.report.data import (CLAIMED_MEMORY_SAVING, CLAIMED_SPEEDUP, ReportData, claims_table,
                                    environment_table, not_measured, step_samples)
@@ -21,6 +22,8 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
 .within{background:#e3f6e3} .below{background:#fde2e1} .above{background:#e1ecfd} .differs{background:#fff4cc}
 .note{color:#666;font-size:13px} .chart{margin:1em 0}
+.headline{font-size:16px;border-left:4px solid #636efa;padding:.2em 1em;background:#f7f8ff}
+.warn{background:#fde2e1;padding:.5em 1em}
 """
 
 
@@ -63,11 +66,11 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
         return f"{low:.2f}-{high:.2f}x" if np.isfinite(low) and np.isfinite(high) and row["speedup_vs_fp32_pairs"] > 1 else "-"
     table = pd.DataFrame({
         "machine": summary["machine"], "model": summary["model_label"], "batch": summary["batch_size"].astype(int),
-        "precision": summary["precision"], "status": summary["status_counts"],
+        "precision": precision_labels(summary), "status": summary["status_counts"],
         "step ms": summary["step_time_ms"], "samples/s": summary["throughput"],
         "speedup vs fp32": summary["speedup_vs_fp32"], "repeat range": summary.apply(spread, axis=1),
         "speedup vs tf32": summary["speedup_vs_tf32"], "peak memory (MiB)": summary["peak_mem_bytes"] / 2**20,
-        "memory saving vs fp32": summary["mem_saving_vs_fp32"]})
+        "memory saving vs fp32": summary["mem_saving_vs_fp32"], "notes": caveats(summary)})
     if summary["channels_last"].astype(bool).any():
         table.insert(3, "layout", np.where(summary["channels_last"].astype(bool), "channels_last", "nchw"))
     if summary["speedup_vs_tf32"].isna().all():
@@ -76,6 +79,24 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
         table.insert(3, "procs", summary["world_size"].astype(int))
         table.insert(table.columns.get_loc("speedup vs fp32") + 1, "scaling efficiency", summary["scaling_efficiency"])
     return table
+
+
+def precision_labels(summary: pd.DataFrame) -> pd.Series:
+    """'amp_bf16 (emulated)': an emulated mode is never shown without saying so."""
+    emulated = summary["emulated"].astype(str).str.lower() == "true" if "emulated" in summary else False
+    return summary["precision"].where(~emulated, summary["precision"] + " (emulated)")
+
+
+def caveats(summary: pd.DataFrame) -> pd.Series:
+    """Why a row's figure needs care: emulated (and why), contended (and how)."""
+    def text(row) -> str:
+        notes = []
+        if str(row.get("emulated")).lower() == "true":
+            notes.append(f"emulated: {row.get('emulated_reason') or 'no native hardware for this dtype'}")
+        if str(row.get("contended")).lower() == "true":
+            notes.append(f"contended: {row.get('contention')}")
+        return "; ".join(notes)
+    return summary.apply(text, axis=1) if not summary.empty else pd.Series(dtype=object)
 
 
 def claims_for_reading(claims: pd.DataFrame) -> pd.DataFrame:
@@ -144,6 +165,16 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
              f"{machine_count(data)} machine(s); written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
              "by amp_bench. Speedups are ratios of median step times (medians across repeats); error bars span "
              "the per-repeat ratios.</p>"]
+    if data.has_benchmarks:
+        sentences = headlines(summary)
+        if sentences:
+            parts.append("<div class='headline'>" + "".join(f"<p>{html.escape(s)}</p>" for s in sentences) + "</div>")
+        contended = summary[summary["contended"].astype(str).str.lower() == "true"] if "contended" in summary \
+            else summary.iloc[0:0]
+        if not contended.empty:
+            parts.append("<p class='warn'>Contended: " + html.escape(
+                f"{len(contended)} case(s) did not get their machine during the measured window (another process "
+                f"used it); their figures are not trustworthy: {contended['contention'].iloc[0]}") + "</p>")
     from amp_bench.report import studies
     if not missing.empty:
         parts += ["<h2 id='not-measured'>Cases not measured</h2>",
@@ -183,8 +214,8 @@ def _claims_html(claims: pd.DataFrame) -> list[str]:
             f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%} memory. Each AMP case against fp32 and, "
             "where run, against tf32 — on Ampere and later TF32 is what 'FP32' means to most users. Verdicts: "
             "below, within or above the claimed range.</p>",
-            html_table(claims_for_reading(claims), lambda c, r: r[c] if c.endswith("verdict") and
-                       r[c] in ("within", "below", "above") else "")
+            html_table(claims_for_reading(claims), lambda c, r: str(r[c]).split(" ")[0] if c.endswith("verdict")
+                       and str(r[c]).split(" ")[0] in ("within", "below", "above") else "")
             if not claims.empty else "<p>No AMP case in these results.</p>"]
 
 
@@ -192,8 +223,10 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
     lines = ["# amp_bench report", "",
              f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = ratio of median "
              "step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against fp32.", ""]
+    if data.has_benchmarks:
+        lines += [f"- {sentence}" for sentence in headlines(summary)] + [""]
     columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
-               "speedup_vs_tf32", "mem_saving_vs_fp32"]
+               "speedup_vs_tf32", "mem_saving_vs_fp32", "notes"]
     if summary["channels_last"].astype(bool).any():
         columns.insert(3, "channels_last")
     if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling, global samples/s
@@ -201,7 +234,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
         columns.insert(columns.index("speedup_vs_fp32") + 1, "scaling_efficiency")
     telemetry = {"nvml_mem_used_delta_bytes": "nvml_delta_MiB", "energy_j_per_sample": "J/sample",
                  "achieved_tflops": "TFLOP/s", "mfu": "mfu"}
-    table = summary.reindex(columns=columns).copy()
+    table = summary.assign(precision=precision_labels(summary), notes=caveats(summary)).reindex(columns=columns)
     medians = _case_medians(data.results, summary, list(telemetry))
     if not medians.empty:
         table = table.join(medians)

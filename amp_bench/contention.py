@@ -1,0 +1,137 @@
+"""Did the case get its machine? What the measured window really received, read at its edges.
+
+CPU: the CPU time every other process on the host used during the window (host busy time from
+/proc/stat minus this worker's own), steal time (a VM's hypervisor giving the core away) and the
+load average. From them, the share of its threads' cores the worker could have had. Steady
+contention does not raise the step-time CV (every step is slow alike), so a CV warning can't be the
+guard: a busy neighbour turns a 1.6 ms step into 390 ms with a CV of 1.5%.
+GPU: other processes on the device, and clocks held down (thermal, power brake, hardware slowdown)
+inside the window.
+
+/proc is read through paths that tests point at files replaying real readings.
+"""
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+
+# A case that could use less than this share of its threads' cores is `contended`.
+MIN_CPU_SHARE = 0.85
+MAX_STEAL = 0.05  # share of the host's CPU time stolen by the hypervisor
+# Clock-event reasons that mean someone else (heat, power, the board) held the clocks down.
+THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+CONTENTION_COLUMNS = ["contended", "contention", "cpu_share_available", "host_other_cpu_cores",
+                      "steal_fraction", "loadavg_1m", "gpu_other_processes"]
+
+
+@dataclass(frozen=True)
+class HostTimes:
+    busy_s: float  # every CPU's non-idle time since boot, steal excluded
+    steal_s: float
+    own_cpu_s: float  # this process's user + system time (all its threads)
+    cpus: int  # the CPUs /proc/stat adds up (the host's, also inside a container)
+
+
+def _clock_ticks() -> int:
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):
+        return 100
+
+
+def read_host_times(stat_path: str = "/proc/stat", own_cpu_s: float | None = None) -> HostTimes | None:
+    """None where /proc/stat can't be read (not Linux): contention is then unknown, never assumed."""
+    try:
+        with open(stat_path, encoding="ascii") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    fields = lines[0].split() if lines else []
+    cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit()) or 1
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal guest guest_nice (guest is inside user)
+    values = [int(v) for v in fields[1:]] + [0] * 10
+    user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+    tick = _clock_ticks()
+    if own_cpu_s is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        own_cpu_s = usage.ru_utime + usage.ru_stime
+    return HostTimes((user + nice + system + irq + softirq) / tick, steal / tick, own_cpu_s, cpus)
+
+
+def read_loadavg(path: str = "/proc/loadavg") -> float | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            return float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_contention(before: HostTimes | None, after: HostTimes | None, window_s: float, threads: int,
+                   loadavg: float | None = None) -> dict:
+    """Columns for the window. `cpu_share_available`: the share of its `threads` cores the worker
+    could have had, once the cores other processes used are taken away (1.0: all of them)."""
+    out = {c: None for c in CONTENTION_COLUMNS}
+    out.update(loadavg_1m=loadavg, contended=None, contention="")
+    if before is None or after is None or window_s <= 0:
+        out["contention"] = "unknown (no /proc/stat)"
+        return out
+    cpus = after.cpus
+    others_s = max(0.0, (after.busy_s - before.busy_s) - (after.own_cpu_s - before.own_cpu_s))
+    others_cores = others_s / window_s
+    steal = max(0.0, after.steal_s - before.steal_s) / (window_s * cpus)
+    threads = max(1, min(threads, cpus))
+    share = max(0.0, min(1.0, (cpus - others_cores) / threads))
+    out.update(cpu_share_available=share, host_other_cpu_cores=others_cores, steal_fraction=steal)
+    reasons = []
+    if share < MIN_CPU_SHARE:
+        reasons.append(f"other processes used {others_cores:.2f} of {cpus} cores during the window: the worker's "
+                       f"{threads} thread(s) could have had {share:.0%} of their cores")
+    if steal > MAX_STEAL:
+        reasons.append(f"the hypervisor stole {steal:.0%} of the CPU time")
+    out["contended"] = bool(reasons)
+    out["contention"] = "; ".join(reasons)
+    return out
+
+
+def gpu_contention(other_pids: list[int] | None, clock_event_reasons: str | None) -> dict:
+    """Columns for a GPU window: other processes on the device, or clocks held down in the window."""
+    reasons = []
+    if other_pids:
+        reasons.append(f"{len(other_pids)} other process(es) on the GPU (pid {', '.join(map(str, other_pids[:5]))})")
+    held = [r for r in str(clock_event_reasons or "").replace(",", " ").split() if r in THROTTLE_REASONS]
+    if held:
+        reasons.append(f"clocks held down in the window ({', '.join(held)})")
+    return {"gpu_other_processes": len(other_pids) if other_pids is not None else None,
+            "contended": bool(reasons), "contention": "; ".join(reasons)}
+
+
+def merge(cpu: dict, gpu: dict | None) -> dict:
+    """One set of columns: contended when either side was."""
+    if not gpu:
+        return cpu
+    out = dict(cpu)
+    out["gpu_other_processes"] = gpu["gpu_other_processes"]
+    out["contended"] = bool(cpu.get("contended")) or gpu["contended"]
+    out["contention"] = "; ".join(r for r in (cpu.get("contention"), gpu["contention"])
+                                  if r and not r.startswith("unknown"))
+    return out
+
+
+class WindowWatch:
+    """Read the host at the window's edges: start() before the first measured step, stop() after."""
+
+    def __init__(self, threads: int, stat_path: str = "/proc/stat", loadavg_path: str = "/proc/loadavg"):
+        self.threads = threads
+        self.stat_path, self.loadavg_path = stat_path, loadavg_path
+        self._before: HostTimes | None = None
+
+    def start(self) -> None:
+        self._before = read_host_times(self.stat_path)
+
+    def stop(self, window_s: float) -> dict:
+        after = read_host_times(self.stat_path)
+        return cpu_contention(self._before, after, window_s, self.threads, read_loadavg(self.loadavg_path))

@@ -1,0 +1,222 @@
+"""Numbers you can trust on any machine: the adaptive window, contention, one emulation rule and the
+headline. Speed differences are injected (a fake clock, scripted /proc readings), never hoped for."""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from amp_bench.contention import HostTimes, cpu_contention, gpu_contention, read_host_times
+from amp_bench.hardware import DeviceInfo, effective_cpu_flags, may_run, precision_support, probe_device
+from amp_bench.headline import headlines
+from amp_bench.measure import measure_window
+from amp_bench.timing import CpuStepTimer, StopRule, median_ci, relative_half_width
+
+
+# --------------------------------------------------------------------------- the adaptive window
+
+def test_median_interval_covers_the_median_at_least_95_percent():
+    rng = np.random.default_rng(3)
+    for n in (6, 20, 80):
+        hits = sum(lo <= 1.0 <= hi for lo, hi in (median_ci(rng.lognormal(0, 0.3, n)) for _ in range(1000)))
+        assert hits >= 930, (n, hits)  # >= 95% less Monte-Carlo slack
+    assert median_ci([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few for an interval: the range
+
+
+def test_stop_rule_reasons():
+    quiet = [10.0, 10.01, 9.99, 10.0, 10.02, 9.98, 10.0, 10.01]
+    noisy = [10.0, 14.0, 7.0, 12.0, 8.0, 15.0, 6.0, 11.0]
+    assert StopRule.fixed(8).reason_to_stop(quiet, 0) == "fixed steps"
+    assert StopRule.fixed(8).reason_to_stop(quiet[:5], 0) is None
+    rule = StopRule(min_steps=6, max_steps=100, target_ci=0.01, budget_s=5.0)
+    assert rule.reason_to_stop(quiet[:5], 0) is None  # under min_steps, however precise
+    assert rule.reason_to_stop(quiet, 0.1) == "precision reached"
+    assert rule.reason_to_stop(noisy, 0.1) is None
+    assert rule.reason_to_stop(noisy, 5.0) == "budget"
+    assert rule.reason_to_stop(noisy * 13, 0.1) == "max steps"
+    assert relative_half_width(noisy) > 0.01 > relative_half_width(quiet)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def run_window(step_ms, rule):
+    clock = FakeClock()
+    times = iter(step_ms)
+
+    def step():
+        clock.now += next(times) / 1e3
+    return measure_window(step, CpuStepTimer(clock), rule)
+
+
+def test_window_stops_when_precise_or_at_the_budget():
+    steady = [20.0 + 0.01 * (i % 3) for i in range(500)]
+    per_step, window_s, reason = run_window(steady, StopRule(10, 400, target_ci=0.01))
+    assert reason == "precision reached" and len(per_step) == 10 and window_s == pytest.approx(sum(per_step) / 1e3)
+    jumpy = list(np.random.default_rng(0).uniform(10, 30, 500))
+    per_step, _, reason = run_window(jumpy, StopRule(5, 400, target_ci=0.001, budget_s=1.0))
+    assert reason == "budget" and 1.0 <= sum(per_step) / 1e3 < 1.0 + 0.031
+    per_step, _, reason = run_window(jumpy, StopRule(5, 30, target_ci=0.001))
+    assert reason == "max steps" and len(per_step) == 30
+    per_step, _, reason = run_window(jumpy, StopRule.fixed(7))
+    assert reason == "fixed steps" and len(per_step) == 7
+
+
+# --------------------------------------------------------------------------- contention
+
+QUIET = HostTimes(busy_s=1000.0, steal_s=1.0, own_cpu_s=50.0, cpus=2)
+
+
+def after(seconds, own, others, steal=0.0):
+    return HostTimes(QUIET.busy_s + own + others, QUIET.steal_s + steal, QUIET.own_cpu_s + own, 2)
+
+
+def test_contention_from_host_readings():
+    quiet = cpu_contention(QUIET, after(10, own=19.5, others=0.2), 10.0, threads=2)
+    assert quiet["contended"] is False and quiet["cpu_share_available"] > 0.85
+    neighbour = cpu_contention(QUIET, after(10, own=13.0, others=10.0), 10.0, threads=2)
+    assert neighbour["contended"] is True and neighbour["cpu_share_available"] == pytest.approx(0.5)
+    assert "other processes used 1.00 of 2 cores" in neighbour["contention"]
+    # one busy core beside a one-thread worker: it still had a whole core
+    assert cpu_contention(QUIET, after(10, own=9.9, others=10.0), 10.0, threads=1)["contended"] is False
+    stolen = cpu_contention(QUIET, after(10, own=19.0, others=0.0, steal=2.0), 10.0, threads=2)
+    assert stolen["contended"] is True and "stole 10%" in stolen["contention"]
+    assert cpu_contention(None, None, 1.0, threads=2)["contended"] is None  # unknown is not "quiet"
+
+
+def test_read_host_times_from_a_proc_stat_file(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  205362 10 25113 44600 396 5 97 372 0 0\ncpu0 1 0 0 0 0 0 0 0 0 0\n"
+                    "cpu1 1 0 0 0 0 0 0 0 0 0\nintr 1\n")
+    times = read_host_times(str(stat), own_cpu_s=1.5)
+    tick = os.sysconf("SC_CLK_TCK")
+    assert times.cpus == 2 and times.busy_s == pytest.approx((205362 + 10 + 25113 + 5 + 97) / tick)
+    assert times.steal_s == pytest.approx(372 / tick)
+    assert read_host_times(str(tmp_path / "missing")) is None
+
+
+def test_gpu_contention():
+    assert gpu_contention([], "sw_power_cap")["contended"] is False
+    busy = gpu_contention([4242], "")
+    assert busy["contended"] and "1 other process" in busy["contention"]
+    hot = gpu_contention([], "sw_thermal_slowdown, hw_slowdown")
+    assert hot["contended"] and "hw_slowdown" in hot["contention"]
+
+
+# --------------------------------------------------------------------------- one emulation rule
+
+ZEN2 = DeviceInfo("cpu", "AMD EPYC 7B12", cpu_flags=frozenset({"avx2", "fma"}), cpu_fp16_autocast=True)
+ZEN4 = DeviceInfo("cpu", "AMD EPYC 9B14", cpu_flags=frozenset({"avx2", "avx512f", "avx512_bf16"}),
+                  cpu_fp16_autocast=True)
+V100 = DeviceInfo("cuda", "Tesla V100-SXM2-32GB", index=0, capability=(7, 0))
+
+
+@pytest.mark.parametrize("mode, device", [("amp_bf16", ZEN2), ("amp_fp16", ZEN2), ("amp_fp16", ZEN4),
+                                          ("amp_bf16", V100)])
+def test_every_emulated_mode_follows_one_rule(mode, device):
+    support = precision_support(mode, device)
+    assert not support.supported and support.emulated and "emulated" in support.reason
+    assert may_run(support, allow_emulated=True) and not may_run(support, allow_emulated=False)
+
+
+def test_native_modes_run_and_are_not_emulated():
+    assert precision_support("amp_bf16", ZEN4).supported and not precision_support("amp_bf16", ZEN4).emulated
+
+
+def test_onednn_isa_cap_hides_the_bf16_instructions(monkeypatch):
+    flags = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    assert effective_cpu_flags(flags, "AVX2") == {"avx2", "avx512f"}
+    assert effective_cpu_flags(flags, "AVX512_CORE_BF16") == {"avx2", "avx512f", "avx512_bf16"}
+    assert effective_cpu_flags(flags, "") == flags
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    device = probe_device("cpu", cpu_info=("AMD EPYC", flags), cpu_fp16_autocast=True)
+    assert precision_support("amp_bf16", device).emulated
+
+
+# --------------------------------------------------------------------------- the headline
+
+def summary_row(precision, **values):
+    row = {"run_id": "r", "model_label": "resnet50", "batch_size": 8, "image_size": 224, "seq_len": np.nan,
+           "channels_last": False, "device": "cpu", "device_name": "AMD EPYC", "world_size": 1,
+           "precision": precision, "status": "ok", "reason": "", "emulated": False, "emulated_reason": "",
+           "contended_vs_fp32": False}
+    row.update(values)
+    return row
+
+
+def test_headline_sentences():
+    fast = pd.DataFrame([summary_row("fp32"), summary_row("amp_bf16", speedup_vs_fp32=1.75, speedup_vs_fp32_ci_low=1.7,
+                                                          speedup_vs_fp32_ci_high=1.81, mem_saving_vs_fp32=0.21)])
+    assert headlines(fast) == ["resnet50 bs 8 224px on AMD EPYC: bf16 autocast is 1.75x faster than fp32 "
+                               "(95% CI 1.70-1.81x), 21% less peak RSS."]
+    slow = pd.DataFrame([summary_row("fp32"), summary_row(
+        "amp_bf16", speedup_vs_fp32=0.09, speedup_vs_fp32_ci_low=0.085, speedup_vs_fp32_ci_high=0.095, emulated=True,
+        emulated_reason="CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated", contended_vs_fp32=True)])
+    text = headlines(slow)[0]
+    assert "bf16 autocast is 11.11x slower than fp32 (95% CI 10.53-11.76x)" in text
+    assert "(emulated: CPU has no AVX512-BF16/AMX-BF16)" in text and "CONTENDED" in text
+    skipped = pd.DataFrame([summary_row("fp32"), summary_row(
+        "amp_bf16", status="unsupported", emulated=True,
+        reason="CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated (not run: allow_emulated ...)")])
+    assert "bf16 autocast not measured: CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated; allow_emulated: " \
+           "true measures it" in headlines(skipped)[0]
+
+
+# --------------------------------------------------------------------------- for real
+
+CPU_SUITE = """
+models: [{{ref: "python:toy_models:{model}", label: m}}]
+batch_sizes: [64]
+precisions: [fp32]
+warmup_steps: 3
+target_ci: 0.0001
+min_steps: 5
+max_steps: 100000
+case_budget_s: {budget}
+repeats: 1
+"""
+
+
+def _burner() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 120\nwhile time.time() < end: pass"])
+
+
+@pytest.mark.slow
+def test_a_worker_beside_cpu_burners_is_flagged_and_a_quiet_one_is_not(write_suite, tmp_path, monkeypatch):
+    """One-thread worker: beside burners on every core it is contended; alone, with one core free
+    even if something else holds the other, it is not."""
+    from amp_bench.runner import run_suite
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    suite = write_suite(CPU_SUITE.format(model="mlp", budget=3.0))
+    quiet = run_suite(suite, device="cpu", results_dir=tmp_path / "quiet").iloc[0]
+    assert quiet["status"] == "ok" and quiet["num_threads"] == 1
+    assert quiet["contended"] in (False, "False"), quiet["contention"]
+    burners = [_burner() for _ in range(os.cpu_count() or 2)]
+    try:
+        time.sleep(0.5)
+        busy = run_suite(suite, device="cpu", results_dir=tmp_path / "busy").iloc[0]
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert busy["status"] == "ok" and busy["contended"] in (True, "True"), busy.to_dict()
+    assert busy["cpu_share_available"] < 0.85 and "other processes used" in busy["contention"]
+
+
+@pytest.mark.slow
+def test_adaptive_window_records_why_it_stopped_with_a_fake_clock(write_suite, tmp_path):
+    from amp_bench.runner import run_suite
+    suite = write_suite(CPU_SUITE.format(model="clocked", budget=0.5).replace("target_ci: 0.0001", "target_ci: 0.01"))
+    row = run_suite(suite, device="cpu", results_dir=tmp_path / "r").iloc[0]
+    assert row["status"] == "ok" and row["stop_reason"] in ("precision reached", "budget")
+    assert row["step_time_ms_ci_low"] <= row["step_time_ms_median"] <= row["step_time_ms_ci_high"]
+    assert row["step_time_ms_median"] == pytest.approx(20.0, rel=0.03)  # the injected time, not the machine's
+    assert row["steps"] >= 5
