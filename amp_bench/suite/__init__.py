@@ -1,0 +1,31 @@
+"""Suite files: load YAML, validate every field with a one-line message per problem, expand to cases.
+
+A suite is a matrix (models x image_size/seq_len x batch_sizes x channels_last x nproc_per_node x
+precisions) plus run settings. A `cpu:` or `cuda:` block replaces top-level settings on that device type, so the
+same file runs on a laptop with smaller batches and fewer steps.
+
+  schema.py   the value objects (Case, Suite, ...) and DEFAULTS, every field's default in one table
+  checks.py   validator building blocks (_int, _axis, _choice, _check_keys, ...)
+  fields.py   the field tables: settings, models: entries, optimizer, fidelity:, headroom:; validate_overrides
+  load.py     reading the YAML: load_suite
+  matrix.py   Suite, and per device type: settings, the case matrix, the fidelity and headroom specs
+
+Torch-free: model references and datasets are checked through modules imported at call time.
+"""
+from amp_bench.errors import SuiteError
+from amp_bench.suite.checks import Problems
+from amp_bench.suite.fields import (
+    DEVICE_BLOCKS, DIST_BACKENDS, FIDELITY_MODELS, HEADROOM_FIELDS, MAX_BATCH_SIZE, MAX_PROCS, OPTIMIZER_IMPLS,
+    OPTIMIZERS, SECTIONS, SETTING_KEYS, TOP_ONLY,
+)
+from amp_bench.suite.fields import validate_overrides
+from amp_bench.suite.load import load_suite
+from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, ModelSpec, OptimizerSpec
+from amp_bench.suite.matrix import Suite, check_distributed, check_duplicates, expand
+
+__all__ = [
+    "Case", "DEFAULTS", "DEVICE_BLOCKS", "DIST_BACKENDS", "FIDELITY_MODELS", "FidelitySpec", "HEADROOM_FIELDS",
+    "HeadroomSpec", "MAX_BATCH_SIZE", "MAX_PROCS", "ModelSpec", "OPTIMIZERS", "OPTIMIZER_IMPLS", "OptimizerSpec",
+    "Problems", "SECTIONS", "SETTING_KEYS", "Suite", "SuiteError", "TOP_ONLY", "check_distributed",
+    "check_duplicates", "expand", "load_suite", "validate_overrides",
+]

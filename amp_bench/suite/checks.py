@@ -1,0 +1,140 @@
+"""Validator building blocks: the checks that fields.py composes into the suite's field tables.
+
+A check takes (value, path, problems) and returns the normalised value, or None when the value is
+invalid, after appending one line per problem ("path: expected ..., got ...") to `problems`. Every
+problem is collected, so a file with five mistakes gets five lines in one go.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable
+
+Problems = list[str]
+
+
+def _type_name(value: Any) -> str:
+    return type(value).__name__
+
+
+def _int(lo: int, hi: int, what: str = "an integer") -> Callable:
+    def check(value, path, problems):
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{path}: expected {what} between {lo} and {hi}, got {value!r} ({_type_name(value)})")
+            return None
+        if not lo <= value <= hi:
+            problems.append(f"{path}: expected {what} between {lo} and {hi}, got {value}")
+            return None
+        return value
+    return check
+
+
+def _number(lo_exclusive: float, hi: float) -> Callable:
+    def check(value, path, problems):
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            problems.append(f"{path}: expected a number, got {value!r} ({_type_name(value)})")
+            return None
+        if not lo_exclusive < value <= hi:
+            problems.append(f"{path}: expected a number > {lo_exclusive} and <= {hi}, got {value}")
+            return None
+        return float(value)
+    return check
+
+
+def _bool(value, path, problems):
+    if not isinstance(value, bool):
+        problems.append(f"{path}: expected true or false, got {value!r} ({_type_name(value)})")
+        return None
+    return value
+
+
+def _str(value, path, problems):
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"{path}: expected a non-empty string, got {value!r} ({_type_name(value)})")
+        return None
+    return value
+
+
+def _choice(choices: tuple[str, ...]) -> Callable:
+    def check(value, path, problems):
+        if not isinstance(value, str) or value not in choices:
+            hint = ""
+            if isinstance(value, str):
+                close = difflib.get_close_matches(value, choices, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"{path}: expected one of {', '.join(choices)}, got {value!r}{hint}")
+            return None
+        return value
+    return check
+
+
+def _axis(item_check: Callable, what: str) -> Callable:
+    """A matrix axis: a single value or a non-empty list of distinct values."""
+    def check(value, path, problems):
+        value = list(value) if isinstance(value, tuple) else value
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and not value:
+            problems.append(f"{path}: empty list: the matrix has no cases (expected at least one {what})")
+            return None
+        out, seen, ok = [], {}, True
+        for i, item in enumerate(items):
+            item_path = f"{path}[{i}]" if isinstance(value, list) else path
+            checked = item_check(item, item_path, problems)
+            if checked is None:
+                ok = False
+                continue
+            if checked in seen:
+                problems.append(f"{item_path}: duplicate case: {checked!r} is already listed at {path}[{seen[checked]}]")
+                ok = False
+                continue
+            seen[checked] = i
+            out.append(checked)
+        return out if ok else None
+    return check
+
+
+def _mapping(value, path, problems):
+    if not isinstance(value, dict):
+        problems.append(f"{path}: expected a mapping, got {value!r} ({_type_name(value)})")
+        return None
+    return value
+
+
+def _optional(check: Callable) -> Callable:
+    """null keeps the default (e.g. threads_per_rank: null = cpu cores / processes)."""
+    return lambda value, path, problems: None if value is None else check(value, path, problems)
+
+
+def _check_keys(mapping: dict, allowed, path: str, problems: Problems) -> None:
+    for key in mapping:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), list(allowed), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(f"{_join(path, str(key))}: unknown key ({hint}expected one of: {', '.join(allowed)})")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _checked_fields(data: dict, path: str, problems: Problems, fields: dict[str, Callable]) -> dict:
+    """Each present field through its check; the valid ones, normalised (problems collect the rest)."""
+    out = {}
+    for key, check in fields.items():
+        if key in data:
+            checked = check(data[key], _join(path, key), problems)
+            if checked is not None:
+                out[key] = checked
+    return out
+
+
+def _validate_section(value, path: str, problems: Problems, fields: dict[str, Callable]) -> dict | None:
+    """A mapping whose keys are the field table's: unknown keys and bad values are problems."""
+    if _mapping(value, path, problems) is None:
+        return None
+    _check_keys(value, fields, path, problems)
+    return _checked_fields(value, path, problems, fields)

@@ -1,0 +1,291 @@
+"""The field tables: which keys each part of a suite file takes, and the check each value goes through.
+
+The run settings (top level, cpu:/cuda: blocks and overrides alike), a `models:` entry, an optimizer
+mapping, the `fidelity:` and `headroom:` sections, and the keys only the top level takes; with the
+limits and choices they check against. Defaults are not here: they are in schema.DEFAULTS.
+
+The precision list is amp_bench.modes', read when a check is built, never copied at import. Model
+references are checked through amp_bench.models, imported at call time because it imports torch.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+from amp_bench import modes
+from amp_bench.errors import SuiteError
+from amp_bench.suite.checks import (
+    Problems, _axis, _bool, _check_keys, _checked_fields, _choice, _int, _join, _mapping, _number, _optional,
+    _str, _validate_section,
+)
+from amp_bench.suite.schema import DEFAULTS, ModelSpec, OptimizerSpec
+
+MAX_BATCH_SIZE = 65536
+OPTIMIZERS = ("sgd", "adam", "adamw")
+OPTIMIZER_IMPLS = ("for-loop", "foreach", "fused")
+DEVICE_BLOCKS = ("cpu", "cuda")
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+MAX_PROCS = 1024
+FIDELITY_MODELS = ("small_cnn", "tabular_transformer")
+
+
+# --------------------------------------------------------------------------- optimizer
+
+OPTIMIZER_FIELDS: dict[str, Callable] = {
+    "name": _choice(OPTIMIZERS), "impl": _choice(OPTIMIZER_IMPLS), "lr": _number(0, 1e3),
+    "momentum": _number(-1e-12, 1.0), "weight_decay": _number(-1e-12, 1.0),
+}
+
+
+def _optimizer(value, path, problems):
+    """A name (`optimizer: adamw`) or a mapping; the keys it leaves out come from DEFAULTS["optimizer"]."""
+    if isinstance(value, str):
+        value = {"name": value}
+    if _mapping(value, path, problems) is None:
+        return None
+    _check_keys(value, OPTIMIZER_FIELDS, path, problems)
+    before = len(problems)
+    merged = dict(DEFAULTS["optimizer"])
+    for key, check in OPTIMIZER_FIELDS.items():
+        if key in value:
+            merged[key] = check(value[key], _join(path, key), problems)
+    if len(problems) > before:
+        return None
+    if merged["name"] != "sgd" and "momentum" in value:
+        problems.append(f"{_join(path, 'momentum')}: only sgd takes momentum")
+        return None
+    return OptimizerSpec(**merged)
+
+
+# --------------------------------------------------------------------------- models: entries
+
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def _label(value, path, problems):
+    """Labels name cases and their log files: keep them to safe file-name characters."""
+    if not isinstance(value, str) or not _LABEL.fullmatch(value):
+        problems.append(f"{path}: expected a label of letters, digits, '.', '_', '+', '-' (at most 64, "
+                        f"starting with a letter or digit), got {value!r}; set 'label' to name this model")
+        return None
+    return value
+
+
+_MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
+                 "nproc_per_node")
+_nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
+
+
+def _model(search_dirs: tuple[str, ...]) -> Callable:
+    def check(value, path, problems):
+        from amp_bench import models as model_refs  # at call time: it imports torch
+        defaults = DEFAULTS["model"]
+        if isinstance(value, str):
+            value = {"ref": value}
+        if _mapping(value, path, problems) is None:
+            return None
+        _check_keys(value, _MODEL_FIELDS, path, problems)
+        before = len(problems)
+        if "ref" not in value:
+            problems.append(f"{_join(path, 'ref')}: missing (expected a model reference such as torchvision/resnet50)")
+            return None
+        ref = _str(value["ref"], _join(path, "ref"), problems)
+        if ref is None:
+            return None
+        label = _label(value.get("label", model_refs.short_name(ref)), _join(path, "label"), problems)
+        config = _mapping(value.get("config", defaults["config"]), _join(path, "config"), problems)
+        for key in config or {}:
+            if not isinstance(key, str):
+                problems.append(f"{_join(path, 'config')}: keys must be attribute names, got {key!r}")
+        options = _mapping(value.get("options", defaults["options"]), _join(path, "options"), problems)
+        # null is the same as leaving these out
+        task = value.get("task", defaults["task"])
+        if task is not None:
+            task = _choice(model_refs.TRANSFORMERS_TASKS)(task, _join(path, "task"), problems)
+        attn = value.get("attn_implementation", defaults["attn_implementation"])
+        if attn is not None:
+            attn = _choice(model_refs.ATTN_IMPLEMENTATIONS)(attn, _join(path, "attn_implementation"), problems)
+        num_classes = value.get("num_classes", defaults["num_classes"])
+        if num_classes is not None:
+            num_classes = _int(2, 1_000_000)(num_classes, _join(path, "num_classes"), problems)
+        nproc = value.get("nproc_per_node", defaults["nproc_per_node"])
+        if nproc is not None:
+            nproc = _nproc_axis(nproc, _join(path, "nproc_per_node"), problems)
+        if len(problems) > before:
+            return None
+        kind = model_refs.kind_of(ref)
+        for key, wants in (("config", "transformers"), ("task", "transformers"),
+                           ("attn_implementation", "transformers"), ("options", "python"),
+                           ("num_classes", "torchvision")):
+            if key in value and kind is not None and kind != wants:
+                problems.append(f"{_join(path, key)}: only applies to {wants}/ models, not {ref}")
+        for sub, message in model_refs.check_model(ref, config=config, task=task, search_dirs=search_dirs):
+            problems.append(f"{path}{sub}: {message}")
+        if len(problems) > before:
+            return None
+        return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
+                         options=options or {}, num_classes=num_classes,
+                         nproc_per_node=tuple(nproc) if nproc else None)
+    return check
+
+
+def _models(search_dirs):
+    item = _model(search_dirs)
+
+    def check(value, path, problems):
+        items = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and not value:
+            problems.append(f"{path}: empty list: the matrix has no cases (expected at least one model)")
+            return None
+        out, labels = [], {}
+        for i, entry in enumerate(items):
+            item_path = f"{path}[{i}]" if isinstance(value, list) else path
+            spec = item(entry, item_path, problems)
+            if spec is None:
+                continue
+            if spec.label in labels:
+                problems.append(f"{item_path}: duplicate case: label {spec.label!r} is already used by "
+                                f"{labels[spec.label]} (give one a distinct 'label')")
+                continue
+            labels[spec.label] = item_path
+            out.append(spec)
+        return out if len(out) == len(items) else None
+    return check
+
+
+# --------------------------------------------------------------------------- run settings
+
+def _peak_tflops(value, path, problems):
+    """A number for every precision, or a mapping precision -> number."""
+    if isinstance(value, dict):
+        _check_keys(value, modes.names(), path, problems)
+        out = {k: _number(0, 1e6)(v, _join(path, k), problems) for k, v in value.items() if k in modes.names()}
+        return None if None in out.values() else out
+    number = _number(0, 1e6)(value, path, problems)
+    return None if number is None else {mode: number for mode in modes.names()}
+
+
+_ENDPOINT = re.compile(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}")
+
+
+def _endpoint(value, path, problems):
+    if not isinstance(value, str) or not _ENDPOINT.fullmatch(value):
+        problems.append(f"{path}: expected HOST:PORT of the rendezvous (node 0), got {value!r}")
+        return None
+    return value
+
+
+def _rdzv_id(value, path, problems):
+    if not isinstance(value, str) or not _LABEL.fullmatch(value):
+        problems.append(f"{path}: expected a job id of letters, digits, '.', '_', '+', '-', got {value!r}")
+        return None
+    return value
+
+
+def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
+    """Built per use: models resolve python: references against the suite's folder."""
+    return {
+        "models": _models(search_dirs),
+        "batch_sizes": _axis(_int(1, MAX_BATCH_SIZE, "a batch size"), "batch size"),
+        "precisions": _axis(_choice(modes.names()), "precision"),
+        "image_size": _axis(_int(8, 8192, "an image size"), "image size"),
+        "seq_len": _axis(_int(1, 1 << 20, "a sequence length"), "sequence length"),
+        "channels_last": _axis(_bool, "layout"),
+        "warmup_steps": _int(0, 100_000),
+        "steps": _int(1, 1_000_000),
+        "repeats": _int(1, 1000),
+        "optimizer": _optimizer,
+        "seed": _int(0, 2**32 - 1),
+        "timeout_s": _number(0, 7 * 24 * 3600),
+        "allow_emulated": _bool,
+        "cudnn_benchmark": _bool,
+        "peak_tflops": _peak_tflops,
+        "nvml_interval_ms": _number(0.5, 60_000),
+        "nproc_per_node": _nproc_axis,
+        "nnodes": _int(1, MAX_PROCS, "a node count"),
+        "dist_backend": _choice(DIST_BACKENDS),
+        "threads_per_rank": _optional(_int(1, 4096, "a thread count")),
+        "rdzv_endpoint": _optional(_endpoint),
+        "rdzv_id": _optional(_rdzv_id),
+    }
+
+
+SECTIONS = ("fidelity", "headroom")
+TOP_ONLY = ("name", "description", "device") + DEVICE_BLOCKS
+SETTING_KEYS = tuple(_setting_fields(()))
+
+
+def _validate_settings(data: dict, path: str, problems: Problems, search_dirs) -> dict:
+    return _checked_fields(data, path, problems, _setting_fields(search_dirs))
+
+
+# --------------------------------------------------------------------------- fidelity: and headroom:
+
+def _fidelity_model(value, path, problems):
+    if _str(value, path, problems) is None:
+        return None
+    if value in FIDELITY_MODELS:
+        return value
+    from amp_bench import models as model_refs  # at call time: it imports torch
+    if model_refs.kind_of(value) == "torchvision":
+        found = model_refs.check_model(value)
+        problems.extend(f"{path}{sub}: {message}" for sub, message in found)
+        return None if found else value
+    problems.append(f"{path}: expected {', '.join(FIDELITY_MODELS)} or torchvision/<name>, got {value!r}")
+    return None
+
+
+def _fidelity_fields() -> dict[str, Callable]:
+    from amp_bench.datasets import DATASETS  # at call time: amp_bench.datasets imports torch
+    return {
+        "dataset": _choice(DATASETS), "model": _fidelity_model, "epochs": _int(1, 100_000),
+        "batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "seeds": _axis(_int(0, 2**32 - 1, "a seed"), "seed"),
+        "precisions": _axis(_choice(modes.names()), "precision"), "optimizer": _optimizer,
+        "test_fraction": _number(0, 0.9), "image_size": _int(8, 1024, "an image size"),
+        "tolerance_pp": _number(0, 100), "probe_every": _int(0, 10_000_000), "timeout_s": _number(0, 7 * 24 * 3600),
+    }
+
+
+HEADROOM_FIELDS: dict[str, Callable] = {
+    "memory_cap_gb": _number(0, 1e6), "start_batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"),
+    "max_batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "resolution": _int(1, MAX_BATCH_SIZE),
+    "probe_steps": _int(1, 1000), "measure": _bool,
+}
+
+
+def _validate_fidelity(value, path: str, problems: Problems) -> dict | None:
+    return _validate_section(value, path, problems, _fidelity_fields())
+
+
+def _validate_headroom(value, path: str, problems: Problems) -> dict | None:
+    return _validate_section(value, path, problems, HEADROOM_FIELDS)
+
+
+def _fidelity_dataset_and_model(section: dict) -> tuple[str, str]:
+    """A validated fidelity section's dataset and model, defaults filled in (the model follows the dataset)."""
+    from amp_bench.datasets import DEFAULT_MODELS  # at call time: amp_bench.datasets imports torch
+    dataset = section.get("dataset", DEFAULTS["fidelity"]["dataset"])
+    return dataset, section.get("model") or DEFAULT_MODELS[dataset]
+
+
+def _check_fidelity_combination(section: dict, path: str, problems: Problems) -> None:
+    from amp_bench.datasets import DEFAULT_MODELS
+    dataset, model = _fidelity_dataset_and_model(section)
+    image_data = dataset == "digits"
+    if (model == "tabular_transformer") == image_data:
+        problems.append(f"{_join(path, 'model')}: {model} does not take the {dataset} dataset "
+                        f"({'images' if image_data else 'tabular features'}); use {DEFAULT_MODELS[dataset]}")
+
+
+def validate_overrides(overrides: dict, path: Path) -> dict:
+    """Command-line / API overrides go through the same checks as the file."""
+    problems: Problems = []
+    unknown = [k for k in overrides if k not in SETTING_KEYS]
+    for key in unknown:
+        problems.append(f"override {key!r}: unknown setting (expected one of: {', '.join(SETTING_KEYS)})")
+    known = {k: v for k, v in overrides.items() if k in SETTING_KEYS and v is not None}
+    out = _validate_settings(known, "override", problems, (str(Path(path).resolve().parent),))
+    if problems:
+        raise SuiteError([f"{path}: {p}" for p in problems])
+    return out

@@ -1,0 +1,214 @@
+"""The suite's value objects and DEFAULTS, the one table of every suite field's default.
+
+DEFAULTS is shaped like a suite file: the file's own fields, the run settings, an optimizer mapping,
+a `models:` entry, and the `fidelity:` and `headroom:` sections. The loader, the matrix expansion,
+the study specs and the dataclass defaults below all read it; no default is written anywhere else.
+
+The value objects: OptimizerSpec, ModelSpec, Case (one cell of the matrix, what a worker runs),
+FidelitySpec and HeadroomSpec (Suite, a validated file and its expansion, is in matrix.py).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# --------------------------------------------------------------------------- defaults
+# A None marked "derived" is computed where the field is read (load.py, fields.py, matrix.py) from what
+# the comment names; other Nones are passed on as they are and mean what their comment says.
+
+_OPTIMIZER: dict[str, Any] = {"name": "sgd", "impl": "foreach", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0}
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    # the file's own fields (top level only)
+    "suite": {
+        "name": None,  # derived: the file name without its extension
+        "description": "", "device": "auto",
+    },
+    # run settings: top level, replaced per device type by a cpu:/cuda: block, then by overrides.
+    # models and batch_sizes have none: the matrix needs both (a fidelity-only suite has neither).
+    "settings": {
+        "image_size": [224], "seq_len": [128], "channels_last": [False], "precisions": ["fp32", "amp_bf16"],
+        "warmup_steps": 5, "steps": 20, "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
+        "cudnn_benchmark": True, "nvml_interval_ms": 10.0, "optimizer": _OPTIMIZER,
+        "peak_tflops": None,  # None: the built-in peak table (peaks.py)
+        # distributed (docs/distributed.md): no nproc_per_node = one plain process, no torchrun
+        "nproc_per_node": [None], "nnodes": 1, "dist_backend": "auto",
+        "threads_per_rank": None,  # None, when the case runs: the node's cores / nproc_per_node (distributed.py)
+        "rdzv_endpoint": None,
+        "rdzv_id": None,  # None, when the case runs: the suite's name (runner.py)
+    },
+    # what an optimizer mapping leaves out (in the settings and in the fidelity section alike)
+    "optimizer": _OPTIMIZER,
+    # a `models:` entry (a bare string is {ref: ...}; ref has no default)
+    "model": {
+        "label": None,  # derived: the reference's short name (resnet50, gpt2, the callable's name)
+        "config": {}, "task": None, "attn_implementation": None, "options": {}, "num_classes": None,
+        "nproc_per_node": None,  # None: the suite's nproc_per_node
+    },
+    "fidelity": {
+        "dataset": "digits",
+        "model": None,  # derived: the dataset's own model (datasets.DEFAULT_MODELS)
+        "epochs": 10, "batch_size": 64,
+        "seeds": None,  # derived: [the suite's seed]
+        "precisions": None,  # derived: the suite's precisions (fp32, the reference, always runs first)
+        # used when the section names no optimizer at all; a partial mapping is filled from "optimizer"
+        "optimizer": {**_OPTIMIZER, "lr": 0.05},
+        "test_fraction": 0.25,
+        "image_size": 32,  # torchvision models only (the digits are upsampled to it)
+        "tolerance_pp": 1.0, "probe_every": 0,
+        "timeout_s": None,  # derived: the suite's timeout_s
+    },
+    "headroom": {
+        "memory_cap_gb": None,  # None: no cap on a GPU; on the CPU half the memory available (headroom.py)
+        "start_batch_size": None,  # derived: the smallest of the suite's batch_sizes (1 without any)
+        "max_batch_size": 4096, "resolution": 1, "probe_steps": 2, "measure": True,
+    },
+}
+
+_SETTINGS, _MODEL = DEFAULTS["settings"], DEFAULTS["model"]
+
+
+# --------------------------------------------------------------------------- value objects
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    name: str = _OPTIMIZER["name"]
+    impl: str = _OPTIMIZER["impl"]
+    lr: float = _OPTIMIZER["lr"]
+    momentum: float = _OPTIMIZER["momentum"]
+    weight_decay: float = _OPTIMIZER["weight_decay"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    ref: str
+    label: str
+    config: dict = field(default_factory=lambda: dict(_MODEL["config"]), hash=False, compare=True)
+    task: str | None = _MODEL["task"]
+    attn_implementation: str | None = _MODEL["attn_implementation"]
+    options: dict = field(default_factory=lambda: dict(_MODEL["options"]), hash=False, compare=True)
+    num_classes: int | None = _MODEL["num_classes"]
+    # replaces the suite's nproc_per_node for this model
+    nproc_per_node: tuple[int, ...] | None = _MODEL["nproc_per_node"]
+
+    @property
+    def kind(self) -> str:
+        from amp_bench import models as model_refs  # at call time: amp_bench.models imports torch
+        return model_refs.kind_of(self.ref) or ""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cell of the matrix: everything a worker needs to run it.
+
+    The defaults (the settings' defaults) let code build a Case by hand and read records written before a
+    field existed."""
+    suite: str
+    model: ModelSpec
+    batch_size: int
+    precision: str
+    channels_last: bool
+    image_size: int | None
+    seq_len: int | None
+    warmup_steps: int
+    steps: int
+    repeats: int
+    optimizer: OptimizerSpec
+    seed: int
+    timeout_s: float
+    allow_emulated: bool
+    cudnn_benchmark: bool = _SETTINGS["cudnn_benchmark"]
+    peak_tflops: float | None = None  # the user's peak for MFU (one precision's), overriding the built-in table
+    nvml_interval_ms: float = _SETTINGS["nvml_interval_ms"]
+    search_dirs: tuple[str, ...] = ()
+    memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
+    instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)
+    # DDP under torchrun when nproc_per_node is set (even to 1); None: one plain worker process
+    nproc_per_node: int | None = _SETTINGS["nproc_per_node"][0]  # one value of the settings' axis
+    nnodes: int = _SETTINGS["nnodes"]
+    dist_backend: str = _SETTINGS["dist_backend"]
+    threads_per_rank: int | None = _SETTINGS["threads_per_rank"]
+    rdzv_endpoint: str | None = _SETTINGS["rdzv_endpoint"]
+    rdzv_id: str | None = _SETTINGS["rdzv_id"]
+
+    @property
+    def distributed(self) -> bool:
+        return self.nproc_per_node is not None
+
+    @property
+    def world_size(self) -> int:
+        return (self.nproc_per_node or 1) * self.nnodes
+
+    @property
+    def group_id(self) -> str:
+        """Identity of the case without its precision: cases sharing it are compared."""
+        parts = [self.model.label, f"bs{self.batch_size}"]
+        if self.image_size:
+            parts.append(f"{self.image_size}px")
+        if self.seq_len:
+            parts.append(f"seq{self.seq_len}")
+        if self.channels_last:
+            parts.append("cl")
+        if self.distributed:  # keeps DDP cases apart from plain ones (and np1 from np2)
+            parts.append(f"np{self.nproc_per_node}" if self.nnodes == 1 else f"{self.nnodes}x{self.nproc_per_node}")
+        return "-".join(parts)
+
+    @property
+    def case_id(self) -> str:
+        return f"{self.group_id}-{self.precision}"
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["search_dirs"] = list(self.search_dirs)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Case:
+        data = dict(data)
+        model = dict(data["model"])
+        if model.get("nproc_per_node") is not None:
+            model["nproc_per_node"] = tuple(model["nproc_per_node"])
+        data["model"] = ModelSpec(**model)
+        data["optimizer"] = OptimizerSpec(**data["optimizer"])
+        data["search_dirs"] = tuple(data.get("search_dirs") or ())
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class FidelitySpec:
+    """The fidelity study: train on real shipped data under each precision, compare with fp32."""
+    suite: str
+    dataset: str
+    model: str
+    epochs: int
+    batch_size: int
+    seeds: tuple[int, ...]
+    precisions: tuple[str, ...]  # fp32 first: it is the reference
+    optimizer: OptimizerSpec
+    test_fraction: float
+    image_size: int | None  # torchvision models: digits are upsampled to this size
+    tolerance_pp: float  # accuracy difference from fp32, in percentage points, still called parity
+    probe_every: int  # gradient-underflow probe every N steps (0: at the start of every epoch)
+    timeout_s: float
+    allow_emulated: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> FidelitySpec:
+        data = dict(data)
+        data["optimizer"] = OptimizerSpec(**data["optimizer"])
+        data["seeds"], data["precisions"] = tuple(data["seeds"]), tuple(data["precisions"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class HeadroomSpec:
+    """The batch-size headroom search: doubling then bisection, one worker per probe."""
+    memory_cap_bytes: int | None  # GPU: per-process allocator cap; CPU: address space above bare torch
+    start_batch_size: int
+    max_batch_size: int
+    resolution: int  # bisect until the largest fitting and the smallest failing batch differ by this
+    probe_steps: int
+    measure: bool  # time a full measurement at each precision's largest batch
