@@ -190,9 +190,7 @@ def measure_window(run_step, timer, rule, on_step=lambda i: None) -> tuple[list[
     """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
     The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
     at checkpoints, about ten times a window, so the GPU queue stays full in between."""
-    from amp_bench.timing import host_clock
     timer.begin_window()
-    started = host_clock()
     n, next_check, reason = 0, rule.min_steps, None
     while reason is None:
         timer.step_started()
@@ -203,7 +201,7 @@ def measure_window(run_step, timer, rule, on_step=lambda i: None) -> tuple[list[
         if n >= rule.max_steps:
             reason = "max steps" if rule.adaptive else "fixed steps"
         elif rule.adaptive and (timer.cheap_times or n >= next_check):
-            reason = rule.reason_to_stop(timer.times_so_far(), host_clock() - started)
+            reason = rule.reason_to_stop(timer.times_so_far(), timer.elapsed_s())
             next_check = n + max(5, n // 10)
     per_step_ms, window_s = timer.end_window()
     return per_step_ms, window_s, reason

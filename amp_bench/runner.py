@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from amp_bench.hardware import DeviceInfo
+from amp_bench.hardware import DeviceInfo, may_run, precision_support
 from amp_bench.launch import run_one
 from amp_bench.results import RunStore, order_columns
 from amp_bench.session import Session
@@ -94,17 +94,20 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
         counts = pd.Series([r["status"] for r in saved], dtype=object).value_counts().to_dict()
         return {"cases_finished": len(saved), "status_counts": counts}
 
-    planner = BudgetPlanner(plan[0][0].budget_s if plan else None, len(plan))
+    runnable = [c for c, _ in plan if may_run(precision_support(c.precision, info), c.allow_emulated)]
+    planner = BudgetPlanner(plan[0][0].budget_s if plan else None, len(runnable))
     with session.running(finished):
         for index, (case, repeat) in enumerate(plan):
-            case = planner.plan(case)
+            runs = case in runnable
+            case = planner.plan(case) if runs else case
             reporter.case_started(case, repeat, index, len(plan))
             row, samples = run_one(case, repeat, info, session.versions, store,
                                    on_event=lambda event, case=case: reporter.worker_event(case, event))
             row["hostname"] = session.host["hostname"]
             row.update(session.fingerprint)
             store.add(row, samples)
-            planner.finished(row)
+            if runs:  # a gated case costs nothing: it is not in the budget's count
+                planner.finished(row)
             reporter.case_finished(case, row)
     frame = order_columns(pd.DataFrame(store.rows))
     frame.attrs["run_dir"] = str(store.dir)

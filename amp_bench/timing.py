@@ -213,6 +213,9 @@ class CpuStepTimer:
     def times_so_far(self) -> list[float]:
         return [(e - s) * 1e3 for s, e in zip(self._starts, self._ends)]
 
+    def elapsed_s(self) -> float:
+        return self._clock() - self._window[0]
+
     def end_window(self) -> tuple[list[float], float]:
         end = self._clock()
         start = self._window[0]
@@ -248,6 +251,9 @@ class CudaStepTimer:
         self._recorded += 1
 
     cheap_times = False  # reading events needs a synchronisation
+
+    def elapsed_s(self) -> float:
+        return self._clock() - self._window_start
 
     def times_so_far(self) -> list[float]:
         """Synchronises (a checkpoint): the adaptive stop rule reads this every few steps only."""

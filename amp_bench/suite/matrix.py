@@ -55,6 +55,8 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 warmup_steps=settings["warmup_steps"], steps=settings["steps"], repeats=settings["repeats"],
                 optimizer=settings["optimizer"], seed=settings["seed"], timeout_s=settings["timeout_s"],
                 allow_emulated=settings["allow_emulated"], cudnn_benchmark=settings["cudnn_benchmark"],
+                target_ci=settings["target_ci"], min_steps=settings["min_steps"], max_steps=settings["max_steps"],
+                case_budget_s=settings["case_budget_s"], budget_s=settings["budget_s"],
                 peak_tflops=(settings["peak_tflops"] or {}).get(precision),
                 nvml_interval_ms=settings["nvml_interval_ms"],
                 search_dirs=(str(suite.path.resolve().parent),),
@@ -75,6 +77,8 @@ def check_distributed(settings: dict, device_type: str, path: Path) -> None:
     if settings["nnodes"] > 1 and not settings["rdzv_endpoint"]:
         problems.append(f"rdzv_endpoint: missing: nnodes: {settings['nnodes']} needs the HOST:PORT every node "
                         f"meets at (node 0's address){where}")
+    if settings["min_steps"] > settings["max_steps"]:
+        problems.append(f"min_steps: {settings['min_steps']} is more than max_steps: {settings['max_steps']}{where}")
     if problems:
         raise SuiteError([f"{path}: {p}" for p in problems])
 

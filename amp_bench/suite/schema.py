@@ -28,7 +28,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # models and batch_sizes have none: the matrix needs both (a fidelity-only suite has neither).
     "settings": {
         "image_size": [224], "seq_len": [128], "channels_last": [False], "precisions": ["fp32", "amp_bf16"],
-        "warmup_steps": 5, "steps": 20, "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
+        "warmup_steps": 5, "steps": 20,
+        # the adaptive window (docs: "How it measures"): with target_ci or a budget, a case measures
+        # until the 95% interval of its median is within +-target_ci, its budget is spent or max_steps
+        # is reached, never fewer than min_steps; without them, exactly `steps`
+        "target_ci": None, "min_steps": 5, "max_steps": 1000,
+        "case_budget_s": None,  # seconds of measuring per case and repeat
+        "budget_s": None,  # the whole run: the runner shares what is left among the cases still to run
+        "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
         "cudnn_benchmark": True, "nvml_interval_ms": 10.0, "optimizer": _OPTIMIZER,
         "peak_tflops": None,  # None: the built-in peak table (peaks.py)
         # distributed (docs/distributed.md): no nproc_per_node = one plain process, no torchrun
@@ -118,6 +125,11 @@ class Case:
     timeout_s: float
     allow_emulated: bool
     cudnn_benchmark: bool = _SETTINGS["cudnn_benchmark"]
+    target_ci: float | None = _SETTINGS["target_ci"]
+    min_steps: int = _SETTINGS["min_steps"]
+    max_steps: int = _SETTINGS["max_steps"]
+    case_budget_s: float | None = _SETTINGS["case_budget_s"]
+    budget_s: float | None = _SETTINGS["budget_s"]
     peak_tflops: float | None = None  # the user's peak for MFU (one precision's), overriding the built-in table
     nvml_interval_ms: float = _SETTINGS["nvml_interval_ms"]
     search_dirs: tuple[str, ...] = ()

@@ -1,0 +1,77 @@
+"""How long the README's main job takes, on this CPU as it is and with its bf16/fp16 instructions
+hidden from oneDNN (ONEDNN_MAX_CPU_ISA=AVX2: what a Zen 2 or an older Xeon has), and what it
+printed as its headline. Targets (issue 12): under 3 minutes without bf16 instructions, under 2.5
+minutes with them, every figure labelled honestly.
+
+    python benchmarks/main_job.py                  # both settings
+    python benchmarks/main_job.py --only native    # or: --only avx2
+    python benchmarks/main_job.py --burner         # the same with one busy-looping neighbour process
+
+The time is the whole `python -m amp_bench run suites/resnet50.yaml` command (probe, every case,
+the report), not the pip install before it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run(label: str, env_extra: dict[str, str], burner: bool) -> None:
+    neighbour = None
+    if burner:
+        neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **env_extra}
+            started = time.monotonic()
+            proc = subprocess.run([sys.executable, "-m", "amp_bench", "run", "suites/resnet50.yaml",
+                                   "--results-dir", f"{tmp}/results", "--reports-dir", f"{tmp}/reports"],
+                                  cwd=ROOT, env=env, capture_output=True, text=True)
+            wall = time.monotonic() - started
+    finally:
+        if neighbour is not None:
+            neighbour.kill()
+            neighbour.wait()
+    headline = [line for line in proc.stdout.splitlines() if " on " in line and ("faster" in line or "slower" in line
+                                                                                  or "not measured" in line)]
+    print(f"{label}: exit {proc.returncode}, {wall:.0f} s wall ({wall / 60:.1f} min)"
+          + (" beside one busy-looping process" if burner else ""))
+    for line in headline:
+        print(f"    {line.strip()}")
+    if proc.returncode != 0:
+        print(proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=("native", "avx2"))
+    parser.add_argument("--burner", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; python {platform.python_version()}")
+    if args.only in (None, "native"):
+        run("this CPU as it is", {}, args.burner)
+    if args.only in (None, "avx2"):
+        run("ONEDNN_MAX_CPU_ISA=AVX2 (no bf16/fp16 instructions)", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, args.burner)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
