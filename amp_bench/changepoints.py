@@ -18,6 +18,7 @@ benchmarks/nightly_targets.py prints detection and false-alarm rates on generate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -62,15 +63,18 @@ def oriented(values, higher_is_worse: bool = True) -> np.ndarray:
 
 def noise_scale(y: np.ndarray, threshold: float) -> float:
     """Night-to-night noise in log units: the RMS of successive differences with the largest tenth
-    left out (a step or a spike is one or two differences), over sqrt(2), corrected to a normal's
-    standard deviation and widened while there are few nights. Unlike a MAD it does not ignore a
-    share of slow nights: a bimodal machine is a noisier machine."""
+    (at least two) left out, since a step or a spike is one or two differences, over sqrt(2),
+    corrected to a normal's standard deviation and widened while there are few nights. Unlike a MAD
+    it does not ignore a share of slow nights: a bimodal machine is a noisier machine."""
     floor = SCALE_FLOOR * np.log1p(threshold)
     d = np.sort(np.abs(np.diff(y)))
-    if len(d) < 2:
+    if len(d) < 4:
         return floor
-    kept = d[:max(2, int(np.ceil(0.9 * len(d))))]
-    s = float(np.sqrt(np.mean(kept ** 2) / 2)) / 0.789
+    kept = d[:len(d) - max(2, int(round(0.1 * len(d))))]
+    p = len(kept) / len(d)
+    q = NormalDist().inv_cdf((1 + p) / 2)
+    correction = np.sqrt(1 - 2 * q * NormalDist().pdf(q) / p)  # RMS of a normal's central share p
+    s = float(np.sqrt(np.mean(kept ** 2) / 2)) / correction
     return max(s * np.sqrt(1 + 4 / len(d)), floor)
 
 

@@ -411,7 +411,7 @@ def cmd_compare(args, console) -> int:
 
     from amp_bench.compare import Threshold, compare, write_outputs
     comparison = compare(
-        args.baseline, args.candidate, force=args.force, seed=args.seed,
+        args.baseline, args.candidate, force=args.force, seed=args.seed, history=args.history,
         threshold_time=Threshold.parse(args.threshold_time, "time"),
         threshold_throughput=Threshold.parse(args.threshold_throughput or args.threshold_time, "throughput"),
         threshold_memory=Threshold.parse(args.threshold_memory, "memory", allow_bytes=True))
@@ -519,6 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--threshold-memory", default="2%", help="a percentage, or bytes such as 0B or 64MiB")
     comp.add_argument("--force", action="store_true", help="compare even when the machine fingerprints differ")
     comp.add_argument("--seed", type=int, default=0, help="bootstrap seed (results are reproducible)")
+    comp.add_argument("--history", help="a results tree: add each series' night-to-night noise to the intervals "
+                      "(and decide with fewer than 3 repeats)")
     comp.add_argument("-o", "--output", type=Path,
                       help="path stem for .md, .json and .junit.xml (default reports/compare-CAND-vs-BASE)")
     comp.set_defaults(func=cmd_compare)
