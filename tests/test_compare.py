@@ -80,9 +80,11 @@ def run_compare(*args):
 def test_same_suite_twice_is_no_regression(runs, tmp_path):
     # 5%: a rerun on a shared 2-core machine can drift by a few percent; a 30% slowdown is tested below
     proc = run_compare(runs["base"], runs["same"], "-o", tmp_path / "c", "--threshold-time", "5%")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # with 3 repeats the interval carries run-to-run variance: on a busy machine the honest answer
+    # can be "too unstable to decide" (4), never a regression
+    assert proc.returncode in (0, 4), proc.stdout + proc.stderr
     verdict = json.loads((tmp_path / "c.json").read_text())
-    assert verdict["verdict"] == "no regression"
+    assert verdict["verdict"] in ("no regression", "too unstable to decide")
     assert {r["metric"] for r in verdict["results"]} == {"step_time", "throughput", "peak_memory"}
 
 
