@@ -1,4 +1,4 @@
-"""Command line: run, fidelity, headroom, report, compare, history, ingest, validate, list-models, env.
+"""Command line: run, fidelity, headroom, report, compare, history, nightly, ingest, validate, list-models, env.
 Rendering only; the work is in runner.py, fidelity.py, headroom.py and the other modules."""
 from __future__ import annotations
 
@@ -411,7 +411,7 @@ def cmd_compare(args, console) -> int:
 
     from amp_bench.compare import Threshold, compare, write_outputs
     comparison = compare(
-        args.baseline, args.candidate, force=args.force, seed=args.seed,
+        args.baseline, args.candidate, force=args.force, seed=args.seed, history=args.history,
         threshold_time=Threshold.parse(args.threshold_time, "time"),
         threshold_throughput=Threshold.parse(args.threshold_throughput or args.threshold_time, "throughput"),
         threshold_memory=Threshold.parse(args.threshold_memory, "memory", allow_bytes=True))
@@ -437,43 +437,8 @@ def cmd_compare(args, console) -> int:
 
 
 def cmd_history(args, console) -> int:
-    from rich.table import Table
-
-    from amp_bench.compare import Threshold
-    from amp_bench.history import alerts, analyse, load_annotations, to_json, to_markdown
-    from amp_bench.report.data import collect
-    data = collect(args.results)
-    annotations_path = args.annotations
-    if annotations_path is None and len(args.results) == 1 and Path(args.results[0]).is_dir():
-        default = Path(args.results[0]) / "annotations.yaml"
-        annotations_path = default if default.exists() else None
-    thresholds = {"step_time_ms": Threshold.parse(args.threshold_time, "time").relative,
-                  "throughput": Threshold.parse(args.threshold_time, "time").relative,
-                  "peak_mem_bytes": Threshold.parse(args.threshold_memory, "memory").relative}
-    series, changes = analyse(data.results, load_annotations(annotations_path), thresholds)
-    n_series = series[["case_id", "fingerprint"]].drop_duplicates().shape[0]
-    console.print(f"{n_series} series over {series['run_id'].nunique()} runs"
-                  + (f"; annotations: {annotations_path}" if annotations_path else ""), highlight=False)
-    if changes:
-        table = Table("case", "machine", "metric", "from run", "before", "after", "change", "kind", "accepted")
-        for c in changes:
-            colour = "red" if c.kind == "regression" and not c.accepted else ("green" if c.kind == "improvement" else "")
-            kind = f"[{colour}]{c.kind}[/]" if colour else c.kind
-            table.add_row(escape(c.case_id), c.fingerprint, c.metric, c.run_id, f"{c.before:.4g}", f"{c.after:.4g}",
-                          f"{c.ratio - 1:+.1%}", kind, f"yes: {escape(c.note)}" if c.accepted else "no")
-        console.print(table)
-    else:
-        console.print("no persistent change in any series")
-    stem = Path(args.output or Path("reports") / "history")
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_name(stem.name + ".md").write_text(to_markdown(series, changes), encoding="utf-8")
-    stem.with_name(stem.name + ".json").write_text(to_json(series, changes), encoding="utf-8")
-    found = alerts(changes)
-    console.print(f"{len(found)} alert(s); wrote {stem}.md and {stem}.json", highlight=False)
-    if n_series and series.groupby(["case_id", "fingerprint"]).size().max() < 7:
-        console.print("note: a change is confirmed only after 5 runs of history and 2 runs at the new level",
-                      highlight=False)
-    return 1 if found else 0
+    from amp_bench.gate_cli import cmd_history as run_history
+    return run_history(args, console)
 
 
 def cmd_ingest(args, console) -> int:
@@ -554,18 +519,24 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--threshold-memory", default="2%", help="a percentage, or bytes such as 0B or 64MiB")
     comp.add_argument("--force", action="store_true", help="compare even when the machine fingerprints differ")
     comp.add_argument("--seed", type=int, default=0, help="bootstrap seed (results are reproducible)")
+    comp.add_argument("--history", help="a results tree: add each series' night-to-night noise to the intervals "
+                      "(and decide with fewer than 3 repeats)")
     comp.add_argument("-o", "--output", type=Path,
                       help="path stem for .md, .json and .junit.xml (default reports/compare-CAND-vs-BASE)")
     comp.set_defaults(func=cmd_compare)
 
-    hist = sub.add_parser("history", help="nightly series per case and machine, persistent changes; exit 1 on an "
-                                          "unaccepted regression")
+    hist = sub.add_parser("history", help="nightly series per case and machine, changes with dates; exit 1 while a "
+                                          "series is red (worse than its accepted level)")
     hist.add_argument("results", nargs="+", help="a tree of run directories (or several, or globs)")
     hist.add_argument("--annotations", type=Path, help="accepted changes (default RESULTS/annotations.yaml)")
     hist.add_argument("--threshold-time", default="3%")
     hist.add_argument("--threshold-memory", default="2%")
     hist.add_argument("-o", "--output", type=Path, help="path stem for .md and .json (default reports/history)")
+    hist.add_argument("--no-cache", action="store_true", help="read every CSV (no .amp_bench_cache)")
     hist.set_defaults(func=cmd_history)
+
+    from amp_bench.gate_cli import add_nightly_parser
+    add_nightly_parser(sub)
 
     ing = sub.add_parser("ingest", help="import pytest-benchmark JSON files as run directories")
     ing.add_argument("files", nargs="+", type=Path)
