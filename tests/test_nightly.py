@@ -112,6 +112,6 @@ def test_cache_follows_the_csvs(tree):
 
 
 def test_gate_modules_do_not_import_torch():
-    code = ("import sys, amp_bench.history, amp_bench.compare, amp_bench.nightly, amp_bench.gate_cli, "
+    code = ("import sys, amp_bench.history, amp_bench.compare, amp_bench.nightly, amp_bench.cli.gate, "
             "amp_bench.results_cache, amp_bench.report.dashboard; assert 'torch' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -1,5 +1,5 @@
-"""The `history` and `nightly` commands (kept out of cli.py so the CLI can be restructured freely):
-argument registration and the command bodies, printing with rich."""
+"""The regression gate's commands, `history` and `nightly`, with their options; printing with rich.
+Neither imports torch."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -60,7 +60,17 @@ def cmd_history(args, console) -> int:
     return 1 if result.red else 0
 
 
-def add_nightly_parser(subparsers) -> None:
+def add_parsers(subparsers) -> None:
+    hist = subparsers.add_parser("history", help="nightly series per case and machine, changes with dates; exit 1 "
+                                                 "while a series is red (worse than its accepted level)")
+    hist.add_argument("results", nargs="+", help="a tree of run directories (or several, or globs)")
+    hist.add_argument("--annotations", type=Path, help="accepted changes (default RESULTS/annotations.yaml)")
+    hist.add_argument("--threshold-time", default="3%")
+    hist.add_argument("--threshold-memory", default="2%")
+    hist.add_argument("-o", "--output", type=Path, help="path stem for .md and .json (default reports/history)")
+    hist.add_argument("--no-cache", action="store_true", help="read every CSV (no .amp_bench_cache)")
+    hist.set_defaults(func=cmd_history)
+
     p = subparsers.add_parser("nightly", help="tonight's run of every machine and suite vs its accepted baseline "
                                               "and history; exit 0 green, 1 red, 2 usage, 3 no verdict")
     p.add_argument("results", type=Path, help="the shared results tree")
