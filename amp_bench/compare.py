@@ -22,6 +22,7 @@ from amp_bench.summary import headline_memory
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 4
 MIN_SAMPLES = 5  # per side, for a time comparison
+MIN_REPEATS = 3  # per side: fewer cannot show run-to-run variance (unless history gives the noise floor)
 BOOTSTRAP = 2000
 
 
@@ -76,10 +77,10 @@ class Comparison:
         verdicts = {r.verdict for r in self.results}
         if "regression" in verdicts:
             return EXIT_REGRESSION
+        if "not enough data" in verdicts or not verdicts:  # never a pass for lack of data
+            return EXIT_NO_DATA
         if "unstable" in verdicts:
             return EXIT_UNSTABLE
-        if not verdicts - {"not enough data"}:
-            return EXIT_NO_DATA
         return EXIT_OK
 
     @property
@@ -145,7 +146,11 @@ def _fingerprints(results: pd.DataFrame) -> set[str]:
 
 def compare(baseline: list[str], candidate: list[str], *, threshold_time: Threshold = Threshold(0.03),
             threshold_throughput: Threshold | None = None, threshold_memory: Threshold = Threshold(0.02),
-            force: bool = False, seed: int = 0) -> Comparison:
+            force: bool = False, seed: int = 0, noise_floor: dict[str, float] | None = None,
+            history: str | Path | None = None) -> Comparison:
+    """noise_floor: case id -> night-to-night noise of its series (log units), or history: a results
+    tree to take it from (the candidate's machine): widens each interval by that run-to-run
+    variance, and lets fewer than MIN_REPEATS repeats decide."""
     threshold_throughput = threshold_throughput or threshold_time
     base_rows, base_samples = _load_side(baseline)
     cand_rows, cand_samples = _load_side(candidate)
@@ -162,6 +167,9 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
     elif not base_fp or not cand_fp:
         comparison.notes.append("results without a machine fingerprint: could not check they come from the same "
                                 "machine and software")
+    if history is not None:
+        noise_floor = {**history_noise(history, cand_fp), **(noise_floor or {})}
+        comparison.notes.append(f"night-to-night noise of {len(noise_floor)} series from {history} added to the intervals")
     rng = np.random.default_rng(seed)
     base_ok = base_rows[base_rows["status"] == "ok"]
     cand_ok = cand_rows[cand_rows["status"] == "ok"]
@@ -177,7 +185,8 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
                                                    "not enough data", f"{side}: {status}"))
             continue
         comparison.results.extend(_compare_case(case_id, b, c, base_samples, cand_samples, rng,
-                                                threshold_time, threshold_throughput, threshold_memory))
+                                                threshold_time, threshold_throughput, threshold_memory,
+                                                (noise_floor or {}).get(case_id)))
     return comparison
 
 
@@ -188,20 +197,57 @@ def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> li
             if g["step_time_ms"].notna().any()]
 
 
-def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput, t_mem) -> list[MetricResult]:
+def _widen(ratio: float, low: float, high: float, floor: float | None) -> tuple[float, float]:
+    """Add a series' night-to-night noise (log sd per night; two nights differ by sqrt(2) of it) to
+    the interval, in quadrature in log space."""
+    if not floor:
+        return low, high
+    extra = 1.96 * np.sqrt(2) * floor
+    lo = np.log(ratio) - np.hypot(np.log(ratio) - np.log(low), extra)
+    hi = np.log(ratio) + np.hypot(np.log(high) - np.log(ratio), extra)
+    return float(np.exp(lo)), float(np.exp(hi))
+
+
+def history_noise(tree: str | Path, fingerprints: set[str]) -> dict[str, float]:
+    """Night-to-night noise of each case's step-time series in a results tree (same machine)."""
+    from amp_bench.changepoints import noise_scale
+    from amp_bench.history import run_series
+    from amp_bench.results_cache import load_results
+    series = run_series(load_results([tree]))
+    if fingerprints:
+        series = series[series["fingerprint"].isin(fingerprints)]
+    out = {}
+    for case_id, g in series.groupby("case_id"):
+        values = g["step_time_ms"].dropna().to_numpy(float)
+        if len(values) >= 6:
+            out[case_id] = noise_scale(np.log(values[values > 0]), 0.0)
+    return out
+
+
+def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput, t_mem,
+                  floor: float | None = None) -> list[MetricResult]:
     out = []
     base_steps, cand_steps = _step_samples(base_samples, b, case_id), _step_samples(cand_samples, c, case_id)
     n_base, n_cand = sum(map(len, base_steps)), sum(map(len, cand_steps))
     if n_base < MIN_SAMPLES or n_cand < MIN_SAMPLES:
         out.append(MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
                                 f"{n_base} baseline and {n_cand} candidate step samples (need {MIN_SAMPLES} each)"))
+        out.append(MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
+                                "as step time"))
+    elif min(len(base_steps), len(cand_steps)) < MIN_REPEATS and not floor:
+        detail = (f"{len(base_steps)} baseline and {len(cand_steps)} candidate repeats: run-to-run variance unknown "
+                  f"(need {MIN_REPEATS} each, or --history for the series' noise floor)")
+        for metric in ("step_time", "throughput"):
+            out.append(MetricResult(case_id, metric, None, None, None, None, None, None, "not enough data", detail))
     else:
         ratio, low, high = bootstrap_median_ratio(base_steps, cand_steps, rng)
+        low, high = _widen(ratio, low, high, floor)
         p = mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
         base_median, cand_median = np.median(np.concatenate(base_steps)), np.median(np.concatenate(cand_steps))
         out.append(MetricResult(case_id, "step_time", base_median, cand_median, ratio, low, high, p,
                                 judge(low, high, t_time.relative, worse_when_higher=True),
-                                f"{n_base} vs {n_cand} steps"))
+                                f"{n_base} vs {n_cand} steps" + (f"; night noise {floor:.2%} from history"
+                                                                 if floor else "")))
         # throughput at the median step: its ratio and interval are the step-time ones inverted
         batch = float(b["batch_size"].iloc[0]) * float(b["world_size"].fillna(1).iloc[0] if "world_size" in b else 1)
         out.append(MetricResult(case_id, "throughput", timing.samples_per_second(batch, base_median / 1e3),

@@ -1,28 +1,33 @@
-"""`amp_bench history RESULTS`: the nightly series of each case on each machine, and the changes
-in it that persisted.
+"""`amp_bench history RESULTS`: the nightly series of each case on each machine, every change in it
+(with dates), and which series are red now.
 
 A series is keyed by case and machine fingerprint (host, GPU, driver, CUDA, torch), so results from
-different hardware or software never form one series. Each run contributes its median across
-repeats. Changes come from amp_bench.changepoints (confirmed only when they persist; spikes that
-reverse are ignored). An annotations file marks accepted changes (a new driver, an intended
-trade-off), which then stop alerting.
+different hardware or software never form one series; each run contributes its median across
+repeats. Each night the whole history is re-segmented (amp_bench.changepoints.detect), so past
+changes stay visible with the night they began, and a level that comes back is seen. The alarm is
+the current state (amp_bench.changepoints.state): a series is red while its latest level is worse
+than its accepted level (or the recent window) beyond the threshold; a fixed regression or a
+reverted spike turns green by itself. The accepted level starts at the series' first night and
+moves with nightly's accepted baselines (baselines.yaml) and with annotations (annotations.yaml).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from amp_bench.changepoints import detect
-from amp_bench.errors import UserError
+from amp_bench import annotations as notes
+from amp_bench.changepoints import detect, segment, oriented, state
 from amp_bench.summary import headline_memory
 
-# metric -> (column of the per-run table, True when higher is worse)
+# metric -> True when higher is worse
 METRICS = {"step_time_ms": True, "throughput": False, "peak_mem_bytes": True}
-ANNOTATION_KEYS = ("case", "fingerprint", "run", "metric", "note")
+DEFAULT_THRESHOLDS = {"step_time_ms": 0.03, "throughput": 0.03, "peak_mem_bytes": 0.02}
+SERIES_KEYS = ["case_id", "fingerprint"]
+load_annotations = notes.load  # the old name
 
 
 @dataclass
@@ -31,113 +36,198 @@ class Change:
     fingerprint: str
     metric: str
     run_id: str  # first run of the new level
-    confirmed_by: str  # the run that confirmed it
+    confirmed_by: str  # the last run at the new level so far
     before: float
     after: float
     ratio: float
     kind: str  # regression | improvement
     accepted: bool = False
     note: str = ""
+    date: str = ""  # the night it began
+    earliest_run: str = ""  # it may have begun at any run from earliest_run to latest_run
+    latest_run: str = ""
+    suite: str = ""
+
+
+@dataclass
+class SeriesState:
+    case_id: str
+    fingerprint: str
+    suite: str
+    hostname: str
+    metric: str
+    red: bool
+    latest_run: str
+    latest_value: float
+    accepted_level: float
+    ratio: float = 1.0  # latest level / the level it is worse than (1.0 when green)
+    against: str = ""  # accepted | recent
+    since_run: str = ""  # first run of the deviation
+    since_date: str = ""
+    earliest_run: str = ""
+    accepted_note: str = ""  # the annotation or baseline that moved the accepted level
+    nights: int = 0
+
+
+@dataclass
+class HistoryResult:
+    series: pd.DataFrame
+    changes: list[Change]
+    states: list[SeriesState]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def red(self) -> list[SeriesState]:
+        return [s for s in self.states if s.red]
 
 
 def run_series(results: pd.DataFrame) -> pd.DataFrame:
     """One row per (case, fingerprint, run): medians across the run's ok repeats, in time order."""
+    columns = ["case_id", "fingerprint", "run_id", "suite", "hostname", "timestamp", *METRICS]
     ok = results[results["status"] == "ok"].copy()
     if ok.empty:
-        return pd.DataFrame(columns=["case_id", "fingerprint", "run_id", "timestamp", *METRICS])
-    ok["fingerprint"] = ok["fingerprint"].fillna("unknown") if "fingerprint" in ok else "unknown"
+        return pd.DataFrame(columns=columns)
+    for column in ("fingerprint", "suite", "hostname"):
+        ok[column] = ok[column].astype(object).where(ok[column].notna(), "unknown" if column == "fingerprint" else "") \
+            if column in ok else ("unknown" if column == "fingerprint" else "")
     ok["peak_mem_bytes"] = headline_memory(ok)
     ok["step_time_ms"] = ok["step_time_ms_median"]
-    table = ok.groupby(["case_id", "fingerprint", "run_id"], as_index=False).agg(
-        timestamp=("timestamp", "min"), step_time_ms=("step_time_ms", "median"),
-        throughput=("throughput", "median"), peak_mem_bytes=("peak_mem_bytes", "median"))
-    return table.sort_values(["case_id", "fingerprint", "timestamp", "run_id"]).reset_index(drop=True)
+    ok["timestamp"] = pd.to_datetime(ok["timestamp"], utc=True, errors="coerce", format="mixed")
+    table = ok.groupby(["case_id", "fingerprint", "run_id"], as_index=False, sort=False).agg(
+        suite=("suite", "first"), hostname=("hostname", "first"), timestamp=("timestamp", "min"),
+        step_time_ms=("step_time_ms", "median"), throughput=("throughput", "median"),
+        peak_mem_bytes=("peak_mem_bytes", "median"))
+    return table.sort_values(["case_id", "fingerprint", "timestamp", "run_id"]).reset_index(drop=True)[columns]
 
 
-def load_annotations(path: Path | None) -> list[dict]:
-    if path is None or not Path(path).exists():
-        return []
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or []
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise UserError(f"{path}{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, list):
-        raise UserError(f"{path}: expected a list of annotations, got {type(data).__name__}")
-    problems = []
-    for i, entry in enumerate(data):
-        if not isinstance(entry, dict):
-            problems.append(f"{path}: [{i}]: expected a mapping with run and note, got {entry!r}")
-            continue
-        for key in entry:
-            if key not in ANNOTATION_KEYS:
-                problems.append(f"{path}: [{i}].{key}: unknown key (expected one of: {', '.join(ANNOTATION_KEYS)})")
-        if not entry.get("run"):
-            problems.append(f"{path}: [{i}].run: missing (the run id where the accepted change starts)")
-        if entry.get("metric") not in (None, *METRICS):
-            problems.append(f"{path}: [{i}].metric: expected one of {', '.join(METRICS)}, got {entry['metric']!r}")
-    if problems:
-        raise UserError(problems)
-    return data
+def _stamp(value) -> str:
+    return value.strftime("%Y-%m-%d") if isinstance(value, pd.Timestamp) and not pd.isna(value) else ""
 
 
-def _accepting(annotations: list[dict], change: Change) -> dict | None:
-    for entry in annotations:
-        if str(entry["run"]) != change.run_id:
-            continue
-        if entry.get("case", "*") not in ("*", change.case_id):
-            continue
-        if entry.get("fingerprint") not in (None, "*", change.fingerprint):
-            continue
-        if entry.get("metric") not in (None, change.metric):
-            continue
-        return entry
-    return None
+def _anchor(values: np.ndarray, higher_is_worse: bool, threshold: float, index: int) -> int:
+    """Where the accepted level begins when the run at `index` is accepted: the start of its segment,
+    or of the deviation it was part of."""
+    y = oriented(values[:index + 1], higher_is_worse)
+    starts = [0] + [b for b, _, _ in segment(y, threshold)]
+    st = state(values[:index + 1], threshold, higher_is_worse)
+    return max(max(starts), st.start if st.red else 0)
+
+
+def evaluate(results: pd.DataFrame, annotations: list[dict] | None = None,
+             thresholds: dict[str, float] | None = None, baselines: dict[tuple[str, str], str] | None = None,
+             annotations_path: Path | None = None) -> HistoryResult:
+    """baselines: (fingerprint, suite) -> the accepted run id (from nightly's baselines.yaml)."""
+    thresholds = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
+    series = run_series(results)
+    entries = notes.resolve(list(annotations or []), series.groupby("run_id")["timestamp"].min())
+    changes: list[Change] = []
+    states: list[SeriesState] = []
+    for (case_id, fingerprint), group in series.groupby(SERIES_KEYS, sort=False):
+        runs = group["run_id"].to_numpy()
+        dates = list(group["timestamp"])
+        suite, host = str(group["suite"].iloc[-1]), str(group["hostname"].iloc[-1])
+        base_run = (baselines or {}).get((fingerprint, suite))
+        for metric, higher_is_worse in METRICS.items():
+            raw = group[metric].to_numpy(float)
+            keep = np.isfinite(raw) & (raw > 0)
+            if keep.sum() < 2:
+                continue
+            values, mruns, mdates = raw[keep], runs[keep], [d for d, k in zip(dates, keep) if k]
+            threshold = thresholds[metric]
+            anchor, accepted_note = 0, ""
+            if base_run is not None and base_run in set(mruns):
+                anchor = _anchor(values, higher_is_worse, threshold, int(np.flatnonzero(mruns == base_run)[0]))
+                accepted_note = f"accepted baseline {base_run}"
+
+            def find(start: int, earliest: int, latest: int) -> dict | None:
+                return notes.covering(entries, case_id=case_id, fingerprint=fingerprint, hostname=host,
+                                      suite=suite, metric=metric, start_run=mruns[start],
+                                      earliest=mdates[earliest], latest=mdates[latest])
+            found = detect(values, threshold, higher_is_worse)
+            for point in found:
+                worse = point.after > point.before if higher_is_worse else point.after < point.before
+                change = Change(case_id, fingerprint, metric, mruns[point.index], mruns[point.confirmed_at],
+                                point.before, point.after, point.ratio, "regression" if worse else "improvement",
+                                date=_stamp(mdates[point.index]), earliest_run=mruns[point.earliest],
+                                latest_run=mruns[point.latest], suite=suite)
+                entry = find(point.index, point.earliest, point.latest)
+                if entry is not None:
+                    change.accepted, change.note = True, str(entry.get("note", ""))
+                    if point.index > anchor:
+                        anchor, accepted_note = point.index, f"annotation {entry['_name']}"
+                changes.append(change)
+            current = state(values, threshold, higher_is_worse, anchor=anchor)
+            for _ in range(3):  # an annotation may cover the deviation itself
+                if not current.red:
+                    break
+                entry = find(current.start, current.earliest, current.latest)
+                if entry is None or current.start <= anchor:
+                    break
+                anchor, accepted_note = current.start, f"annotation {entry['_name']}"
+                current = state(values, threshold, higher_is_worse, anchor=anchor)
+            accepted_level = float(np.median(values[anchor:max(anchor + 1, min(len(values) - 2, anchor + 30))]))
+            st = SeriesState(case_id, fingerprint, suite, host, metric, current.red, mruns[-1], float(values[-1]),
+                             accepted_level, current.ratio, current.against, accepted_note=accepted_note,
+                             nights=current.nights)
+            if current.red:
+                st.since_run, st.since_date = mruns[current.start], _stamp(mdates[current.start])
+                st.earliest_run = mruns[current.earliest]
+            states.append(st)
+    warnings = notes.unmatched(entries, annotations_path)
+    states.sort(key=lambda s: (not s.red, s.fingerprint, s.case_id, s.metric))
+    return HistoryResult(series, changes, states, warnings)
 
 
 def analyse(results: pd.DataFrame, annotations: list[dict] | None = None,
             thresholds: dict[str, float] | None = None) -> tuple[pd.DataFrame, list[Change]]:
-    thresholds = {"step_time_ms": 0.03, "throughput": 0.03, "peak_mem_bytes": 0.02, **(thresholds or {})}
-    series = run_series(results)
-    changes: list[Change] = []
-    for (case_id, fingerprint), group in series.groupby(["case_id", "fingerprint"], sort=False):
-        runs = list(group["run_id"])
-        for metric, higher_is_worse in METRICS.items():
-            values = group[metric].to_numpy(float)
-            if np.isnan(values).any():
-                continue
-            for point in detect(values, threshold=thresholds[metric]):
-                worse = point.after > point.before if higher_is_worse else point.after < point.before
-                change = Change(case_id, fingerprint, metric, runs[point.index], runs[point.confirmed_at],
-                                point.before, point.after, point.ratio, "regression" if worse else "improvement")
-                entry = _accepting(annotations or [], change)
-                if entry is not None:
-                    change.accepted, change.note = True, str(entry.get("note", ""))
-                changes.append(change)
-    return series, changes
+    result = evaluate(results, annotations, thresholds)
+    return result.series, result.changes
 
 
 def alerts(changes: list[Change]) -> list[Change]:
+    """Past regressions no annotation accepted (whether or not they still stand)."""
     return [c for c in changes if c.kind == "regression" and not c.accepted]
 
 
-def to_json(series: pd.DataFrame, changes: list[Change]) -> str:
-    import json
-    return json.dumps({"alerts": len(alerts(changes)), "changes": [asdict(c) for c in changes],
-                       "series": json.loads(series.to_json(orient="records"))}, indent=2)
+def to_json(result: HistoryResult, max_series_rows: int = 20000) -> str:
+    series = result.series
+    payload = {"red": len(result.red), "alerts": [asdict(s) for s in result.red],
+               "changes": [asdict(c) for c in result.changes], "warnings": result.warnings,
+               "states": [asdict(s) for s in result.states]}
+    if len(series) <= max_series_rows:
+        payload["series"] = json.loads(series.assign(timestamp=series["timestamp"].astype(str)).to_json(orient="records"))
+    return json.dumps(payload, indent=2, default=str)
 
 
-def to_markdown(series: pd.DataFrame, changes: list[Change]) -> str:
-    lines = [f"# amp_bench history: {len(alerts(changes))} alert(s)", "",
-             f"{series[['case_id', 'fingerprint']].drop_duplicates().shape[0]} series, "
-             f"{series['run_id'].nunique()} runs.", ""]
-    if changes:
-        lines += ["| case | machine | metric | from run | before | after | change | kind | accepted |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for c in changes:
-            lines.append(f"| {c.case_id} | {c.fingerprint} | {c.metric} | {c.run_id} | {c.before:.4g} | "
-                         f"{c.after:.4g} | {c.ratio - 1:+.1%} | {c.kind} | {'yes: ' + c.note if c.accepted else 'no'} |")
+def _pct(ratio: float) -> str:
+    return f"{ratio - 1:+.1%}"
+
+
+def to_markdown(result: HistoryResult, max_changes: int = 200) -> str:
+    series = result.series
+    lines = [f"# amp_bench history: {len(result.red)} red series", "",
+             f"{series[SERIES_KEYS].drop_duplicates().shape[0]} series, {series['run_id'].nunique()} runs, "
+             f"{len(result.changes)} changes in their history.", ""]
+    lines += [f"- warning: {w}" for w in result.warnings] + ([""] if result.warnings else [])
+    if result.red:
+        lines += ["## Red now", "", "| case | machine | metric | since | may have begun | latest vs level | against |",
+                  "|---|---|---|---|---|---|---|"]
+        for s in result.red:
+            lines.append(f"| {s.case_id} | {s.hostname or s.fingerprint} ({s.fingerprint}) | {s.metric} | "
+                         f"{s.since_date} ({s.since_run}) | {s.earliest_run} | {_pct(s.ratio)} | {s.against} |")
+        lines.append("")
     else:
-        lines.append("No persistent change in any series.")
+        lines += ["Every series is at its accepted level.", ""]
+    if result.changes:
+        shown = sorted(result.changes, key=lambda c: c.date, reverse=True)[:max_changes]
+        lines += ["## Changes in the history (newest first)", "",
+                  "| date | case | machine | metric | from run | before | after | change | kind | accepted |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for c in shown:
+            lines.append(f"| {c.date} | {c.case_id} | {c.fingerprint} | {c.metric} | {c.run_id} | {c.before:.4g} | "
+                         f"{c.after:.4g} | {_pct(c.ratio)} | {c.kind} | {'yes: ' + c.note if c.accepted else 'no'} |")
+        if len(result.changes) > max_changes:
+            lines.append(f"\n{len(result.changes) - max_changes} older changes in the JSON output.")
+    else:
+        lines.append("No change in any series.")
     return "\n".join(lines) + "\n"

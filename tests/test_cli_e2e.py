@@ -128,7 +128,7 @@ def test_run_without_plotly_keeps_results_and_skips_the_report(tmp_path, monkeyp
 
     from rich.console import Console
 
-    from amp_bench.cli import _auto_report
+    from amp_bench.cli.run import auto_report as _auto_report
     monkeypatch.setitem(sys.modules, "plotly", None)  # as on a GPU image without plotly
     console = Console(record=True, width=200)
     _auto_report(str(tmp_path / "run"), tmp_path / "reports", console)

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.changepoints import detect
+from amp_bench.changepoints import detect, state
 from amp_bench.errors import UserError
-from amp_bench.history import alerts, analyse, load_annotations
+from amp_bench.history import alerts, analyse, evaluate, load_annotations
 from amp_bench.results import RunStore
 from conftest import ROOT
 
@@ -25,20 +25,36 @@ def test_detector_on_known_truth():
     assert detect(rng.normal(100, 1, 200)) == []
 
 
+def test_state_goes_red_and_green_again():
+    """The alarm is the current state: red while the latest level is worse, green once it is back."""
+    rng = np.random.default_rng(4)
+    values = rng.normal(100, 1, 30)
+    values[20:26] *= 1.08  # a regression, fixed at night 26
+    assert not state(values[:20]).red
+    red = state(values[:23])
+    assert red.red and red.start == 20 and red.ratio == pytest.approx(1.08, abs=0.02)
+    assert not state(values[:28]).red and not state(values).red
+    spike = rng.normal(100, 1, 30)
+    spike[20] *= 1.3
+    assert not any(state(spike[:i]).red for i in range(6, 31))
+    # detect still dates both changes in the whole history
+    assert [c.index for c in detect(values)] == [20, 26]
+
+
 def test_detection_rates_meet_the_targets():
-    """The same figures benchmarks/changepoint_rates.py prints, on fewer trials."""
+    """The same figures benchmarks/nightly_targets.py prints, on fewer trials."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from changepoint_rates import rates
-    r = rates(300, seed=11)
-    assert r["detection_within_2_runs"] >= 0.93  # >= 95% on 1000 trials; 300 trials wobble more
-    assert r["false_alarms_per_run"] <= 0.01 and r["spike_alarms"] == 0
+    from nightly_targets import detection_rates
+    r = detection_rates(150, seed=11)
+    assert r["step10_within_2"] == 1.0 and r["step5_within_3"] >= 0.9
+    assert r["noise_ever_red"] <= 0.01 and r["fixed_green_within_2"] >= 0.9
 
 
 def nightly(root, values, fingerprint="fp-a", case="resnet50-bs8-224px-amp_bf16", memory=None):
     for night, value in enumerate(values):
         store = RunStore(root, f"202611{night + 1:02d}T020000Z-node-{fingerprint}")
         store.add({"run_id": store.run_id, "case_id": case, "status": "ok", "device": "cpu",
-                   "fingerprint": fingerprint, "timestamp": f"2026-11-{night + 1:02d}T02:00:00+00:00",
+                   "fingerprint": fingerprint, "timestamp": f"2026-11-{night + 1:02d}T02:00:00+00:00", "hostname": "node", "suite": "resnet50",
                    "step_time_ms_median": value, "throughput": 8000 / value, "batch_size": 8,
                    "peak_rss_bytes": (memory or [1e9] * len(values))[night]}, [])
 
@@ -54,17 +70,47 @@ def test_a_slowdown_alerts_until_accepted(tmp_path):
     assert {c.metric for c in found} == {"step_time_ms", "throughput"}
     change = next(c for c in found if c.metric == "step_time_ms")
     assert change.run_id.startswith("20261113") and change.ratio == pytest.approx(1.10, abs=0.02)
-    annotations = [{"run": change.run_id, "note": "new driver, accepted"}]
-    _, accepted = analyse(results, annotations)
-    assert alerts(accepted) == [] and all(c.accepted for c in accepted)
+    assert {(s.metric, s.since_run) for s in evaluate(results).red} == {
+        ("step_time_ms", change.run_id), ("throughput", change.run_id)}
+    annotations = load_annotations(write(tmp_path / "a.yaml", f"- {{run: {change.run_id}, note: new driver}}\n"))
+    accepted = evaluate(results, annotations)
+    assert alerts(accepted.changes) == [] and all(c.accepted for c in accepted.changes)
+    assert accepted.red == [] and accepted.warnings == []
+
+
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_annotations_as_people_write_them(tmp_path):
+    """A glob, a date range with a window, a machine by host name; a mistyped one is named."""
+    rng = np.random.default_rng(8)
+    values = list(rng.normal(800, 4, 12)) + list(rng.normal(880, 4, 5))  # +10% from night 13
+    nightly(tmp_path / "results", values)
+    from amp_bench import load_results
+    results = load_results(tmp_path / "results")
+    assert evaluate(results).red
+    for text in ("- {run: '2026111[23]T*', note: driver}\n",  # glob naming the change night (or the one before)
+                 "- {from: 2026-11-11, window: 3, machine: node, suite: '*', note: range}\n",  # 2 nights early
+                 "- {from: 2026-11-13, case: 'resnet50-*', metric: step_time_ms, note: m}\n"
+                 "- {from: 2026-11-13, case: 'resnet50-*', metric: throughput, note: t}\n"):
+        result = evaluate(results, load_annotations(write(tmp_path / "a.yaml", text)), annotations_path="a.yaml")
+        assert result.red == [] and result.warnings == [], text
+    late = "- {from: 2026-11-01, window: 3, name: too-early, note: x}\n- {run: 2026113*, name: typo, note: y}\n"
+    result = evaluate(results, load_annotations(write(tmp_path / "a.yaml", late)), annotations_path="a.yaml")
+    assert len(result.red) == 2 and len(result.warnings) == 2
+    assert "'too-early' matched nothing" in result.warnings[0] and "'typo' matched nothing: run" in result.warnings[1]
+    wrong_machine = "- {run: '2026111[23]T*', machine: other-host, note: x}\n"
+    assert evaluate(results, load_annotations(write(tmp_path / "a.yaml", wrong_machine))).red
 
 
 def test_series_never_mix_machines(tmp_path):
     nightly(tmp_path / "results", [800] * 8, fingerprint="fp-a")
     nightly(tmp_path / "results", [880] * 8, fingerprint="fp-b")  # another machine, 10% slower
     from amp_bench import load_results
-    series, changes = analyse(load_results(tmp_path / "results"))
-    assert changes == [] and set(series.fingerprint) == {"fp-a", "fp-b"}
+    result = evaluate(load_results(tmp_path / "results"))
+    assert result.changes == [] and result.red == [] and set(result.series.fingerprint) == {"fp-a", "fp-b"}
 
 
 def test_annotations_file_errors(tmp_path):
@@ -74,6 +120,9 @@ def test_annotations_file_errors(tmp_path):
         load_annotations(path)
     assert len(info.value.lines) == 2 and "[0].metrc: unknown key" in info.value.lines[0]
     assert "[1].run: missing" in info.value.lines[1]
+    path.write_text("- {from: 'last tuesday', note: x}\n")
+    with pytest.raises(UserError, match=r"\[0\]\.from: expected a date"):
+        load_annotations(path)
 
 
 def test_history_cli_exit_codes(tmp_path):
@@ -84,13 +133,13 @@ def test_history_cli_exit_codes(tmp_path):
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "regression" in proc.stdout and "2 alert(s)" in proc.stdout  # step time and throughput
+    assert "regression" in proc.stdout and "2 red series" in proc.stdout  # step time and throughput
     assert "| regression | no |" in (tmp_path / "h.md").read_text() and (tmp_path / "h.json").exists()
     run_id = pd.read_json(tmp_path / "h.json", typ="series")["changes"][0]["run_id"]
     (tmp_path / "results" / "annotations.yaml").write_text(f"- {{run: {run_id}, note: intended}}\n")
     accepted = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
-    assert "accepted" in accepted.stdout
+    assert "accepted" in accepted.stdout and "0 red series" in accepted.stdout
 
 
 def test_report_draws_the_history(tmp_path):

@@ -166,9 +166,10 @@ def test_one_throughput_formula_for_worker_ddp_ingest_and_compare(tmp_path):
     sides = []
     for name in ("base", "cand"):
         store = RunStore(tmp_path / name, name)
-        store.add({"run_id": name, "case_id": "m", "batch_size": batch, "world_size": 1, "repeat": 0,
-                   "status": "ok", "step_time_ms_median": 10.0, "device": "cpu", "peak_rss_bytes": 1},
-                  [{"run_id": name, "case_id": "m", "precision": "fp32", "repeat": 0, **s} for s in samples])
+        for repeat in range(3):  # compare judges from three repeats a side
+            store.add({"run_id": name, "case_id": "m", "batch_size": batch, "world_size": 1, "repeat": repeat,
+                       "status": "ok", "step_time_ms_median": 10.0, "device": "cpu", "peak_rss_bytes": 1},
+                      [{"run_id": name, "case_id": "m", "precision": "fp32", "repeat": repeat, **s} for s in samples])
         sides.append([str(store.dir)])
     result = compare(*sides)
     via_compare = next(r for r in result.results if r.metric == "throughput").baseline

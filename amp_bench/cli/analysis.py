@@ -1,0 +1,81 @@
+"""The commands that read results and never run a model: `report`, `compare`, `history` and `ingest`,
+with their options. None of them imports torch (the work is in report/, compare.py, history.py and
+ingest.py, imported inside each command), so they run on a machine without it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from amp_bench.cli import render
+from amp_bench.errors import UserError
+
+
+def add_parsers(sub) -> None:
+    report = sub.add_parser("report", help="HTML report, markdown summary and CSV tables from results")
+    report.add_argument("results", nargs="+", help="run directories, trees of them, or globs")
+    report.add_argument("-o", "--output", type=Path, help="the HTML path (default reports/<run-id or merged>.html); "
+                        "the .md and .csv files go next to it")
+    report.add_argument("--format", default="html,md,csv", help="comma-separated: html, md, csv (default: all)")
+    report.add_argument("--images", choices=("png", "svg"), help="also export each chart (needs kaleido)")
+    report.set_defaults(func=cmd_report)
+
+    comp = sub.add_parser("compare", help="is CANDIDATE slower or bigger than BASELINE? exit 0 no, 1 regression, "
+                                          "2 usage error, 3 not enough data, 4 too unstable to decide")
+    comp.add_argument("baseline", nargs=1, help="a run directory (or a tree / glob of runs pooled as one side)")
+    comp.add_argument("candidate", nargs=1)
+    comp.add_argument("--threshold-time", default="3%", help="step-time regression threshold (default 3%%)")
+    comp.add_argument("--threshold-throughput", help="default: the time threshold")
+    comp.add_argument("--threshold-memory", default="2%", help="a percentage, or bytes such as 0B or 64MiB")
+    comp.add_argument("--force", action="store_true", help="compare even when the machine fingerprints differ")
+    comp.add_argument("--seed", type=int, default=0, help="bootstrap seed (results are reproducible)")
+    comp.add_argument("--history", help="a results tree: add each series' night-to-night noise to the intervals "
+                      "(and decide with fewer than 3 repeats)")
+    comp.add_argument("-o", "--output", type=Path,
+                      help="path stem for .md, .json and .junit.xml (default reports/compare-CAND-vs-BASE)")
+    comp.set_defaults(func=cmd_compare)
+
+    ing = sub.add_parser("ingest", help="import pytest-benchmark JSON files as run directories")
+    ing.add_argument("files", nargs="+", type=Path)
+    ing.add_argument("--results-dir", type=Path, default=Path("results"))
+    ing.set_defaults(func=cmd_ingest)
+
+
+def cmd_report(args, console) -> int:
+    from amp_bench.report import build_report
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    unknown = [f for f in formats if f not in ("html", "md", "csv")]
+    if unknown or not formats:
+        raise UserError(f"--format: expected a comma-separated list of html, md, csv, got {args.format!r}")
+    written = build_report(args.results, args.output, formats, args.images)
+    for kind, path in written.items():
+        if kind == "images" and isinstance(path, str):
+            console.print(path, highlight=False, soft_wrap=True)
+        elif kind == "images":
+            console.print(f"images: {len(path)} files in {path[0].parent if path else '-'}", highlight=False)
+        else:
+            console.print(f"{kind}: {path}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_compare(args, console) -> int:
+    from amp_bench.compare import Threshold, compare, write_outputs
+    comparison = compare(
+        args.baseline, args.candidate, force=args.force, seed=args.seed, history=args.history,
+        threshold_time=Threshold.parse(args.threshold_time, "time"),
+        threshold_throughput=Threshold.parse(args.threshold_throughput or args.threshold_time, "throughput"),
+        threshold_memory=Threshold.parse(args.threshold_memory, "memory", allow_bytes=True))
+    render.print_comparison(comparison, console)
+    stem = args.output or Path("reports") / f"compare-{Path(args.candidate[0]).name}-vs-{Path(args.baseline[0]).name}"
+    try:
+        paths = write_outputs(comparison, Path(stem))
+    except OSError as exc:
+        raise UserError(f"{stem}: cannot write the comparison ({exc.strerror or exc})") from None
+    console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
+    return comparison.exit_code
+
+
+def cmd_ingest(args, console) -> int:
+    from amp_bench.ingest import ingest
+    for path in args.files:
+        run_dir = ingest(path, args.results_dir)
+        console.print(f"{path} -> {run_dir}", highlight=False, soft_wrap=True)
+    return 0

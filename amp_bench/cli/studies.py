@@ -1,0 +1,78 @@
+"""`amp_bench fidelity` and `amp_bench headroom`, the two studies beside the benchmark: their options
+and commands. Each runs its study with a progress reporter, prints its table (render.py) and writes
+the run's report like `run` does."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from amp_bench.cli import render
+from amp_bench.cli.run import auto_report
+
+
+def add_parsers(sub) -> None:
+    fid = sub.add_parser("fidelity", help="train on real shipped data under fp32 and each AMP mode; compare "
+                                          "held-out accuracy, loss curves and GradScaler health")
+    fid.add_argument("suite", type=Path, help="a suite with a fidelity: section")
+    fid.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
+    fid.add_argument("--results-dir", type=Path, default=Path("results"))
+    fid.add_argument("--epochs", type=int)
+    fid.add_argument("--batch-size", type=int)
+    fid.add_argument("--seed", type=int, action="append", help="repeatable; replaces the section's seeds")
+    fid.add_argument("--precision", action="append", help="repeatable; fp32 always runs as the reference")
+    fid.add_argument("--tolerance-pp", type=float, help="accuracy difference (percentage points) still called parity")
+    fid.add_argument("--no-report", action="store_true")
+    fid.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    fid.set_defaults(func=cmd_fidelity)
+
+    head = sub.add_parser("headroom", help="largest batch each precision trains at without running out of memory")
+    head.add_argument("suite", type=Path)
+    head.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
+    head.add_argument("--results-dir", type=Path, default=Path("results"))
+    head.add_argument("--memory-cap-gb", type=float, help="GPU: allocator cap; CPU: address space above bare torch")
+    head.add_argument("--start-batch-size", type=int)
+    head.add_argument("--max-batch-size", type=int)
+    head.add_argument("--resolution", type=int, help="stop bisecting when fit and OOM are this close (default 1)")
+    head.add_argument("--precision", action="append", help="repeatable; replaces precisions")
+    head.add_argument("--timeout-s", type=float, help="per probe")
+    head.add_argument("--no-measure", action="store_true", help="skip the throughput measurement at each maximum")
+    head.add_argument("--no-report", action="store_true")
+    head.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    head.set_defaults(func=cmd_headroom)
+
+
+def cmd_fidelity(args, console) -> int:
+    from amp_bench.fidelity import run_fidelity
+    overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
+                 "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
+    try:
+        runs = run_fidelity(args.suite, device=args.device, results_dir=args.results_dir,
+                            reporter=render.fidelity_progress(console),
+                            **{k: v for k, v in overrides.items() if v is not None})
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: every finished precision is saved; see the results directory above")
+        return 130
+    render.print_fidelity(runs, console)
+    console.print(f"-> {runs.attrs['run_dir']}", highlight=False, soft_wrap=True)
+    if not args.no_report:
+        auto_report(runs.attrs["run_dir"], args.reports_dir, console)
+    return 0
+
+
+def cmd_headroom(args, console) -> int:
+    from amp_bench.headroom import run_headroom
+    overrides = {"memory_cap_gb": args.memory_cap_gb, "max_batch_size": args.max_batch_size,
+                 "start_batch_size": args.start_batch_size, "resolution": args.resolution,
+                 "precisions": args.precision, "measure": False if args.no_measure else None,
+                 "timeout_s": args.timeout_s}
+    try:
+        table = run_headroom(args.suite, device=args.device, results_dir=args.results_dir,
+                             reporter=render.headroom_progress(console),
+                             **{k: v for k, v in overrides.items() if v is not None})
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: every finished search is saved; see the results directory above")
+        return 130
+    render.print_headroom(table, console)
+    console.print(f"-> {table.attrs['run_dir']}", highlight=False, soft_wrap=True)
+    if not args.no_report:
+        auto_report(table.attrs["run_dir"], args.reports_dir, console)
+    return 0

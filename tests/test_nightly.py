@@ -1,0 +1,117 @@
+"""nightly: one gate over a generated multi-machine tree, end to end through the CLI."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from amp_bench.results import RunStore
+from conftest import ROOT
+
+MACHINES = {"node-a": "fp-aaaa", "node-b": "fp-bbbb"}
+SUITES = ("resnet50", "bert")
+
+
+def write_night(root, night, rng, slow=None, skip=()):
+    """One night of two machines x two suites x two cases; slow: {(host, suite, case): factor}."""
+    for host, fp in MACHINES.items():
+        for s, suite in enumerate(SUITES):
+            store = RunStore(root, f"202612{night:02d}T02{s}000Z-{host}-cuda")
+            for c in range(2):
+                case = f"{suite}-case{c}"
+                if (host, suite, case) in skip:
+                    continue
+                factor = (slow or {}).get((host, suite, case), 1.0)
+                for repeat in range(3):
+                    ms = (40 + 10 * c) * factor * rng.normal(1, 0.004)
+                    store.add({"run_id": store.run_id, "suite": suite, "case_id": case, "status": "ok",
+                               "device": "cuda", "hostname": host, "fingerprint": fp, "repeat": repeat,
+                               "timestamp": f"2026-12-{night:02d}T02:{s}0:00+00:00", "batch_size": 32,
+                               "step_time_ms_median": ms, "throughput": 32e3 / ms,
+                               "peak_mem_allocated_bytes": 2e9 + c}, [])
+
+
+def run(*args):
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "amp_bench", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    rng = np.random.default_rng(12)
+    root = tmp_path / "results"
+    for night in range(1, 13):
+        slow = {("node-b", "resnet50", "resnet50-case0"): 1.10} if night >= 10 else None
+        write_night(root, night, rng, slow)
+    return root
+
+
+def test_nightly_gate_end_to_end(tree, tmp_path):
+    out = tmp_path / "n"
+    proc = run("nightly", tree, "-o", out, "--dashboard", tmp_path / "dash.html")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "n.json").read_text())
+    assert report["exit_code"] == 1 and len(report["groups"]) == 4
+    assert {(r["hostname"], r["case_id"], r["metric"]) for r in report["red"]} == {
+        ("node-b", "resnet50-case0", "step_time_ms"), ("node-b", "resnet50-case0", "throughput")}
+    assert all(r["since_date"] == "2026-12-10" for r in report["red"])
+    assert 'failures="2"' in (tmp_path / "n.junit.xml").read_text()
+    assert "| node-b (fp-bbbb) | resnet50 |" in (tmp_path / "n.md").read_text()
+    page = (tmp_path / "dash.html").read_text()
+    assert "RED +10" in page and page.index("resnet50-case0 @ node-b") < page.index("bert-case0 @ node-a")
+    assert "Plotly.newPlot" in page and "<script src=" not in page  # self-contained
+    # accept the new level for that machine and suite: green, and it stays green the next night
+    accepted = run("nightly", tree, "--accept", "--machine", "node-b", "--suite", "resnet*", "--note", "new kernel",
+                   "-o", out)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "accepted 20261212T020000Z-node-b-cuda for node-b / resnet50" in accepted.stdout
+    write_night(tree, 13, np.random.default_rng(1), {("node-b", "resnet50", "resnet50-case0"): 1.10})
+    assert run("nightly", tree, "-o", out).returncode == 0
+
+
+def test_a_fixed_regression_goes_green(tree, tmp_path):
+    for night in (13, 14):
+        write_night(tree, night, np.random.default_rng(night))
+    proc = run("nightly", tree, "-o", tmp_path / "n")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    changes = json.loads((tmp_path / "n.json").read_text())["changes"]
+    assert {(c["date"], c["kind"]) for c in changes if c["metric"] == "step_time_ms"} == {
+        ("2026-12-10", "regression"), ("2026-12-13", "improvement")}  # the past stays visible, with dates
+
+
+def test_a_missing_case_is_no_verdict(tree, tmp_path):
+    write_night(tree, 13, np.random.default_rng(3), skip={("node-a", "bert", "bert-case1")})
+    (tree / "annotations.yaml").write_text("- {from: 2026-12-10, machine: node-b, note: known}\n")
+    proc = run("nightly", tree, "-o", tmp_path / "n")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "bert-case1" in (tmp_path / "n.md").read_text()
+
+
+def test_bad_input_is_one_line(tree, tmp_path):
+    (tree / "baselines.yaml").write_text("- {machine: fp-aaaa, suite: bert}\n")
+    proc = run("nightly", tree, "-o", tmp_path / "n")
+    assert proc.returncode == 2 and "baselines.yaml: [0].run: missing" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    (tree / "baselines.yaml").unlink()
+    (tree / "annotations.yaml").write_text("- {run: x, window: soon}\n")
+    proc = run("nightly", tree, "-o", tmp_path / "n")
+    assert proc.returncode == 2 and "annotations.yaml: [0].window: expected a number of days" in proc.stderr
+
+
+def test_cache_follows_the_csvs(tree):
+    from amp_bench.results_cache import load_tree
+    first = load_tree(tree)
+    assert (tree / ".amp_bench_cache" / "results.pkl").is_file()
+    assert load_tree(tree).equals(first)
+    write_night(tree, 13, np.random.default_rng(5))
+    again = load_tree(tree)
+    assert len(again) == len(first) + 2 * 2 * 2 * 3 and again["run_id"].str.startswith("20261213").any()
+
+
+def test_gate_modules_do_not_import_torch():
+    code = ("import sys, amp_bench.history, amp_bench.compare, amp_bench.nightly, amp_bench.cli.gate, "
+            "amp_bench.results_cache, amp_bench.report.dashboard; assert 'torch' not in sys.modules")
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
