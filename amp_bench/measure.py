@@ -273,7 +273,7 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     per_step_ms, window_s, record["stop_reason"] = measure_window(
         lambda: losses.append(step(inputs, target)), timer, rule,
         lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=case.warmup_steps + i, total=total))
-    contention = watch.stop(window_s)
+    contention = watch.stop()
     steps = len(per_step_ms)
     if sampler is not None:
         record.update(sampler.stop(nvml_baseline, steps, steps * case.batch_size))

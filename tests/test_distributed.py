@@ -21,6 +21,7 @@ DDP_SUITE = """
 models: [python:toy_models:mlp]
 batch_sizes: [8]
 precisions: [fp32, amp_bf16]
+allow_emulated: true  # bf16 runs on every CPU (emulated where it has no bf16 ISA)
 nproc_per_node: [1, 2]
 threads_per_rank: 1
 warmup_steps: 2

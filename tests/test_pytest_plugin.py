@@ -17,6 +17,7 @@ SUITE = """
 models: [{{ref: "python:toy_models:sleepy", label: sleepy, options: {{ms: {ms}}}}}]
 batch_sizes: [4]
 precisions: [fp32, amp_bf16]
+allow_emulated: true  # bf16 runs on every CPU (emulated where it has no bf16 ISA)
 warmup_steps: 2
 steps: 8
 """

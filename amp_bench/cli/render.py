@@ -114,8 +114,12 @@ def print_summary(results, console) -> None:
             ok = r["status"] == "ok"
             cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
             cells += [str(int(r["world_size"]))] if show_procs else []
-            cells += [r["precision"], _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
-                      _fmt(r["throughput"], ".1f"), _fmt(r["speedup_vs_fp32"], ".2f", "x")]
+            precision = r["precision"] + (" (emulated)" if str(r.get("emulated")).lower() == "true" else "")
+            speedup = _fmt(r["speedup_vs_fp32"], ".2f", "x")
+            if str(r.get("contended_vs_fp32")).lower() == "true" and speedup != "-":
+                speedup = f"[red]{speedup} contended[/]"
+            cells += [precision, _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
+                      _fmt(r["throughput"], ".1f"), speedup]
             if show_tf32:
                 cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
             if show_procs:
@@ -131,6 +135,25 @@ def print_summary(results, console) -> None:
     if (summary["device"] == "cpu").any():
         console.print("[dim]CPU memory is the worker's peak RSS; saved* leaves out the RSS before the model was "
                       "built (the torch runtime's own footprint)[/]")
+    for reason in dict.fromkeys(r for r in summary.get("emulated_reason", []) if isinstance(r, str) and r):
+        console.print(f"[yellow]emulated[/]: {escape(reason)}", highlight=False)
+    contended = summary[summary["contended"].astype(str).str.lower() == "true"] if "contended" in summary \
+        else summary.iloc[0:0]
+    for _, r in contended.iterrows():
+        console.print(f"[red]contended[/]: {escape(r['model_label'])} bs {int(r['batch_size'])} {r['precision']}: "
+                      f"{escape(str(r['contention']))}; its figures are not trustworthy (rerun on a quiet machine)",
+                      highlight=False, soft_wrap=True)
+    not_run = summary[(summary["status"] == "unsupported")]
+    if not not_run.empty:
+        for reason in dict.fromkeys(not_run["reason"].astype(str)):
+            modes = ", ".join(dict.fromkeys(not_run.loc[not_run["reason"].astype(str) == reason, "precision"]))
+            console.print(f"[dim]not run ({escape(modes)}): {escape(reason)}[/]", highlight=False, soft_wrap=True)
+    from amp_bench.headline import headlines
+    sentences = headlines(summary)
+    if sentences:
+        console.print()
+        for sentence in sentences:
+            console.print(f"[bold]{escape(sentence)}[/]", highlight=False, soft_wrap=True)
 
 
 # -- fidelity and headroom ---------------------------------------------------------------------------

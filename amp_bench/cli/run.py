@@ -16,7 +16,16 @@ def add_parsers(sub) -> None:
     run.add_argument("suite", type=Path)
     run.add_argument("--device", choices=None, help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
     run.add_argument("--results-dir", type=Path, default=Path("results"))
-    run.add_argument("--steps", type=int)
+    run.add_argument("--steps", type=int, help="a fixed number of measured steps per case")
+    run.add_argument("--target-ci", type=float, help="measure each case until the 95%% interval of its median "
+                     "step time is within +-this share of it (e.g. 0.01), its budget is spent or --max-steps")
+    run.add_argument("--min-steps", type=int, help="adaptive window: never fewer measured steps")
+    run.add_argument("--max-steps", type=int, help="adaptive window: never more measured steps")
+    run.add_argument("--case-budget", type=float, metavar="SECONDS", help="measuring budget per case and repeat")
+    run.add_argument("--budget", type=float, metavar="SECONDS", help="the whole run's budget, shared out among the "
+                     "cases still to run (a case's min_steps wins over it)")
+    run.add_argument("--allow-emulated", action="store_true", default=None, help="also run modes this hardware "
+                     "only emulates (bf16/fp16 on a CPU without the ISA, bf16 below Ampere); labelled emulated")
     run.add_argument("--warmup-steps", type=int)
     run.add_argument("--repeats", type=int)
     run.add_argument("--batch-size", type=int, action="append", help="repeatable; replaces batch_sizes")
@@ -47,7 +56,9 @@ def cmd_run(args, console) -> int:
     _refuse_outer_torchrun()
     overrides = {"nproc_per_node": args.nproc_per_node, "steps": args.steps, "warmup_steps": args.warmup_steps,
                  "repeats": args.repeats, "batch_sizes": args.batch_size, "precisions": args.precision,
-                 "timeout_s": args.timeout_s, "seed": args.seed, "peak_tflops": args.peak_tflops}
+                 "timeout_s": args.timeout_s, "seed": args.seed, "peak_tflops": args.peak_tflops,
+                 "target_ci": args.target_ci, "min_steps": args.min_steps, "max_steps": args.max_steps,
+                 "case_budget_s": args.case_budget, "budget_s": args.budget, "allow_emulated": args.allow_emulated}
     reporter = render.rich_reporter(console)
     try:
         results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,

@@ -24,8 +24,15 @@ from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, O
 def settings_for(suite: Suite, device_type: str, overrides: dict | None = None) -> dict:
     settings = {**suite.settings, **suite.blocks.get(device_type, {})}
     if overrides:
-        settings.update(validate_overrides(overrides, suite.path))
+        given = validate_overrides(overrides, suite.path)
+        if "steps" in given and not ADAPTIVE_KEYS & set(given):
+            # `--steps N` asks for exactly N steps: it switches off an adaptive window from the file
+            settings.update({key: None for key in ADAPTIVE_KEYS})
+        settings.update(given)
     return settings
+
+
+ADAPTIVE_KEYS = {"target_ci", "case_budget_s", "budget_s"}
 
 
 def cases_for(suite: Suite, device_type: str, overrides: dict | None = None) -> list[Case]:
