@@ -123,7 +123,8 @@ def prepare_case(case, device, record: dict):
     import torch
 
     from amp_bench.hardware import may_run, precision_support
-    from amp_bench.precision import autocast_engages, get_mode, read_fp32_math_flags, set_fp32_math
+    from amp_bench.precision import (autocast_engages, check_fp32_math, get_mode, read_fp32_math_flags,
+                                     set_fp32_math)
     from amp_bench.step import UnsupportedCase
 
     support = precision_support(case.precision, device)
@@ -133,6 +134,9 @@ def prepare_case(case, device, record: dict):
     mode = get_mode(case.precision)
     set_fp32_math(mode.fp32_math)
     record.update(read_fp32_math_flags())
+    # checked as resolved (a backend- or generic-level setting, an environment override): a "strict"
+    # fp32 baseline that really runs TF32 would flatter nothing and mislead every speedup against it
+    check_fp32_math(mode.name, mode.fp32_math, record, os.environ if device.type == "cuda" else None)
     # cuDNN autotuning, as NVIDIA's and timm's training scripts use it; the warmup absorbs the search
     torch.backends.cudnn.benchmark = case.cudnn_benchmark
     record["cudnn_benchmark"] = case.cudnn_benchmark
