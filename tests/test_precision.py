@@ -89,7 +89,8 @@ def test_strict_fp32_holds_for_conv_and_rnn_when_a_higher_level_says_tf32(level)
 
 
 @pytest.mark.parametrize("fp32_math, flags, env, expected", [
-    ("ieee", {"tf32_matmul": False, "tf32_cudnn": False, "fp32_precision_cudnn_rnn": "tf32"}, {}, "cuDNN RNN fp32_precision resolves to tf32"),
+    ("ieee", {"tf32_matmul": False, "tf32_cudnn": False, "fp32_precision_cudnn_rnn": "tf32"}, {},
+     "cuDNN RNN fp32_precision resolves to tf32"),
     ("ieee", {"tf32_matmul": False, "tf32_cudnn": True}, {}, "cuDNN resolves to TF32"),
     ("ieee", {"tf32_matmul": False, "tf32_cudnn": None}, {}, "cuDNN: the TF32 flag cannot be read"),
     ("ieee", {"tf32_matmul": False, "tf32_cudnn": False, "float32_matmul_precision": "high"}, {},
@@ -120,7 +121,8 @@ def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
                 optimizer=OptimizerSpec(), seed=0, timeout_s=60, allow_emulated=False)
     torch.backends.cudnn.allow_tf32 = True
     monkeypatch.setattr(precision, "set_fp32_math", lambda fp32_math: None)
-    with pytest.raises(precision.Fp32MathError, match="fp32 needs strict IEEE FP32 outside autocast, but cuDNN") as info:
+    message = "fp32 needs strict IEEE FP32 outside autocast, but cuDNN"
+    with pytest.raises(precision.Fp32MathError, match=message) as info:
         prepare_case(case, DeviceInfo("cpu", "cpu"), {})
     assert "\n" not in str(info.value)
     monkeypatch.undo()
