@@ -113,7 +113,7 @@ stage_env() {
   if [ "$gpu" = 1 ]; then
     nvidia-smi -pm 1 >/dev/null 2>&1 && echo "persistence mode: on" \
       || echo "persistence mode: not changed (nvidia-smi -pm 1 failed: not root, or not allowed here)"
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit,persistence_mode,compute_cap \
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit,persistence_mode \
       --format=csv 2>&1 || echo "nvidia-smi failed"
   fi
   "$py" -m amp_bench env --json > "$work/env.json" || return 1
