@@ -188,8 +188,8 @@ def prepare_case(case, device, record: dict):
     mode = get_mode(case.precision)
     set_fp32_math(mode.fp32_math)
     record.update(read_fp32_math_flags())
-    # checked as resolved (a backend- or generic-level setting, an environment override): a "strict"
-    # fp32 baseline that really runs TF32 would flatter nothing and mislead every speedup against it
+    # checked as resolved (a backend- or generic-level setting, an environment override): an fp32
+    # baseline that really ran TF32 would make every speedup measured against it wrong
     check_fp32_math(mode.name, mode.fp32_math, record, os.environ if device.type == "cuda" else None)
     # cuDNN autotuning, as NVIDIA's and timm's training scripts use it; the warmup absorbs the search
     torch.backends.cudnn.benchmark = case.cudnn_benchmark
