@@ -163,24 +163,33 @@ def _flat_outputs(out):
 
 @pytest.mark.slow
 def test_script_on_a_cpu_machine_finishes_in_two_minutes_and_says_what_it_skipped(tmp_path):
+    """The default CPU budget (110 s) bounds the run whatever the machine's speed; on a busy machine a
+    stage may be cut by its timeout, and then the check must say so and fail, never pass."""
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the script is run for real by whoever holds one")
     proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": ""})
     log = proc.stdout
-    assert proc.returncode == 0, log[-4000:] + proc.stderr[-2000:]
     assert took < 120  # the default CPU budget is 110 s, and every stage is sized inside it
-    assert "NO CUDA GPU" in log and "Nothing here validates CUDA" in log
+    assert "NO CUDA GPU" in log and "Nothing here validates CUDA" in log and "budget: 110 s" in log
     assert "9 skipped" in log  # pytest's own count of the GPU tests
     assert "SKIPPED fidelity: needs a CUDA GPU" in log and "SKIPPED headroom: needs a CUDA GPU" in log
-    assert log.rstrip().splitlines()[-2].startswith("gpu check: PASSED (CPU smoke only")
     files = _flat_outputs(tmp_path / "out")
-    assert {"suite.csv", "overhead.csv", "stages.csv", "env.json"} <= files
     assert (tmp_path / "out" / "gpu_check.log").read_text() == log  # tee finished before the exit
-    suite = pd.read_csv(tmp_path / "out" / "suite.csv")
-    assert set(suite["status"]) == {"ok"} and set(suite["precision"]) == {"fp32", "amp_bf16"}
-    summary = (tmp_path / "out" / "summary.md").read_text()
-    assert "| fidelity | skipped |" in summary and "Harness over plain loop" in summary
+    stages = pd.read_csv(tmp_path / "out" / "stages.csv").set_index("stage")["status"]
+    assert stages["env"] == stages["pytest"] == "ok" and stages["fidelity"] == stages["headroom"] == "skipped"
+    assert set(stages) <= {"ok", "skipped", "timeout", "budget"}, stages.to_dict()  # nothing failed outright
+    verdict = log.rstrip().splitlines()[-2]
+    if set(stages) <= {"ok", "skipped"}:
+        assert proc.returncode == 0, log[-4000:] + proc.stderr[-2000:]
+        assert verdict.startswith("gpu check: PASSED (CPU smoke only")
+        assert {"suite.csv", "overhead.csv", "stages.csv", "env.json"} <= files
+        suite = pd.read_csv(tmp_path / "out" / "suite.csv")
+        assert set(suite["status"]) == {"ok"} and set(suite["precision"]) == {"fp32", "amp_bf16"}
+        assert "Harness over plain loop" in (tmp_path / "out" / "summary.md").read_text()
+    else:  # too busy a machine for the budget: said, and not a pass
+        assert proc.returncode == 1 and verdict in ("gpu check: FAILED", "gpu check: INCOMPLETE"), verdict
+    assert "| fidelity | skipped |" in (tmp_path / "out" / "summary.md").read_text()
 
 
 def test_script_with_a_small_budget_stops_inside_it_even_when_a_stage_hangs(tmp_path):
