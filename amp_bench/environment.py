@@ -7,8 +7,18 @@ import socket
 import sys
 from importlib import metadata
 
+# Variables that change speed or memory: the caching allocator's settings (fragmentation, expandable
+# segments), lazy kernel loading (memory), the device order, TF32 overrides, threads; NCCL_* by prefix.
 RESULT_AFFECTING_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS",
-                        "CUBLAS_WORKSPACE_CONFIG", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")
+                        "CUBLAS_WORKSPACE_CONFIG", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "PYTORCH_CUDA_ALLOC_CONF",
+                        "PYTORCH_ALLOC_CONF", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER")
+RESULT_AFFECTING_PREFIXES = ("NCCL_",)
+
+
+def result_affecting_env(environ=None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ)
+            if k in RESULT_AFFECTING_ENV or k.startswith(RESULT_AFFECTING_PREFIXES)}
 
 
 def package_version(name: str) -> str:
@@ -39,7 +49,7 @@ def host_facts() -> dict[str, object]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "env": {k: os.environ[k] for k in RESULT_AFFECTING_ENV if k in os.environ},
+        "env": result_affecting_env(),
         "argv": sys.argv,
     }
 

@@ -77,6 +77,20 @@ def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def failed_rows(runs: pd.DataFrame, allow_unsupported: bool = True) -> list[str]:
+    """'precision seed N: status (reason)' for every run that did not finish ok: the CLI exits 1 on
+    any. `unsupported` (the hardware has no such mode) is a finding, not a failure, unless the
+    caller needs every row measured (the GPU check)."""
+    allowed = {"ok", "unsupported"} if allow_unsupported else {"ok"}
+    out = []
+    for _, row in runs.iterrows():
+        if row.get("status") not in allowed:
+            reason = str(row.get("reason") or "").strip()
+            out.append(f"{row.get('precision')} seed {row.get('seed')}: {row.get('status')}"
+                       + (f" ({reason.splitlines()[0][:200]})" if reason and reason != "nan" else ""))
+    return out
+
+
 # --------------------------------------------------------------------------- orchestration
 
 class FidelityReporter:

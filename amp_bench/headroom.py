@@ -130,6 +130,26 @@ def _true(value) -> bool:
     return value is True or str(value).lower() == "true"
 
 
+def failed_rows(table: pd.DataFrame, allow_unsupported: bool = True) -> list[str]:
+    """'model precision: status (reason)' for every search that found no answer (a probe that failed
+    otherwise, nothing fits) or whose measurement at the largest batch failed: the CLI exits 1 on
+    any. `unsupported` is a finding, not a failure, unless the caller needs every row (the GPU check)."""
+    allowed = {"ok", "unsupported"} if allow_unsupported else {"ok"}
+    out = []
+    for _, row in table.iterrows():
+        label = f"{row.get('model_label')} {row.get('precision')}"
+        reason = str(row.get("reason") or "").strip()
+        reason = "" if reason == "nan" else reason.splitlines()[0][:200] if reason else ""
+        measured = row.get("measure_status")
+        if row.get("status") not in allowed:
+            out.append(f"{label}: {row.get('status')}" + (f" ({reason})" if reason else ""))
+        elif isinstance(measured, str) and measured not in ("ok", "nan"):
+            batch = row.get("max_batch_size")
+            batch = f"{batch:.0f}" if isinstance(batch, (int, float)) else batch
+            out.append(f"{label}: the measurement at its largest batch ({batch}) ended {measured}")
+    return out
+
+
 class HeadroomReporter:
     def started(self, store, device, spec, searches: int) -> None: ...
     def probe_finished(self, case, batch: int, row: dict) -> None: ...

@@ -75,23 +75,77 @@ def apply_memory_cap(case, device_type: str, torch_device) -> dict:
             "memory_cap_baseline_bytes": baseline}
 
 
-def _open_nvml(device, torch_device, record: dict):
-    """(reader, idle used-memory baseline) for this CUDA device, or (None, None) with the reason."""
+def _open_nvml(device, torch_device, record: dict, rank=None):
+    """(reader, idle used-memory baseline) for this CUDA device, or (None, None) with the reason.
+    Under DDP call it after the process group exists: every rank takes part (a barrier), NVML or not."""
     import torch
 
     from amp_bench.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
+    # create the CUDA context first: torch makes it lazily, and the baseline must include it on
+    # every device index alike, so that the delta is the model's and the step's memory alone
+    torch.zeros(1, device=torch_device)
+    torch.cuda.synchronize(torch_device)
+    reader = None
     try:
-        # create the CUDA context first: torch makes it lazily, and the baseline must include it on
-        # every device index alike, so that the delta is the model's and the step's memory alone
-        torch.zeros(1, device=torch_device)
-        torch.cuda.synchronize(torch_device)
         nvml = load_nvml()
         handle, note = device_handle(nvml, *cuda_identity(torch_device.index or 0))
         reader = NvmlReader(nvml, handle, note)
     except Exception as exc:  # no library, no driver, no device: the run goes on without NVML
         record["nvml_notes"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return None, None
-    return reader, reader.memory_used()
+    baseline = _nvml_baseline(reader, torch_device, rank)  # on every rank alike: it holds a collective
+    return (reader, baseline) if reader is not None else (None, None)
+
+
+def _warm_cuda_libraries(torch_device) -> None:
+    """The same library state in every mode before the baseline: cuBLAS handles and workspaces (an
+    fp32, fp16 and, from compute capability 8.0, bf16 GEMM) and cuDNN's (a convolution). Without it
+    the AMP modes' autocast proof made them before the baseline and fp32's first matmul after it."""
+    import torch
+    x = torch.ones(64, 64, device=torch_device)
+    dtypes = [torch.float32, torch.float16]
+    if torch.cuda.get_device_capability(torch_device) >= (8, 0):
+        dtypes.append(torch.bfloat16)
+    for dtype in dtypes:
+        torch.nn.functional.linear(x.to(dtype), x.to(dtype))
+    torch.nn.functional.conv2d(torch.ones(1, 8, 8, 8, device=torch_device),
+                               torch.ones(8, 8, 3, 3, device=torch_device))
+
+
+def _nvml_baseline(reader, torch_device, rank=None, cuda=None, warm=None) -> int | None:
+    """NVML `used` of the idle process, taken at the same point in every mode: after the CUDA
+    context, the process group (DDP: a barrier, so NCCL's communicator and buffers exist and are not
+    counted as training memory) and the same library warm-up, before the model exists."""
+    import torch
+    cuda = cuda or torch.cuda
+    if rank is not None:
+        rank.barrier()
+    (warm or _warm_cuda_libraries)(torch_device)
+    cuda.synchronize(torch_device)
+    cuda.empty_cache()  # the warm-up's tensors back to the driver: the baseline holds none
+    return reader.memory_used() if reader is not None else None
+
+
+def _settle_after_warmup(case, mode, step, inputs, target, device_type: str, torch_device, reader,
+                         record: dict, cuda=None) -> None:
+    """Between warmup and the window. Every device: the FP32 math checked again as it resolves now
+    (building the model, or a library it imported, may have changed the flags). CUDA: cudnn.benchmark's
+    search left its workspaces cached, so the reserved peak and NVML `used` would report the
+    search's high-water mark: synchronize, empty_cache(), one untimed step (the allocator reserves
+    what the step itself needs), synchronize, reset the peaks, then NVML `used` as the window opens."""
+    from amp_bench.precision import check_fp32_math, read_fp32_math_flags
+    check_fp32_math(mode.name, mode.fp32_math, read_fp32_math_flags(), os.environ if device_type == "cuda" else None)
+    if device_type != "cuda":
+        return
+    import torch
+    cuda = cuda or torch.cuda
+    cuda.synchronize(torch_device)
+    cuda.empty_cache()
+    step.untimed_step(inputs, target)  # under DDP every rank runs it: it all-reduces like any step
+    cuda.synchronize(torch_device)
+    cuda.reset_peak_memory_stats(torch_device)
+    record["settle_steps"] = 1
+    if reader is not None:
+        record["nvml_mem_used_settled_bytes"] = reader.memory_used()
 
 
 def _after_window(case, device, torch_device, step, inputs, target, median_ms: float) -> dict:
@@ -123,7 +177,8 @@ def prepare_case(case, device, record: dict):
     import torch
 
     from amp_bench.hardware import may_run, not_run_reason, precision_support
-    from amp_bench.precision import autocast_engages, get_mode, read_fp32_math_flags, set_fp32_math
+    from amp_bench.precision import (autocast_engages, check_fp32_math, get_mode, read_fp32_math_flags,
+                                     set_fp32_math)
     from amp_bench.step import UnsupportedCase
 
     support = precision_support(case.precision, device)
@@ -134,6 +189,9 @@ def prepare_case(case, device, record: dict):
     mode = get_mode(case.precision)
     set_fp32_math(mode.fp32_math)
     record.update(read_fp32_math_flags())
+    # checked as resolved (a backend- or generic-level setting, an environment override): an fp32
+    # baseline that really ran TF32 would make every speedup measured against it wrong
+    check_fp32_math(mode.name, mode.fp32_math, record, os.environ if device.type == "cuda" else None)
     # cuDNN autotuning, as NVIDIA's and timm's training scripts use it; the warmup absorbs the search
     torch.backends.cudnn.benchmark = case.cudnn_benchmark
     record["cudnn_benchmark"] = case.cudnn_benchmark
@@ -173,38 +231,9 @@ def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
     inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
     if wrap is not None:
         model = wrap(model)
-    return TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type), inputs, target
-
-
-def stop_rule(case, rank=None):
-    """The case's window: adaptive (target_ci and/or budget between min_steps and max_steps) or a
-    fixed number of steps. DDP ranks must take the same number of steps (every step is a
-    collective), so a distributed case always measures a fixed count."""
-    from amp_bench.timing import StopRule
-    if rank is not None or (case.target_ci is None and case.case_budget_s is None):
-        return StopRule.fixed(case.steps)
-    return StopRule(case.min_steps, case.max_steps, case.target_ci, case.case_budget_s)
-
-
-def measure_window(run_step, timer, rule, on_step=lambda i: None) -> tuple[list[float], float, str]:
-    """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
-    The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
-    at checkpoints, about ten times a window, so the GPU queue stays full in between."""
-    timer.begin_window()
-    n, next_check, reason = 0, rule.min_steps, None
-    while reason is None:
-        timer.step_started()
-        run_step()
-        timer.step_ended()
-        on_step(n)
-        n += 1
-        if n >= rule.max_steps:
-            reason = "max steps" if rule.adaptive else "fixed steps"
-        elif rule.adaptive and (timer.cheap_times or n >= next_check):
-            reason = rule.reason_to_stop(timer.times_so_far(), timer.elapsed_s())
-            next_check = n + max(5, n // 10)
-    per_step_ms, window_s = timer.end_window()
-    return per_step_ms, window_s, reason
+    step = TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type)
+    record["scaler_host_sync"] = step.scaler_host_sync  # a per-step sync fp16 pays with a non-fused optimizer
+    return step, inputs, target
 
 
 def run_case(case, device, events: EventChannel, rank=None) -> dict:
@@ -216,7 +245,8 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
 
     from amp_bench.contention import WindowWatch, gpu_contention
     from amp_bench.contention import merge as merge_contention
-    from amp_bench.timing import MEASURED_PHASE, CpuStepTimer, CudaStepTimer, Window, median_ci
+    from amp_bench.timing import (MEASURED_PHASE, CpuStepTimer, CudaStepTimer, Window, measure_window, median_ci,
+                                  stop_rule)
 
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
         from amp_bench.distributed import threads_per_rank
@@ -239,10 +269,11 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
         record.update(apply_memory_cap(case, device_type, torch_device))
     seed_case(case)
     record["rss_before_model_bytes"] = read_rss_bytes()
-    nvml_reader, nvml_baseline = _open_nvml(device, torch_device, record) if device_type == "cuda" else (None, None)
 
     if rank is not None:
         rank.init(backend, torch_device)
+    nvml_reader, nvml_baseline = (_open_nvml(device, torch_device, record, rank) if device_type == "cuda"
+                                  else (None, None))
     step, inputs, target = build_step(case, device_type, torch_device, record,
                                       wrap=None if rank is None else lambda m: rank.wrap(m, torch_device))
 
@@ -253,6 +284,7 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     for i in range(case.warmup_steps):
         losses.append(step(inputs, target))
         events.emit(event="step", phase="warmup", step=i, total=total)
+    _settle_after_warmup(case, mode, step, inputs, target, device_type, torch_device, nvml_reader, record)
 
     if device_type == "cuda":
         timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize, rule.max_steps)

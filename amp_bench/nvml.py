@@ -202,9 +202,12 @@ class NvmlSampler:
     def begin(self) -> None:
         self._energy_start = self.reader.energy_mj()
         self._window_start = self.clock()
-        self.sample()
+        self.sample(edge=True)
 
-    def sample(self) -> None:
+    def sample(self, edge: bool = False) -> None:
+        """One reading. At the window's edges (`edge`: before the first step is launched and after the
+        last has synchronised) the GPU idles, so only memory is read there: clocks, utilisation and
+        clock-event reasons (gpu_idle) come from in-window samples alone."""
         now = self.clock()
         used = self.reader.memory_used()
         if used is not None:
@@ -213,6 +216,8 @@ class NvmlSampler:
         if v2 is not None:
             self.used_v2.append(v2[0])
             self.reserved_v2.append(v2[1])
+        if edge:
+            return
         if now >= self._next_slow:
             self._next_slow = now + self.slow_interval_s
             sm, mem = self.reader.clocks()
@@ -233,7 +238,7 @@ class NvmlSampler:
                 self.process_used.append(process)
 
     def end(self, baseline_used: int | None, steps: int, samples: int) -> dict:
-        self.sample()
+        self.sample(edge=True)
         energy_end = self.reader.energy_mj()
         window_s = self.clock() - self._window_start
         return self.summary(baseline_used, energy_end, window_s, steps, samples)
@@ -285,6 +290,8 @@ class NvmlSampler:
         out["clock_event_reasons"] = ("|".join(decode_clock_events(self.clock_event_mask)) or "none") \
             if self.clock_event_read else None
         notes = self.reader.notes()
+        if not self.clock_event_read and "clock_events" not in notes and "throttle_reasons" not in notes:
+            notes["clock_events"] = "no reading inside the window (shorter than the slow sampling interval)"
         if not self.process_seen and "process_memory" not in notes:
             notes["process_memory"] = ("this process is not in NVML's process list (inside a container NVML "
                                        "reports host PIDs): no per-process figure")

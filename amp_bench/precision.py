@@ -52,8 +52,52 @@ def set_fp32_math(fp32_math: str) -> None:
         torch.backends.cudnn.allow_tf32 = allow
     except (RuntimeError, AttributeError):  # a torch that dropped the legacy flags
         torch.backends.cuda.matmul.fp32_precision = fp32_math
-        torch.backends.cudnn.conv.fp32_precision = fp32_math
-        torch.backends.cudnn.rnn.fp32_precision = fp32_math
+    if _has_fp32_precision_api():
+        # cuDNN conv and RNN explicitly as well: the legacy False writes "none" (inherit), which still
+        # resolves to TF32 when the cuDNN- or generic-level fp32_precision says tf32. The same value as
+        # the legacy flag keeps the two APIs consistent, so legacy reads stay valid.
+        for backend in (torch.backends.cudnn.conv, torch.backends.cudnn.rnn):
+            try:
+                backend.fp32_precision = fp32_math
+            except (RuntimeError, AttributeError):
+                pass
+
+
+class Fp32MathError(RuntimeError):
+    """FP32 math would not run as the mode says (TF32 still used, or TF32 disabled): the case errors."""
+
+
+def fp32_math_problems(fp32_math: str, flags: dict, env=None) -> list[str]:
+    """Why FP32 math outside autocast would not run as `fp32_math` says, from the flags as they
+    resolved (read_fp32_math_flags) and, on CUDA, the environment (`env`); empty when it will."""
+    tf32 = fp32_math == "tf32"
+    problems = []
+    for key, what in (("tf32_matmul", "matmul (cuBLAS)"), ("tf32_cudnn", "cuDNN")):
+        if flags.get(key) is None:
+            problems.append(f"{what}: the TF32 flag cannot be read (legacy and per-backend settings are mixed)")
+        elif bool(flags[key]) != tf32:
+            problems.append(f"{what} resolves to {'TF32' if flags[key] else 'IEEE FP32'}")
+    for key, what in (("fp32_precision_matmul", "matmul"), ("fp32_precision_cudnn_conv", "cuDNN conv"),
+                      ("fp32_precision_cudnn_rnn", "cuDNN RNN")):
+        if flags.get(key) and (flags[key] == "tf32") != tf32:  # torch >= 2.9: the per-backend setting, resolved
+            problems.append(f"{what} fp32_precision resolves to {flags[key]}")
+    matmul_precision = flags.get("float32_matmul_precision")
+    if matmul_precision and (matmul_precision != "highest") != tf32:
+        problems.append(f"float32_matmul_precision is {matmul_precision}")
+    env = env or {}
+    if not tf32 and env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
+        problems.append("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes cuBLAS use TF32 whatever the flags say")
+    if tf32 and env.get("NVIDIA_TF32_OVERRIDE") == "0":
+        problems.append("NVIDIA_TF32_OVERRIDE=0 disables TF32 inside NVIDIA's libraries")
+    return problems
+
+
+def check_fp32_math(mode_name: str, fp32_math: str, flags: dict, env=None) -> None:
+    """Raise Fp32MathError (one line) when FP32 math would not run as the mode says."""
+    problems = fp32_math_problems(fp32_math, flags, env)
+    if problems:
+        want = "TF32" if fp32_math == "tf32" else "strict IEEE FP32"
+        raise Fp32MathError(f"{mode_name} needs {want} outside autocast, but " + "; ".join(problems))
 
 
 def _read(getter):

@@ -36,6 +36,7 @@ class TrainStep:
         self.scaler = make_grad_scaler(mode, device_type)
         self.initial_scale = float(self.scaler.get_scale()) if self.scaler.is_enabled() else None
         self.scales: list[torch.Tensor] = []  # loss scale after each step, kept on the device
+        self._untimed: list[int] = []  # indices into scales of steps outside warmup and window
         self.output_dtype: torch.dtype | None = None
 
     def __call__(self, inputs, target, marks=None) -> torch.Tensor:
@@ -71,15 +72,31 @@ class TrainStep:
             marks("end")
         return loss.detach()
 
-    def skipped_steps(self, first: int = 0, last: int | None = None) -> list[int]:
+    @property
+    def scaler_host_sync(self) -> bool:
+        """Whether GradScaler.step() syncs host and device every step: with an optimizer that cannot
+        take the scale itself it reads found_inf with .item() (a sync the bf16 and fp32 steps don't
+        pay); fused optimizers (_step_supports_amp_scaling) take it on the device."""
+        return self.scaler.is_enabled() and not getattr(self.optimizer, "_step_supports_amp_scaling", False)
+
+    def untimed_step(self, inputs, target) -> None:
+        """One step outside both warmup and the measured window (the settle step before the window):
+        it moves the loss scale like any step but takes no place in the step numbering; a skip there
+        counts as a skip of the step before it (warmup)."""
+        self(inputs, target)
+        if self.scaler.is_enabled():
+            self._untimed.append(len(self.scales) - 1)
+
+    def skipped_steps(self, first: int | None = None, last: int | None = None) -> list[int]:
         """Indices of steps whose update was skipped: a skip is exactly a scale decrease."""
         from amp_bench.scaler_health import scale_history
         if not self.scales:
             return []
         scales = torch.stack([s.float().cpu() for s in self.scales]).tolist()
-        skipped = scale_history(self.initial_scale, scales)["scaler_skipped_step_indices"]
-        last = len(scales) if last is None else last
-        return [i for i in skipped if first <= i < last]
+        raw = scale_history(self.initial_scale, scales)["scaler_skipped_step_indices"]
+        skipped = [i - sum(u <= i for u in self._untimed) for i in raw]  # renumbered without untimed steps
+        last = len(scales) - len(self._untimed) if last is None else last
+        return [i for i in skipped if (first is None or first <= i) and i < last]
 
     def final_scale(self) -> float | None:
         return float(self.scaler.get_scale()) if self.scaler.is_enabled() else None

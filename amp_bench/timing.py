@@ -190,6 +190,36 @@ class Window:
                 "window_gap_fraction": self.gap_fraction}
 
 
+def stop_rule(case, rank=None):
+    """The case's window: adaptive (target_ci and/or budget between min_steps and max_steps) or a
+    fixed number of steps. DDP ranks must take the same number of steps (every step is a
+    collective), so a distributed case always measures a fixed count."""
+    if rank is not None or (case.target_ci is None and case.case_budget_s is None):
+        return StopRule.fixed(case.steps)
+    return StopRule(case.min_steps, case.max_steps, case.target_ci, case.case_budget_s)
+
+
+def measure_window(run_step, timer, rule, on_step=lambda i: None) -> tuple[list[float], float, str]:
+    """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
+    The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
+    at checkpoints, about ten times a window, so the GPU queue stays full in between."""
+    timer.begin_window()
+    n, next_check, reason = 0, rule.min_steps, None
+    while reason is None:
+        timer.step_started()
+        run_step()
+        timer.step_ended()
+        on_step(n)
+        n += 1
+        if n >= rule.max_steps:
+            reason = "max steps" if rule.adaptive else "fixed steps"
+        elif rule.adaptive and (timer.cheap_times or n >= next_check):
+            reason = rule.reason_to_stop(timer.times_so_far(), timer.elapsed_s())
+            next_check = n + max(5, n // 10)
+    per_step_ms, window_s = timer.end_window()
+    return per_step_ms, window_s, reason
+
+
 class CpuStepTimer:
     """Host clock; on the CPU the step is synchronous, so this is the step's real duration."""
 

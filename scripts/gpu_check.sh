@@ -1,67 +1,167 @@
 #!/usr/bin/env bash
-# The project's GPU check, for a machine with one CUDA GPU (about 6-8 minutes on an H200):
-#   1. the environment record (`amp_bench env`);
-#   2. the GPU-marked tests (`pytest -m gpu`): autocast dtypes on CUDA, fp32 really without TF32
-#      (matmul and cuDNN error against float64), CUDA-event timing, GradScaler skips, a 1 GiB
-#      allocation seen by torch and NVML within 10%, energy and clocks non-empty, the smoke suite;
-#   3. suites/gpu_check.yaml (ResNet-50 and GPT-2 small, all four precision modes, and ResNet-50 under
-#      torchrun + DDP with world size 1 on NCCL) and its markdown summary (environment, step time,
-#      speedup, memory saving, NVML peak, energy, MFU, statuses);
-#   4. GPU only: the fidelity study for 3 epochs (ResNet-18 on the digits; needs scikit-learn) and a
-#      headroom search under a 2 GiB allocator cap (suites/gpu_headroom.yaml).
-# On a machine without a GPU it runs what it can (the CPU block of the suite) and says what it skipped.
-# It exits non-zero when any step fails or any case ends in error or timeout.
-# Everything it prints also goes to ${OUT:-gpu-check-out}/gpu_check.log; commit that under
-# docs/gpu-validation/. Needs: torch, torchvision, transformers, pandas, pyyaml, rich, pytest,
-# nvidia-ml-py. plotly is optional (no HTML report without it; the markdown needs none).
+# The project's GPU check: one call that fits one short GPU window (default budget 480 s, set
+# GPU_CHECK_BUDGET_S) and can't pass by accident. Stages, in order of value, each given a timeout
+# sized from what is left of the budget (a stage that would not get enough is skipped, and said so):
+#   env       nvidia-smi (persistence mode tried), `amp_bench env --json`, a bf16 matmul's TFLOP/s;
+#   pytest    `pytest -m gpu tests/test_gpu.py` (TF32 vs IEEE on matmul and a 64-channel conv, autocast
+#             dtypes, CUDA events, GradScaler skips, torch vs NVML memory, energy and clocks, the smoke
+#             suite, DDP on NCCL);
+#   suite     suites/gpu_check.yaml (ResNet-50 NCHW and channels_last, GPT-2 small; fp32, tf32,
+#             amp_fp16, amp_bf16; fused AdamW);
+#   overhead  benchmarks/overhead.py: the suite's ResNet-50 channels_last amp_bf16 case by the
+#             harness and by a plain hand-written AMP loop, 2 rounds;
+#   fidelity  suites/fidelity.yaml for 2 epochs, seed 0 (skipped, and said so, without scikit-learn);
+#   headroom  suites/gpu_headroom.yaml (fp32 vs amp_bf16 under a 2 GiB allocator cap, ~5 probes each).
+# After every stage the results are copied flat into $OUT (default gpu-check-out/): summary.md
+# (complete at any stop), suite.csv, overhead.csv, fidelity.csv, headroom.csv, stages.csv, env.json
+# and this log, gpu_check.log: 8 files at most, none in a folder. It exits 0 only when every stage
+# ran and passed: on compute capability >= 8 every suite case ok, every fidelity and headroom row ok.
+# Without a GPU (default budget 110 s there) it runs a tiny CPU smoke of the same path, says what it
+# skipped, and nothing it prints validates CUDA. PYTHON overrides the interpreter (default python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-check-out}
 mkdir -p "$out"
-exec > >(tee "$out/gpu_check.log") 2>&1  # no pipe: `status` must survive to the exit below
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
-py=${PYTHON:-python}
-status=0
-fail() { echo "FAILED: $1"; status=1; }
+py=${PYTHON:-python3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/amp_bench_gpu_check.XXXXXX")
+start=$SECONDS
+exec 3>&1 4>&2
+exec > >(tee "$out/gpu_check.log") 2>&1  # no pipe into tee: `status` must survive to the exit below
+tee_pid=$!
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160} PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export py work
 
-has_gpu=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))') || fail "torch does not import"
-echo "## amp_bench GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
-if [ "${has_gpu:-0}" = 1 ]; then
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>/dev/null || true
+echo "## amp_bench GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git))"
+gpu=$(timeout 60 "$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null | tail -1)
+if [ "$gpu" = 1 ]; then
+  budget=${GPU_CHECK_BUDGET_S:-480}
+elif [ "$gpu" = 0 ]; then
+  budget=${GPU_CHECK_BUDGET_S:-110}
+  echo "NO CUDA GPU: pytest's GPU tests skip, the suite runs its tiny cpu block, overhead one tiny CPU round;"
+  echo "fidelity and headroom are skipped. Nothing here validates CUDA."
 else
-  echo "NO CUDA GPU: the GPU tests skip and the suite runs its cpu block; nothing here validates CUDA."
+  budget=${GPU_CHECK_BUDGET_S:-110}
+  echo "FAILED: $py cannot import torch"
 fi
-echo; echo "### Environment"; "$py" -m amp_bench env || fail "amp_bench env"
-echo; echo "### pytest -m gpu"
-timeout 300 "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py || fail "pytest -m gpu"
-echo; echo "### suites/gpu_check.yaml"
-timeout 540 "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$out/results" --no-report || fail "amp_bench run"
-echo
-if "$py" -m amp_bench report "$out/results" --format md -o "$out/summary.html" >/dev/null; then
-  cat "$out/summary.md"
-else
-  fail "amp_bench report"
-fi
-bad=$("$py" -c "import amp_bench, sys; t = amp_bench.load_results(sys.argv[1]); \
-print(int(t.status.isin(['error', 'timeout']).sum()))" "$out/results" 2>/dev/null) || bad=unknown
-[ "$bad" = 0 ] || fail "$bad case(s) ended in error or timeout (see the logs in results.tgz)"
-ddp=$("$py" -c "import amp_bench, sys; t = amp_bench.load_results(sys.argv[1]); \
-t = t[(t.world_size == 1) & (t.dist_backend.isin(['nccl', 'gloo'])) & (t.status == 'ok')]; print(len(t))" \
-  "$out/results" 2>/dev/null) || ddp=0
-[ "${ddp:-0}" -gt 0 ] || fail "no DDP case (resnet50-ddp, world size 1) finished ok"
-echo; echo "### fidelity and headroom on the GPU"
-if [ "${has_gpu:-0}" != 1 ]; then
-  echo "SKIPPED: needs a CUDA GPU (the CPU paths of fidelity and headroom run in the test suite)"
-else
-  if "$py" -c 'import sklearn' 2>/dev/null; then
-    timeout 240 "$py" -m amp_bench fidelity suites/fidelity.yaml --epochs 3 --seed 0 \
-      --results-dir "$out/results" --no-report || fail "amp_bench fidelity"
-  else
-    echo "SKIPPED fidelity: scikit-learn (which ships the data) is not installed; pip install scikit-learn"
+end_at=$((start + budget - 10))  # the last summary, printing it and the exit fit in the final 10 s
+echo "budget: ${budget} s; work folder: $work; results: $out"
+
+# cap: a stage's most (scaled up with a larger budget); floor: the least worth starting it with
+declare -A cap=([env]=45 [pytest]=150 [suite]=210 [overhead]=70 [fidelity]=60 [headroom]=100)
+declare -A floor=([env]=15 [pytest]=20 [suite]=30 [overhead]=20 [fidelity]=30 [headroom]=30)
+if [ "$gpu" != 1 ]; then cap[pytest]=40; cap[suite]=60; cap[overhead]=40; fi
+scale=$(( budget > 480 ? budget : 480 ))
+stages=(env pytest suite overhead fidelity headroom)
+sklearn=0
+[ "$gpu" = 1 ] && "$py" -c 'import sklearn' 2>/dev/null && sklearn=1
+planned=(env pytest suite overhead)  # the stages that will run: each reserves its floor from those before it
+[ "$gpu" = 1 ] && { [ "$sklearn" = 1 ] && planned+=(fidelity); planned+=(headroom); }
+post=6  # what each stage leaves for the summary written after it
+
+record() {  # STAGE STATUS SECONDS TIMEOUT NOTE
+  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "${5:-}" >> "$work/stages.tsv"
+}
+
+summarize() {  # [--final]: summary.md and the flat CSVs in $out, bounded by what is left
+  local left=$((start + budget - 4 - SECONDS))
+  [ "$left" -lt 3 ] && left=3
+  [ "$left" -gt 30 ] && left=30
+  timeout -k 1 "$left" "$py" -m amp_bench.gpu_check summary "$work" "$out" "$@"
+}
+
+run_stage() {  # STAGE COMMAND...: run it with a timeout sized from what is left, record how it ended
+  local name=$1; shift
+  local later=0 seen=0 s
+  for s in "${planned[@]}"; do
+    if [ "$seen" = 1 ]; then later=$((later + floor[$s])); fi
+    [ "$s" = "$name" ] && seen=1
+  done
+  local left=$((end_at - SECONDS))
+  local limit=$((cap[$name] * scale / 480))
+  [ $((left - later - post)) -lt "$limit" ] && limit=$((left - later - post))
+  if [ "$limit" -lt "${floor[$name]}" ]; then
+    limit=$(( floor[$name] < left - post ? floor[$name] : left - post ))
   fi
-  timeout 240 "$py" -m amp_bench headroom suites/gpu_headroom.yaml --results-dir "$out/results" --no-report \
-    || fail "amp_bench headroom"
-fi
-( cd "$out" && tar czf results.tgz results 2>/dev/null && rm -rf results )
-echo "gpu check: $([ $status = 0 ] && echo passed || echo FAILED)"
+  echo; echo "### $name"
+  if [ "$limit" -lt 5 ]; then
+    echo "SKIPPED $name: ${left} s of the budget left"
+    record "$name" budget 0 0 "${left} s of the budget left"
+    summarize; return
+  fi
+  echo "(timeout ${limit} s; ${left} s of the budget left)"
+  local t0=$SECONDS rc
+  timeout -k 3 "$limit" "$@"; rc=$?
+  local took=$((SECONDS - t0))
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "TIMED OUT: $name after ${took} s (its limit was ${limit} s)"
+    record "$name" timeout "$took" "$limit" "stopped at its ${limit} s limit"
+  elif [ "$rc" = 0 ] || { [ "$name" = overhead ] && [ "$rc" = 1 ]; }; then
+    record "$name" ok "$took" "$limit" "$([ "$rc" = 1 ] && echo "harness above the overhead target")"
+  else
+    echo "FAILED: $name (exit code $rc)"
+    record "$name" failed "$took" "$limit" "exit code $rc"
+  fi
+  summarize
+}
+
+skip() {  # STAGE WHY
+  echo; echo "### $1"; echo "SKIPPED $1: $2"
+  record "$1" skipped 0 0 "$2"
+}
+
+stage_env() {
+  if [ "$gpu" = 1 ]; then
+    nvidia-smi -pm 1 >/dev/null 2>&1 && echo "persistence mode: on" \
+      || echo "persistence mode: not changed (nvidia-smi -pm 1 failed: not root, or not allowed here)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit,persistence_mode \
+      --format=csv 2>&1 || echo "nvidia-smi failed"
+  fi
+  "$py" -m amp_bench env --json > "$work/env.json" || return 1
+  cp "$work/env.json" "$out/env.json"
+  if [ "$gpu" = 1 ]; then "$py" -m amp_bench.gpu_check matmul "$work/matmul.json" || return 1; fi
+}
+export -f stage_env
+export gpu out
+
+for name in "${stages[@]}"; do
+  case $name in
+    env) run_stage env bash -c stage_env ;;
+    pytest) run_stage pytest "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py ;;
+    suite) run_stage suite "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$work/suite" --no-report ;;
+    overhead)
+      if [ "$gpu" = 1 ]; then
+        run_stage overhead "$py" benchmarks/overhead.py --device cuda --model resnet50 --image-size 224 --batch 64 \
+          --channels-last --optimizer adamw --impl fused --precision amp_bf16 --rounds 2 --warmup 10 --steps 30 \
+          --csv "$work/overhead.csv"
+      else  # the same path in one tiny round
+        run_stage overhead "$py" benchmarks/overhead.py --model resnet18 --image-size 32 --batch 2 --optimizer adamw \
+          --impl fused --precision amp_bf16 --rounds 1 --warmup 1 --steps 3 --csv "$work/overhead.csv"
+      fi ;;
+    fidelity)
+      if [ "$gpu" != 1 ]; then
+        skip fidelity "needs a CUDA GPU (its CPU path runs in the test suite)"
+      elif [ "$sklearn" != 1 ]; then
+        skip fidelity "scikit-learn is not installed (it ships the digits data): pip install scikit-learn"
+      else
+        run_stage fidelity "$py" -m amp_bench fidelity suites/fidelity.yaml --epochs 2 --seed 0 \
+          --results-dir "$work/fidelity" --no-report
+      fi ;;
+    headroom)
+      if [ "$gpu" != 1 ]; then
+        skip headroom "needs a CUDA GPU (its CPU path runs in the test suite)"
+      else
+        run_stage headroom "$py" -m amp_bench headroom suites/gpu_headroom.yaml --results-dir "$work/headroom" \
+          --no-report
+      fi ;;
+  esac
+done
+
+echo
+if summarize --final > "$work/verdict.txt" 2>&1; then status=0; else status=1; fi
+cat "$out/summary.md" 2>/dev/null || echo "FAILED: no summary was written"
+cat "$work/verdict.txt"
+grep -q '^gpu check: ' "$work/verdict.txt" || { echo "gpu check: FAILED (the summary could not be computed)"; status=1; }
+echo "took $((SECONDS - start)) s of a ${budget} s budget; raw run directories (with every case's log): $work"
+exec 1>&3 2>&4 3>&- 4>&-  # close tee's input, then wait for it so the last lines are in the log
+for _ in $(seq 50); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
 exit $status

@@ -206,3 +206,15 @@ def test_a_fidelity_only_suite_refuses_run_with_a_clear_line(write_suite, tmp_pa
     validate = subprocess.run([sys.executable, "-m", "amp_bench", "validate", str(suite)], cwd=ROOT,
                               capture_output=True, text=True, timeout=300)
     assert validate.returncode == 0 and "fidelity on cpu: small_cnn on digits" in validate.stdout
+
+
+def test_failed_rows_name_precision_seed_and_reason():
+    from amp_bench.fidelity import failed_rows
+    runs = _runs([{"precision": "fp32", "seed": 0, "test_accuracy": 0.9},
+                  {"precision": "amp_fp16", "seed": 1, "status": "unsupported", "reason": "no fp16 here"},
+                  {"precision": "amp_bf16", "seed": 2, "status": "timeout", "reason": "worker ran past 60 s\nmore"},
+                  {"precision": "amp_bf16", "seed": 3, "status": "error", "reason": np.nan}])
+    assert failed_rows(runs) == ["amp_bf16 seed 2: timeout (worker ran past 60 s)", "amp_bf16 seed 3: error"]
+    # the GPU check needs every row measured: unsupported fails there too
+    assert failed_rows(runs, allow_unsupported=False)[0] == "amp_fp16 seed 1: unsupported (no fp16 here)"
+    assert failed_rows(runs[runs["status"] == "ok"]) == []

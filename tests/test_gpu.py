@@ -1,4 +1,6 @@
 """Real-GPU checks (pytest -m gpu). They skip cleanly on a machine without CUDA."""
+import os
+
 import pytest
 import torch
 
@@ -16,9 +18,9 @@ def _capability():
     return torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
 
 
-def _relative_error(op):
+def _relative_error(op, a_shape=(1024, 1024), b_shape=(1024, 1024)):
     torch.manual_seed(0)
-    a, b = torch.randn(1024, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda")
+    a, b = torch.randn(*a_shape, device="cuda"), torch.randn(*b_shape, device="cuda")
     got = op(a, b).double()
     ref = op(a.double(), b.double())
     return ((got - ref).norm() / ref.norm()).item()
@@ -30,17 +32,28 @@ def strict_fp32_after():
     set_fp32_math("ieee")
 
 
-def test_fp32_is_strict_ieee_and_tf32_is_tf32(strict_fp32_after):
-    def conv(x, w):  # a 3x3 convolution built from the same random data (cuDNN path)
-        return torch.nn.functional.conv2d(x.reshape(1, 16, 256, 256), w[:16, :144].reshape(16, 16, 3, 3))
+def _conv(x, w):  # 3x3, 64 -> 64 channels: cuDNN's tensor-core (TF32) kernels apply from about here
+    return torch.nn.functional.conv2d(x, w, padding=1)
 
+
+CONV_SHAPES = ((8, 64, 56, 56), (64, 64, 3, 3))
+
+
+def test_fp32_is_strict_ieee_and_tf32_is_tf32(strict_fp32_after):
+    from amp_bench.precision import fp32_math_problems, read_fp32_math_flags
     set_fp32_math("ieee")
+    assert fp32_math_problems("ieee", read_fp32_math_flags(), os.environ) == []  # as resolved
+    if hasattr(torch.backends.cudnn, "conv"):  # torch >= 2.9: conv and RNN set explicitly, not inherited
+        assert torch.backends.cudnn.conv.fp32_precision == "ieee" == torch.backends.cudnn.rnn.fp32_precision
     assert _relative_error(torch.matmul) < 1e-5
-    assert _relative_error(conv) < 1e-5  # cuDNN's TF32 default is really off
+    assert _relative_error(_conv, *CONV_SHAPES) < 3e-5  # cuDNN's TF32 default is really off
     if _capability() >= (8, 0):
         set_fp32_math("tf32")
+        assert fp32_math_problems("tf32", read_fp32_math_flags(), os.environ) == []
+        if hasattr(torch.backends.cudnn, "conv"):  # torch >= 2.9: the per-operator setting resolves to tf32
+            assert torch.backends.cudnn.conv.fp32_precision == "tf32"
         assert _relative_error(torch.matmul) > 1e-4
-        assert _relative_error(conv) > 1e-4
+        assert _relative_error(_conv, *CONV_SHAPES) > 1e-4
 
 
 @pytest.mark.parametrize("name, dtype", [("amp_fp16", torch.float16), ("amp_bf16", torch.bfloat16)])
@@ -88,6 +101,9 @@ def test_smoke_suite_on_cuda(tmp_path):
         assert by.loc[(model, "fp32"), "peak_mem_allocated_bytes"] > 0
         assert by.loc[(model, "amp_fp16"), "status"] == "ok"
         assert by.loc[(model, "amp_fp16"), "output_dtype"] == "float16"
+        # the settle step ran, and the smoke suite's foreach SGD pays GradScaler's per-step sync
+        assert by.loc[(model, "fp32"), "settle_steps"] == 1
+        assert by.loc[(model, "amp_fp16"), "scaler_host_sync"] and not by.loc[(model, "fp32"), "scaler_host_sync"]
         expected = "ok" if _capability() >= (8, 0) else "unsupported"
         assert by.loc[(model, "amp_bf16"), "status"] == expected
         assert by.loc[(model, "tf32"), "status"] == expected

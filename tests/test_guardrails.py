@@ -12,8 +12,7 @@ import pytest
 from amp_bench.contention import HostTimes, cpu_contention, gpu_contention, read_host_times
 from amp_bench.hardware import DeviceInfo, effective_cpu_flags, may_run, precision_support, probe_device
 from amp_bench.headline import headlines
-from amp_bench.measure import measure_window
-from amp_bench.timing import CpuStepTimer, StopRule, median_ci, relative_half_width
+from amp_bench.timing import CpuStepTimer, StopRule, measure_window, median_ci, relative_half_width
 
 
 # --------------------------------------------------------------------------- the adaptive window

@@ -178,3 +178,22 @@ def test_probes_killed_like_the_oom_killer_do_not_end_the_run(write_suite, tmp_p
         assert "report skipped: plotly is not installed" in proc.stdout
     else:
         assert any(p.suffix == ".html" for p in (tmp_path / "reports").iterdir())
+
+
+def test_failed_rows_name_model_precision_and_why():
+    from amp_bench.headroom import failed_rows
+    base = {"model_label": "resnet18", "max_batch_size": 512, "reason": "", "measure_status": None}
+    table = pd.DataFrame([
+        {**base, "precision": "fp32", "status": "ok", "measure_status": "ok"},
+        {**base, "precision": "tf32", "status": "unsupported", "reason": "the CPU has no TF32"},
+        {**base, "precision": "amp_fp16", "status": "timeout", "reason": "batch 1024: worker ran past 120 s"},
+        {**base, "precision": "amp_bf16", "status": "ok", "measure_status": "error"},
+        {**base, "model_label": "vit", "precision": "fp32", "status": "nothing fits", "max_batch_size": None,
+         "reason": "batch 32 already runs out of memory"},
+    ])
+    assert failed_rows(table) == [
+        "resnet18 amp_fp16: timeout (batch 1024: worker ran past 120 s)",
+        "resnet18 amp_bf16: the measurement at its largest batch (512) ended error",
+        "vit fp32: nothing fits (batch 32 already runs out of memory)"]
+    assert "resnet18 tf32: unsupported (the CPU has no TF32)" in failed_rows(table, allow_unsupported=False)
+    assert failed_rows(table.iloc[:2]) == []

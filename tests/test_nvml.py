@@ -125,3 +125,26 @@ def test_no_nvml_library_is_a_one_line_reason():
     with pytest.raises(RuntimeError, match="NVML unavailable|not installed") as info:
         load_nvml()
     assert "\n" not in str(info.value)
+
+
+def test_clock_event_reasons_come_from_in_window_samples_only():
+    """The window's edges are read with the GPU idle (before the first step is launched, after the
+    last has synchronised): their gpu_idle bit must not land in every row."""
+    fake = FakeNvml(used=[GIB], energy=[0, 1000])
+    busy = [False]
+    fake.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: 0x0 if busy[0] else 0x1  # idle outside the window
+    sampler = NvmlSampler(NvmlReader(fake, "h"), interval_s=0.01, slow_interval_s=0.0, process_interval_s=0.0,
+                          clock=Clock(0.05))
+    sampler.begin()
+    busy[0] = True
+    for _ in range(3):
+        sampler.sample()
+    busy[0] = False
+    out = sampler.end(baseline_used=GIB, steps=3, samples=3)
+    assert out["clock_event_reasons"] == "none"
+    # and a window too short for any in-window reading says so rather than reporting the idle edges
+    short = NvmlSampler(NvmlReader(FakeNvml(used=[GIB], events=[0x1]), "h"), slow_interval_s=0.0, clock=Clock())
+    short.begin()
+    out = short.end(baseline_used=GIB, steps=1, samples=1)
+    assert out["clock_event_reasons"] is None and "no reading inside the window" in out["nvml_notes"]
+    assert out["nvml_mem_used_peak_bytes"] == GIB  # memory is still read at the edges

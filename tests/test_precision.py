@@ -10,6 +10,9 @@ from amp_bench.precision import (autocast_engages, autocast_region, get_mode, ma
 @pytest.fixture(autouse=True)
 def restore_flags():
     yield
+    if hasattr(torch.backends, "fp32_precision"):
+        torch.backends.fp32_precision = "none"
+        torch.backends.cudnn.fp32_precision = "none"
     set_fp32_math("ieee")
 
 
@@ -65,3 +68,64 @@ def test_autocast_proof_detects_a_silently_disabled_region():
 def test_unknown_mode():
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
         get_mode("fp8")
+
+
+@pytest.mark.skipif(not hasattr(torch.backends, "fp32_precision"), reason="torch < 2.9 has no per-backend API")
+@pytest.mark.parametrize("level", ["generic", "cudnn"])
+def test_strict_fp32_holds_for_conv_and_rnn_when_a_higher_level_says_tf32(level):
+    """The legacy allow_tf32=False writes "none" for cuDNN conv/RNN, which inherits a backend- or
+    generic-level tf32 (a library may set one): set_fp32_math sets both explicitly."""
+    from amp_bench.precision import fp32_math_problems
+    if level == "generic":
+        torch.backends.fp32_precision = "tf32"
+    else:
+        torch.backends.cudnn.fp32_precision = "tf32"
+    set_fp32_math("ieee")
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert torch.backends.cudnn.rnn.fp32_precision == "ieee"
+    flags = read_fp32_math_flags()
+    assert flags["tf32_cudnn"] is False
+    assert fp32_math_problems("ieee", flags) == []
+
+
+@pytest.mark.parametrize("fp32_math, flags, env, expected", [
+    ("ieee", {"tf32_matmul": False, "tf32_cudnn": False, "fp32_precision_cudnn_rnn": "tf32"}, {},
+     "cuDNN RNN fp32_precision resolves to tf32"),
+    ("ieee", {"tf32_matmul": False, "tf32_cudnn": True}, {}, "cuDNN resolves to TF32"),
+    ("ieee", {"tf32_matmul": False, "tf32_cudnn": None}, {}, "cuDNN: the TF32 flag cannot be read"),
+    ("ieee", {"tf32_matmul": False, "tf32_cudnn": False, "float32_matmul_precision": "high"}, {},
+     "float32_matmul_precision is high"),
+    ("ieee", {"tf32_matmul": False, "tf32_cudnn": False}, {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"},
+     "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"),
+    ("tf32", {"tf32_matmul": True, "tf32_cudnn": True}, {"NVIDIA_TF32_OVERRIDE": "0"}, "NVIDIA_TF32_OVERRIDE=0"),
+    ("tf32", {"tf32_matmul": False, "tf32_cudnn": True}, {}, "matmul (cuBLAS) resolves to IEEE FP32"),
+])
+def test_fp32_math_problems_name_what_would_change_the_math(fp32_math, flags, env, expected):
+    from amp_bench.precision import fp32_math_problems
+    problems = fp32_math_problems(fp32_math, flags, env)
+    assert len(problems) == 1 and expected in problems[0], problems
+    clean = {"tf32_matmul": fp32_math == "tf32", "tf32_cudnn": fp32_math == "tf32"}
+    assert fp32_math_problems(fp32_math, clean, {}) == []
+
+
+def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
+    """prepare_case checks the flags as they resolved; here the write is lost (as if a library
+    turned cuDNN's TF32 back on) and the fp32 case must fail with a one-line reason."""
+    from amp_bench import precision
+    from amp_bench.hardware import DeviceInfo
+    from amp_bench.measure import prepare_case
+    from amp_bench.suite import Case, ModelSpec, OptimizerSpec
+
+    case = Case(suite="s", model=ModelSpec(ref="python:toy_models:mlp", label="mlp"), batch_size=2, precision="fp32",
+                channels_last=False, image_size=None, seq_len=None, warmup_steps=0, steps=1, repeats=1,
+                optimizer=OptimizerSpec(), seed=0, timeout_s=60, allow_emulated=False)
+    torch.backends.cudnn.allow_tf32 = True
+    monkeypatch.setattr(precision, "set_fp32_math", lambda fp32_math: None)
+    message = "fp32 needs strict IEEE FP32 outside autocast, but cuDNN"
+    with pytest.raises(precision.Fp32MathError, match=message) as info:
+        prepare_case(case, DeviceInfo("cpu", "cpu"), {})
+    assert "\n" not in str(info.value)
+    monkeypatch.undo()
+    record = {}
+    prepare_case(case, DeviceInfo("cpu", "cpu"), record)  # the real write: strict, and recorded so
+    assert record["tf32_cudnn"] is False

@@ -97,3 +97,15 @@ def test_merging_a_machine_without_any_ratio_draws_every_row(two_machines, tmp_p
     cpu_claim = next(c for c in claims if "node-c" in c["machine"] and c["precision"] == "amp_bf16")
     assert cpu_claim["memory_metric"] == "peak RSS above pre-model RSS"
     assert cpu_claim["memory_saving"] == pytest.approx(0.0)  # same RSS both sides in this fake
+
+
+def test_markdown_says_which_cases_paid_gradscalers_host_sync(two_machines, tmp_path):
+    from amp_bench.report.render import render_markdown
+    data = collect([tmp_path / "results"])
+    assert "GradScaler host sync" not in render_markdown(data, data.summary, claims_table(data.summary),
+                                                         not_measured(data.results))
+    synced = (data.results["precision"] == "amp_fp16")
+    data.results["scaler_host_sync"] = synced  # as a non-fused optimizer records it
+    text = render_markdown(data, data.summary, claims_table(data.summary), not_measured(data.results))
+    line = next(t for t in text.splitlines() if t.startswith("GradScaler host sync: "))
+    assert "amp_fp16" in line and "amp_bf16" not in line and "fused optimizer avoids it" in line

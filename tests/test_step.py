@@ -53,3 +53,50 @@ def test_optimizer_implementations_are_explicit():
     assert build_optimizer(params, OptimizerSpec("sgd", "foreach")).defaults["foreach"] is True
     assert build_optimizer(params, OptimizerSpec("adamw", "fused", momentum=0.9)).defaults["fused"] is True
     assert isinstance(build_optimizer(params, OptimizerSpec("adam", "foreach")), torch.optim.Adam)
+
+
+def test_an_untimed_step_keeps_the_numbering_and_counts_its_skip_as_warmup():
+    torch.manual_seed(0)
+    # steps 0,1 warmup; the untimed settle step is the 3rd call (raw index 2) and overflows; measured 3rd
+    # and 5th calls after it (raw 3 and 5) are numbered 2 and 4
+    model, make_batch, loss_fn = inf_grad(at_steps=(2, 3, 5))
+    step = TrainStep(model, loss_fn, build_optimizer(model.parameters(), OptimizerSpec("sgd", "foreach", 0.1, 0.0)),
+                     get_mode("amp_fp16"), "cpu")
+    x, y = make_batch(8, torch.device("cpu"))
+    step(x, y)
+    step(x, y)
+    step.untimed_step(x, y)
+    for _ in range(4):
+        step(x, y)
+    skipped = step.skipped_steps()
+    assert skipped == [1, 2, 4]  # the settle step's skip counts with warmup step 1
+    warmup_steps = 2
+    assert sum(i < warmup_steps for i in skipped) == 1 and sum(i >= warmup_steps for i in skipped) == 2
+
+
+def test_scaler_host_sync_is_what_torch_does():
+    """GradScaler.step with a non-fused optimizer reads found_inf with .item() every step; a fused one
+    takes the scale on the device. The flag must say which, by what really happens. (SGD: Adam's own
+    step counter calls .item() on the CPU whatever the scaler does.)"""
+    import pytest
+
+    calls = []
+    real_item = torch.Tensor.item
+
+    def counting_item(self):
+        calls.append(1)
+        return real_item(self)
+
+    for precision, impl, expected in (("amp_fp16", "foreach", True), ("amp_fp16", "fused", False),
+                                      ("amp_bf16", "foreach", False), ("fp32", "foreach", False)):
+        model, make_batch, loss_fn = mlp()
+        step = TrainStep(model, loss_fn, build_optimizer(model.parameters(), OptimizerSpec("sgd", impl, 1e-3, 0.9)),
+                         get_mode(precision), "cpu")
+        x, y = make_batch(4, torch.device("cpu"))
+        step(x, y)  # the first step sets things up
+        calls.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(torch.Tensor, "item", counting_item)
+            step(x, y)
+        assert step.scaler_host_sync is expected, (precision, impl)
+        assert bool(calls) is expected, (precision, impl, len(calls))

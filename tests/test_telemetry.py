@@ -129,3 +129,15 @@ def test_env_json_has_the_record():
     assert info["versions"]["torch_version"] == torch.__version__
     assert info["software"]["pip_freeze"] and "support" in info
     assert "cpu_bf16_isa" in info["fingerprint"]
+
+
+def test_environment_record_has_allocator_module_loading_device_order_and_nccl(monkeypatch):
+    from amp_bench.environment import host_facts
+    for key in ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER", "NCCL_P2P_DISABLE",
+                "NCCL_DEBUG", "NCCLX_UNRELATED", "HOME_NCCL_"):
+        monkeypatch.setenv(key, "x")
+    env = host_facts()["env"]
+    for key in ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER", "NCCL_P2P_DISABLE",
+                "NCCL_DEBUG"):
+        assert env[key] == "x", key
+    assert "NCCLX_UNRELATED" not in env and "HOME_NCCL_" not in env

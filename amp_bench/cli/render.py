@@ -272,3 +272,34 @@ def print_comparison(comparison, console) -> None:
         console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
 
 
+
+
+# -- machine -----------------------------------------------------------------------------------------
+
+def print_env(info, console) -> None:
+    """The probed device, GPU, CPU, versions and fingerprint, then which precision modes run here and why."""
+    device, gpu, fp = info["device"], info.get("gpu", {}), info["fingerprint"]
+    line = f"[bold]device[/]: {escape(device['name'])} ({info['architecture']}"
+    if device.get("capability"):
+        line += f", compute capability {fp['compute_capability']}, {device['total_memory_bytes'] / 2**30:.0f} GiB"
+    console.print(line + ")", highlight=False)
+    if device["type"] == "cuda":
+        nvml = gpu.get("nvml") or "ok"
+        console.print(f"[bold]gpu[/]: driver {gpu.get('driver_version') or '-'}, uuid {gpu.get('gpu_uuid') or '-'}, "
+                      f"power limit {gpu.get('power_limit_w') or '-'} W, persistence {gpu.get('persistence_mode')}, "
+                      f"MIG {gpu.get('mig_mode')}; NVML: {escape(str(nvml))}", highlight=False)
+    console.print(f"[bold]cpu[/]: {escape(device['cpu_model'])}, {fp['cpu_count']} cores; bf16/fp16 ISA: "
+                  f"{fp['cpu_bf16_isa']}", highlight=False)
+    console.print("  ".join(f"{k.replace('_version', '')} {v}" for k, v in info["versions"].items() if v),
+                  highlight=False)
+    software = info.get("software", {})
+    console.print(f"[bold]fingerprint[/]: {fp['fingerprint']}   git: {software.get('git_commit', '-')}   "
+                  f"pip packages: {len(software.get('pip_freeze', []))}"
+                  + ("   conda env: recorded" if software.get("conda_env") else ""), highlight=False)
+    if info["host"]["env"]:
+        console.print("[bold]env[/]: " + " ".join(f"{k}={v}" for k, v in info["host"]["env"].items()), highlight=False)
+    table = Table("precision", "runs here", "why")
+    for mode, support in info["support"].items():
+        runs = "yes" if support["supported"] else ("only with allow_emulated" if support["emulated"] else "no")
+        table.add_row(mode, runs, escape(support["reason"]) or "-")
+    console.print(table)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
+
 from amp_bench.cli import render
 from amp_bench.cli.run import auto_report
 
@@ -41,7 +43,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_fidelity(args, console) -> int:
-    from amp_bench.fidelity import run_fidelity
+    from amp_bench.fidelity import failed_rows, run_fidelity
     overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
                  "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
     try:
@@ -55,11 +57,11 @@ def cmd_fidelity(args, console) -> int:
     console.print(f"-> {runs.attrs['run_dir']}", highlight=False, soft_wrap=True)
     if not args.no_report:
         auto_report(runs.attrs["run_dir"], args.reports_dir, console)
-    return 0
+    return _exit_for(failed_rows(runs), console)
 
 
 def cmd_headroom(args, console) -> int:
-    from amp_bench.headroom import run_headroom
+    from amp_bench.headroom import failed_rows, run_headroom
     overrides = {"memory_cap_gb": args.memory_cap_gb, "max_batch_size": args.max_batch_size,
                  "start_batch_size": args.start_batch_size, "resolution": args.resolution,
                  "precisions": args.precision, "measure": False if args.no_measure else None,
@@ -75,4 +77,13 @@ def cmd_headroom(args, console) -> int:
     console.print(f"-> {table.attrs['run_dir']}", highlight=False, soft_wrap=True)
     if not args.no_report:
         auto_report(table.attrs["run_dir"], args.reports_dir, console)
+    return _exit_for(failed_rows(table), console)
+
+
+def _exit_for(failed: list[str], console) -> int:
+    """Unsupported modes are findings; a row that errored, timed out or ran out of memory fails the
+    command (exit 1), so a script or the GPU check can't read a broken study as a pass."""
+    if failed:
+        console.print(f"[red]failed[/]: {escape('; '.join(failed))}", highlight=False, soft_wrap=True)
+        return 1
     return 0

@@ -243,6 +243,11 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
         table = table.rename(columns=telemetry)
     if data.has_benchmarks:
         lines += ["## Step time, speedup and memory saving", "", markdown_table(table), ""]
+        synced = data.results.get("scaler_host_sync", pd.Series(dtype=object)).astype(str).str.lower() == "true"
+        if synced.any():  # the fp16 step pays a host sync the others don't: say so beside the speedups
+            lines += ["GradScaler host sync: " + ", ".join(sorted(set(data.results.loc[synced, "case_id"]))) +
+                      " ran a non-fused optimizer, so GradScaler read found_inf with .item() every step (a "
+                      "host-device sync the bf16 and fp32 steps don't pay); a fused optimizer avoids it.", ""]
     if not claims.empty:
         lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
             "machine", "model", "batch_size", "precision", "baseline", "speedup", "speedup_verdict", "memory_saving",

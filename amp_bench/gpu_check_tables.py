@@ -1,0 +1,246 @@
+"""The sections of the GPU check's summary page (amp_bench.gpu_check): suite figures, the published
+anchors from shared/FIELD_NOTES.md, the plain hand-written loop, fidelity, headroom, failure logs.
+Each takes plain frames/dicts and returns markdown lines; torch-free."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from amp_bench import modes
+
+GIB = 2**30
+# Published single-GPU ResNet-50 training throughput (images/s), shared/FIELD_NOTES.md:
+# (GPU name contains, source, layout, baseline mode, baseline img/s, AMP img/s). Lambda's baseline
+# column is "FP32 or TF32" (cuDNN's TF32 is on by default in PyTorch): our tf32 row is the match.
+ANCHORS = [
+    ("H200", "Lambda deeplearning-benchmark (H200)", False, "tf32", 2259, 3079),
+    ("H100", "Lambda deeplearning-benchmark (H100 SXM)", False, "tf32", 1895, 2790),
+    ("A100", "NVIDIA DeepLearningExamples resnet50v1.5 (A100 80GB)", True, "tf32", 938, 2470),
+    ("A100", "Lambda deeplearning-benchmark (A100 80GB SXM)", False, "tf32", 1066, 1582),
+    ("V100", "NVIDIA DeepLearningExamples resnet50v1.5 (V100 16GB)", True, "fp32", 367, 1200),
+    ("4090", "Lambda deeplearning-benchmark (RTX 4090)", False, "tf32", 721, 1301),
+]
+# bf16 8192^3 matmul measured on the project's H200 machines (FIELD_NOTES): the practical ceiling
+MATMUL_MEASURED = {"H200": 790.0}
+
+
+def fmt(value, digits: int = 3) -> str:
+    if hasattr(value, "item"):  # numpy scalars
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (bool,)):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        magnitude = math.floor(math.log10(abs(value)))
+        return f"{value:.{max(0, digits - 1 - magnitude)}f}"
+    return str(value).replace("|", "/").replace("\n", " ")
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "(none)"
+    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "---|" * len(frame.columns)
+    rows = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
+
+
+def _flag(value) -> str:
+    """yes / no for a flag however it came back (bool, numpy bool, the CSV's 'True'); '' when unknown."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, str):
+        value = {"true": True, "false": False}.get(value.lower(), value)
+    return fmt(value) if isinstance(value, bool) else ""
+
+
+def environment(env: dict) -> list[str]:
+    if not env:
+        return ["## Environment", "", "(not recorded: the env stage did not finish)", ""]
+    device, versions, gpu = env.get("device") or {}, env.get("versions") or {}, env.get("gpu") or {}
+    host, software = env.get("host") or {}, env.get("software") or {}
+    facts = {"device": device.get("name"), "memory GiB": (device.get("total_memory_bytes") or 0) / GIB or None,
+             "driver": gpu.get("driver_version"), "persistence mode": gpu.get("persistence_mode"),
+             "power limit W": gpu.get("power_limit_w"), "MIG": gpu.get("mig_mode"), "NVML": gpu.get("nvml") or None,
+             "torch": versions.get("torch_version"), "CUDA": versions.get("torch_cuda_version"),
+             "cuDNN": versions.get("cudnn_version"), "transformers": versions.get("transformers_version"),
+             "git": software.get("git_commit"),
+             "environment": " ".join(f"{k}={v}" for k, v in (host.get("env") or {}).items()) or None}
+    return ["## Environment", "", *(f"- {k}: {fmt(v)}" for k, v in facts.items() if v not in (None, "")), ""]
+
+
+def _layout(row) -> str:
+    if str(row.get("model", "")).startswith("transformers") or pd.isna(row.get("image_size")):
+        return "-"
+    return "channels_last" if _flag(row.get("channels_last")) == "yes" else "NCHW"
+
+
+def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
+    """One row per case: speed against fp32 and tf32 of the same group, memory, telemetry, the
+    GradScaler host sync and the FP32 math flags as they resolved."""
+    rows = []
+    ms = suite.set_index(["group_id", "precision"])["step_time_ms_median"].to_dict()
+    ordered = suite.assign(_order=suite["precision"].map(modes.order_key)).sort_values(["group_id", "_order"])
+    for _, r in ordered.iterrows():
+        own = r.get("step_time_ms_median")
+        ok = r["status"] == "ok"
+
+        def vs(base):
+            b = ms.get((r["group_id"], base))
+            return b / own if ok and b and own and not (math.isnan(b) or math.isnan(own)) else None
+
+        def gib(column):
+            value = r.get(column)
+            return value / GIB if ok and isinstance(value, (int, float)) and not math.isnan(value) else None
+        rows.append({
+            "model": r["model_label"], "layout": _layout(r), "bs": r["batch_size"], "precision": r["precision"],
+            "status": r["status"], "ms/step": own if ok else None,
+            "cv %": r.get("step_time_cv") * 100 if ok and pd.notna(r.get("step_time_cv")) else None,
+            "samples/s": r.get("throughput") if ok else None, "x fp32": vs("fp32"), "x tf32": vs("tf32"),
+            "alloc GiB": gib("peak_mem_allocated_bytes"), "reserved GiB": gib("peak_mem_reserved_bytes"),
+            "NVML delta GiB": gib("nvml_mem_used_delta_bytes"),
+            "TFLOP/s": r.get("achieved_tflops") if ok else None, "MFU": r.get("mfu") if ok else None,
+            "scaler host sync": _flag(r.get("scaler_host_sync")),
+            "skips": r.get("scaler_skipped_steps") if pd.notna(r.get("scaler_skipped_steps")) else None,
+            "clock events": r.get("clock_event_reasons") if isinstance(r.get("clock_event_reasons"), str) else "",
+            "TF32 mm/cudnn": f"{_flag(r.get('tf32_matmul'))}/{_flag(r.get('tf32_cudnn'))}" if ok else "",
+        })
+    return pd.DataFrame(rows)
+
+
+def suite_section(suite: pd.DataFrame) -> list[str]:
+    lines = ["## Suite (suites/gpu_check.yaml)", ""]
+    if suite.empty:
+        return lines + ["(no results: the suite stage did not run or finished no case)", ""]
+    lines += [markdown(suite_table(suite)), "",
+              "x fp32 / x tf32: median step time of that baseline over this one (same model, layout, batch). "
+              "NVML delta: device memory used in the window above the idle process (context, libraries, "
+              "NCCL). scaler host sync: GradScaler reads found_inf with .item() every fp16 step "
+              "(a non-fused optimizer); fused optimizers avoid it.", ""]
+    bad = suite[suite["status"] != "ok"]
+    if not bad.empty:
+        lines += ["Not measured:", ""] + [f"- {r['case_id']}: {r['status']}: {fmt(r.get('reason'))}"
+                                          for _, r in bad.iterrows()] + [""]
+    notes = suite["warnings"].astype(object).fillna("").astype(str) if "warnings" in suite else None
+    warned = suite[notes != ""] if notes is not None else suite.iloc[:0]
+    if not warned.empty:
+        lines += ["Warnings:", ""] + [f"- {r['case_id']}: {fmt(r['warnings'])[:400]}" for _, r in warned.iterrows()]
+        lines.append("")
+    return lines
+
+
+def _case(suite: pd.DataFrame, model: str, precision: str, channels_last: bool | None = None):
+    if suite.empty:
+        return None
+    rows = suite[(suite["model_label"] == model) & (suite["precision"] == precision) & (suite["status"] == "ok")]
+    if channels_last is not None and "channels_last" in rows:
+        rows = rows[rows["channels_last"].map(_flag) == ("yes" if channels_last else "no")]
+    return rows.iloc[0] if not rows.empty else None
+
+
+def anchors_section(suite: pd.DataFrame, matmul: dict, device_name: str) -> list[str]:
+    from amp_bench.peaks import peak_tflops
+    lines = ["## Beside the published figures (shared/FIELD_NOTES.md)", ""]
+    rows = []
+    measured = next((v for k, v in MATMUL_MEASURED.items() if k in device_name), None)
+    peak = peak_tflops(device_name, "amp_bf16")[0] if device_name else None
+    if matmul.get("tflops") or measured or peak:
+        rows.append({"figure": "bf16 8192^3 matmul, TFLOP/s", "ours": matmul.get("tflops"),
+                     "published": measured, "ours / published": matmul["tflops"] / measured
+                     if matmul.get("tflops") and measured else None,
+                     "source": "measured on this kind of machine" + (f"; dense peak {peak:g}" if peak else "")})
+    for key, source, channels_last, base, base_ips, amp_ips in ANCHORS:
+        if key not in device_name:
+            continue
+        layout = "channels_last" if channels_last else "NCHW"
+        ours_base, ours_amp = _case(suite, "resnet50", base, channels_last), _case(suite, "resnet50", "amp_fp16",
+                                                                                   channels_last)
+        b = ours_base["throughput"] if ours_base is not None else None
+        a = ours_amp["throughput"] if ours_amp is not None else None
+        for figure, ours, published in ((f"ResNet-50 {layout} {base}, img/s", b, base_ips),
+                                        (f"ResNet-50 {layout} AMP (amp_fp16), img/s", a, amp_ips),
+                                        (f"ResNet-50 {layout} AMP speedup over {base}", a / b if a and b else None,
+                                         amp_ips / base_ips)):
+            rows.append({"figure": figure, "ours": ours, "published": published,
+                         "ours / published": ours / published if ours else None, "source": source})
+    bf16 = _case(suite, "resnet50", "amp_bf16", True)
+    if bf16 is not None and pd.notna(bf16.get("achieved_tflops")) and (matmul.get("tflops") or measured):
+        ceiling = matmul.get("tflops") or measured
+        rows.append({"figure": "ResNet-50 channels_last amp_bf16, counted TFLOP/s", "ours": bf16["achieved_tflops"],
+                     "published": ceiling, "ours / published": bf16["achieved_tflops"] / ceiling,
+                     "source": "share of the bf16 matmul ceiling (convolutions reach less)"})
+    gpt2 = _case(suite, "gpt2-small", "amp_bf16")
+    if gpt2 is not None and pd.notna(gpt2.get("flops_per_step")) and pd.notna(gpt2.get("model_parameters")):
+        rule = 6 * gpt2["model_parameters"] * gpt2["batch_size"] * gpt2["seq_len"]
+        rows.append({"figure": "GPT-2 small counted FLOPs per step / 6*N*tokens", "ours": gpt2["flops_per_step"] / rule,
+                     "published": 1.0, "ours / published": None,
+                     "source": "the 6N rule (embeddings are no matmul; attention adds ~4% at 256 tokens): "
+                               "expect about 1.0-1.1"})
+    if not rows:
+        return lines + [f"No published figure for {device_name or 'this device'} in FIELD_NOTES.md.", ""]
+    return lines + [markdown(pd.DataFrame(rows)), "",
+                    "Published runs use their own batch sizes and input pipelines: within 0.6-1.4x of them is "
+                    "plausible; far outside, look for a throttled or shared GPU or a measurement fault.", ""]
+
+
+def plain_loop_section(overhead: pd.DataFrame, suite: pd.DataFrame) -> list[str]:
+    lines = ["## Beside a plain hand-written AMP loop (benchmarks/overhead.py, same call)", ""]
+    if overhead.empty:
+        return lines + ["(not run)", ""]
+    first = overhead.iloc[0]
+    label = (f"{first['model']} {first['image_size']}px batch {first['batch']} "
+             f"{'channels_last' if _flag(first['channels_last']) == 'yes' else 'NCHW'} {first['precision']} "
+             f"{first['optimizer']} ({first['impl']})")
+    rows = [{"measured by": "amp_bench worker (overhead rounds)", "ms/step": overhead["harness_ms"].median()},
+            {"measured by": "plain hand-written loop", "ms/step": overhead["plain_ms"].median()}]
+    case = _case(suite, str(first["model"]), str(first["precision"]), _flag(first["channels_last"]) == "yes")
+    if case is not None and case["batch_size"] == first["batch"]:
+        rows.insert(0, {"measured by": f"the suite's case {case['case_id']}", "ms/step": case["step_time_ms_median"]})
+    table = pd.DataFrame(rows)
+    table["samples/s"] = first["batch"] / table["ms/step"] * 1e3
+    paired = overhead["ratio"].median()
+    verdict = "within" if paired <= first["target"] else "ABOVE"
+    return lines + [f"{label}, {len(overhead)} round(s) x {first['steps']} steps on {first['device_name']}:", "",
+                    markdown(table), "",
+                    f"Harness over plain loop (median of paired rounds): {paired:.3f}, {verdict} the target "
+                    f"{first['target']:g}.", ""]
+
+
+def fidelity_section(fidelity: pd.DataFrame) -> list[str]:
+    lines = ["## Fidelity (suites/fidelity.yaml, short)", ""]
+    if fidelity.empty:
+        return lines + ["(not run)", ""]
+    from amp_bench.fidelity import load_fidelity
+    verdicts = load_fidelity([Path(d) for d in fidelity["run_dir"].unique()])["verdicts"]
+    return lines + [markdown(verdicts.reindex(columns=["precision", "seeds", "status", "test_accuracy",
+                                                        "accuracy_diff_pp", "tolerance_pp", "verdict"])), ""]
+
+
+def headroom_section(headroom: pd.DataFrame) -> list[str]:
+    lines = ["## Headroom (suites/gpu_headroom.yaml)", ""]
+    if headroom.empty:
+        return lines + ["(not run)", ""]
+    return lines + [markdown(headroom.reindex(columns=["model_label", "precision", "status", "max_batch_size",
+                                                       "first_oom_batch_size", "batch_ratio_vs_fp32", "probes",
+                                                       "reason"])), ""]
+
+
+def failure_logs(suite: pd.DataFrame, cases: int = 6, tail: int = 12) -> list[str]:
+    """The last lines of each failed case's worker log: the raw run directories stay on the machine."""
+    if suite.empty or "log_file" not in suite:
+        return []
+    bad = suite[~suite["status"].isin(["ok", "unsupported"]) & suite["log_file"].notna()]
+    lines = []
+    for _, r in bad.head(cases).iterrows():
+        path = Path(r["run_dir"]) / str(r["log_file"])
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-tail:]
+        except OSError:
+            continue
+        lines += [f"### {r['case_id']} ({r['status']}): last lines of its log", "", "```", *text, "```", ""]
+    return (["## Logs of failed cases", ""] + lines) if lines else []

@@ -1,0 +1,213 @@
+"""The GPU check (scripts/gpu_check.sh and amp_bench.gpu_check): its verdict from generated result
+tables, its summary page, and the script itself on this CPU machine, with its default budget and
+with a small one that a hung stage must not overrun."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from amp_bench import gpu_check
+from conftest import ROOT
+
+H200 = "NVIDIA H200"
+
+
+def _case(model, precision, channels_last=False, status="ok", ms=100.0, batch=64, **extra):
+    layout = "-cl" if channels_last else ""
+    group = f"{model}-bs{batch}{'-224px' if model == 'resnet50' else '-seq256'}{layout}"
+    return {"run_id": "r", "case_id": f"{group}-{precision}", "group_id": group, "model_label": model,
+            "model": "torchvision/resnet50" if model == "resnet50" else "transformers/gpt2",
+            "image_size": 224 if model == "resnet50" else None, "seq_len": None if model == "resnet50" else 256,
+            "batch_size": batch, "precision": precision, "channels_last": channels_last, "status": status,
+            "reason": "" if status == "ok" else f"why {status}", "device": "cuda", "device_name": H200,
+            "compute_capability": "9.0", "step_time_ms_median": ms if status == "ok" else None,
+            "throughput": batch / ms * 1e3 if status == "ok" else None, "scaler_host_sync": False,
+            "tf32_matmul": precision == "tf32", "tf32_cudnn": precision == "tf32", "warnings": "", **extra}
+
+
+def _suite(**overrides):
+    ms = {"fp32": 120.0, "tf32": 40.0, "amp_fp16": 25.0, "amp_bf16": 24.0}
+    rows = [_case("resnet50", p, cl, ms=ms[p] * (0.8 if cl else 1.0),
+                  achieved_tflops=300.0 if p == "amp_bf16" else 80.0)
+            for cl in (False, True) for p in ms]
+    rows += [_case("gpt2-small", p, ms=ms[p] * 3, flops_per_step=1.4e14, model_parameters=124_439_808) for p in ms]
+    for case_id, changes in overrides.items():
+        rows = [{**r, **changes} if r["case_id"] == case_id else r for r in rows]
+    return pd.DataFrame(rows)
+
+
+def _data(suite=None, stages=None, fidelity=None, headroom=None, overhead=None, matmul=None, cap=(9, 0)):
+    done = {s: {"stage": s, "status": "ok", "seconds": "10", "timeout": "60", "note": ""} for s in gpu_check.STAGES}
+    done.update(stages or {})
+    return {"stages": done, "env": {"device": {"type": "cuda", "name": H200, "capability": list(cap)}},
+            "matmul": matmul or {}, "suite": _suite() if suite is None else suite,
+            "fidelity": pd.DataFrame() if fidelity is None else fidelity,
+            "headroom": pd.DataFrame() if headroom is None else headroom,
+            "overhead": pd.DataFrame() if overhead is None else overhead}
+
+
+def test_every_case_ok_on_a_gpu_passes():
+    assert gpu_check.verdict(_data()) == ("PASSED", [])
+
+
+def test_an_unsupported_case_fails_from_compute_capability_8_but_not_below():
+    suite = _suite(**{"resnet50-bs64-224px-tf32": {"status": "unsupported", "reason": "TF32 needs cc 8.0"}})
+    status, reasons = gpu_check.verdict(_data(suite))
+    assert status == "FAILED" and reasons == ["suite resnet50-bs64-224px-tf32: unsupported (TF32 needs cc 8.0)"]
+    assert gpu_check.verdict(_data(suite, cap=(7, 0)))[0] == "PASSED"
+    errored = _suite(**{"gpt2-small-bs64-seq256-amp_fp16": {"status": "error", "reason": "Fp32MathError: x"}})
+    assert gpu_check.verdict(_data(errored, cap=(7, 0)))[0] == "FAILED"
+
+
+def test_fidelity_and_headroom_rows_must_all_be_ok():
+    fidelity = pd.DataFrame([{"precision": "fp32", "seed": 0, "status": "ok"},
+                             {"precision": "amp_bf16", "seed": 0, "status": "timeout", "reason": "past 60 s"}])
+    headroom = pd.DataFrame([{"model_label": "resnet18", "precision": "fp32", "status": "ok", "measure_status": None},
+                             {"model_label": "resnet18", "precision": "amp_bf16", "status": "nothing fits",
+                              "reason": "batch 256 already runs out of memory", "measure_status": None}])
+    status, reasons = gpu_check.verdict(_data(fidelity=fidelity, headroom=headroom))
+    assert status == "FAILED"
+    assert reasons == ["fidelity amp_bf16 seed 0: timeout (past 60 s)",
+                       "headroom resnet18 amp_bf16: nothing fits (batch 256 already runs out of memory)"]
+
+
+def test_a_stage_that_failed_timed_out_or_never_ran_does_not_pass():
+    timed_out = {"pytest": {"stage": "pytest", "status": "timeout", "seconds": "150", "timeout": "150",
+                            "note": "stopped at its 150 s limit"}}
+    assert gpu_check.verdict(_data(stages=timed_out)) == ("FAILED",
+                                                          ["stage pytest: timeout (stopped at its 150 s limit)"])
+    pending = {"headroom": {"stage": "headroom", "status": "pending", "seconds": "", "timeout": "", "note": ""}}
+    assert gpu_check.verdict(_data(stages=pending)) == ("INCOMPLETE", ["stage headroom: not finished"])
+    cut = {"headroom": {"stage": "headroom", "status": "budget", "seconds": "0", "timeout": "0",
+                        "note": "12 s of the budget left"}}
+    assert gpu_check.verdict(_data(stages=cut))[0] == "INCOMPLETE"
+    skipped = {"fidelity": {"stage": "fidelity", "status": "skipped", "seconds": "0", "timeout": "0",
+                            "note": "scikit-learn is not installed"}}
+    assert gpu_check.verdict(_data(stages=skipped))[0] == "PASSED"  # said, not hidden: the page lists it
+
+
+def test_stages_file_keeps_each_stages_last_word(tmp_path):
+    path = tmp_path / "stages.tsv"
+    path.write_text("env\tok\t5\t40\t\nsuite\ttimeout\t200\t200\tstopped\n")
+    stages = gpu_check.read_stages(path)
+    assert stages["env"]["status"] == "ok" and stages["suite"]["note"] == "stopped"
+    assert stages["headroom"]["status"] == "pending"  # a stage the check never reached
+
+
+def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop():
+    overhead = pd.DataFrame([{"round": i, "device": "cuda", "model": "resnet50", "image_size": 224, "batch": 64,
+                              "channels_last": True, "optimizer": "adamw", "impl": "fused", "device_name": H200,
+                              "precision": "amp_bf16", "warmup": 10, "steps": 30, "harness_ms": h, "plain_ms": p,
+                              "ratio": h / p, "harness_gap_fraction": 0.001, "target": 1.02}
+                             for i, (h, p) in enumerate([(19.4, 19.2), (19.6, 19.3)])])
+    page = gpu_check.render(_data(overhead=overhead, matmul={"tflops": 781.0}))
+    assert page.startswith("# amp_bench GPU check\n\n**PASSED** on NVIDIA H200 (compute capability 9.0).")
+    anchors = page[page.index("## Beside the published figures"):page.index("## Beside a plain")]
+    assert "| bf16 8192^3 matmul, TFLOP/s | 781 | 790 | 0.989 |" in anchors
+    # ResNet-50 NCHW: our tf32 (64 / 40 ms = 1600 img/s) and amp_fp16 (2560) beside Lambda's H200 2259 / 3079
+    assert "| ResNet-50 NCHW tf32, img/s | 1600 | 2259 | 0.708 | Lambda" in anchors
+    assert "| ResNet-50 NCHW AMP (amp_fp16), img/s | 2560 | 3079 | 0.831 |" in anchors
+    assert "GPT-2 small counted FLOPs per step / 6*N*tokens" in anchors
+    plain = page[page.index("## Beside a plain"):]
+    assert "the suite's case resnet50-bs64-224px-cl-amp_bf16 | 19.2" in plain  # 24 ms * 0.8
+    assert "| plain hand-written loop | 19.2" in plain and "| amp_bench worker (overhead rounds) | 19.5" in plain
+    assert "Harness over plain loop (median of paired rounds): 1.013, within the target 1.02" in plain
+    suite = page[page.index("## Suite"):page.index("## Beside the published")]
+    assert "| resnet50 | NCHW | 64 | amp_bf16 | ok | 24.0 |" in suite and "| 5.00 | 1.67 |" in suite  # x fp32, x tf32
+    assert "scaler host sync" in suite
+
+
+def test_summary_files_are_flat_few_and_whole(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    run = work / "suite" / "20261130T000000Z-h-nvidia-h200"
+    run.mkdir(parents=True)
+    _suite().to_csv(run / "results.csv", index=False)
+    (work / "stages.tsv").write_text("env\tok\t5\t40\t\n")
+    (work / "env.json").write_text(json.dumps({"device": {"type": "cuda", "name": H200, "capability": [9, 0]}}))
+    status, reasons = gpu_check.summarize(work, out)
+    assert status == "INCOMPLETE" and "stage pytest: not finished" in reasons
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["stages.csv", "suite.csv", "summary.md"]  # flat: nothing in a folder, no temp file left
+    assert len(pd.read_csv(out / "suite.csv")) == 12
+    assert "| pytest | pending |" in (out / "summary.md").read_text()
+
+
+def test_the_summary_path_imports_neither_torch_nor_plotly_nor_sklearn():
+    code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check_tables, amp_bench.fidelity, "
+            "amp_bench.headroom; "
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'plotly', 'sklearn'})))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert json.loads(out.stdout) == []
+
+
+def _run_script(tmp_path, env_extra):
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "TMPDIR": str(tmp_path), **env_extra}
+    started = time.monotonic()
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=env)
+    return proc, time.monotonic() - started
+
+
+def _flat_outputs(out):
+    entries = list(out.iterdir())
+    assert all(p.is_file() for p in entries), entries  # nothing in a folder: remote copies keep 2 levels
+    assert len(entries) <= 8, entries
+    assert (out / "gpu_check.log").is_file() and (out / "summary.md").is_file()
+    return {p.name for p in entries}
+
+
+@pytest.mark.slow
+def test_script_on_a_cpu_machine_finishes_in_two_minutes_and_says_what_it_skipped(tmp_path):
+    """The default CPU budget (110 s) bounds the run whatever the machine's speed; on a busy machine a
+    stage may be cut by its timeout, and then the check must say so and fail, never pass."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the script is run for real by whoever holds one")
+    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": ""})
+    log = proc.stdout
+    assert took < 120  # the default CPU budget is 110 s, and every stage is sized inside it
+    assert "NO CUDA GPU" in log and "Nothing here validates CUDA" in log and "budget: 110 s" in log
+    assert "9 skipped" in log  # pytest's own count of the GPU tests
+    assert "SKIPPED fidelity: needs a CUDA GPU" in log and "SKIPPED headroom: needs a CUDA GPU" in log
+    files = _flat_outputs(tmp_path / "out")
+    assert (tmp_path / "out" / "gpu_check.log").read_text() == log  # tee finished before the exit
+    stages = pd.read_csv(tmp_path / "out" / "stages.csv").set_index("stage")["status"]
+    assert stages["env"] == stages["pytest"] == "ok" and stages["fidelity"] == stages["headroom"] == "skipped"
+    assert set(stages) <= {"ok", "skipped", "timeout", "budget"}, stages.to_dict()  # nothing failed outright
+    verdict = log.rstrip().splitlines()[-2]
+    if set(stages) <= {"ok", "skipped"}:
+        assert proc.returncode == 0, log[-4000:] + proc.stderr[-2000:]
+        assert verdict.startswith("gpu check: PASSED (CPU smoke only")
+        assert {"suite.csv", "overhead.csv", "stages.csv", "env.json"} <= files
+        suite = pd.read_csv(tmp_path / "out" / "suite.csv")
+        assert set(suite["status"]) == {"ok"} and set(suite["precision"]) == {"fp32", "amp_bf16"}
+        assert "Harness over plain loop" in (tmp_path / "out" / "summary.md").read_text()
+    else:  # too busy a machine for the budget: said, and not a pass
+        assert proc.returncode == 1 and verdict in ("gpu check: FAILED", "gpu check: INCOMPLETE"), verdict
+    assert "| fidelity | skipped |" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_script_with_a_small_budget_stops_inside_it_even_when_a_stage_hangs(tmp_path):
+    """pytest hangs (a stand-in interpreter sleeps instead): its stage is cut at its timeout, later
+    stages get what is left or are skipped for the budget, and the whole call ends inside it."""
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\nfor a in "$@"; do [ "$a" = pytest ] && exec sleep 1000; done\n'
+                    f'exec {sys.executable} "$@"\n')
+    fake.chmod(0o755)
+    budget = 45
+    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": str(budget), "PYTHON": str(fake)})
+    log = proc.stdout
+    assert took < budget + 3, (took, log[-3000:])  # +3: process exit after the last line
+    assert proc.returncode == 1, log[-3000:]
+    assert "TIMED OUT: pytest" in log
+    stages = pd.read_csv(tmp_path / "out" / "stages.csv").set_index("stage")["status"]
+    assert stages["pytest"] == "timeout" and stages["env"] == "ok"
+    assert set(stages) <= {"ok", "timeout", "budget", "skipped"}
+    assert "gpu check: FAILED" in log and "stage pytest: timeout" in log
+    _flat_outputs(tmp_path / "out")
+    assert "## Stages" in (tmp_path / "out" / "summary.md").read_text()

@@ -1,0 +1,143 @@
+"""What run_case does around the window on a GPU, through fakes on the CPU: the idle NVML baseline
+taken at one point for every mode (after DDP's process group and the same library warm-up), and
+the settle step between warmup and the window (cudnn.benchmark's cached workspaces dropped)."""
+import ast
+import inspect
+
+import pytest
+
+from amp_bench import measure
+from amp_bench.hardware import DeviceInfo
+from amp_bench.precision import Fp32MathError, get_mode, set_fp32_math
+from amp_bench.suite import Case, ModelSpec, OptimizerSpec
+from conftest import ROOT
+
+
+class FakeCuda:
+    """Stands in for torch.cuda; logs every call into the shared `calls` list."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def synchronize(self, device=None):
+        self.calls.append("synchronize")
+
+    def empty_cache(self):
+        self.calls.append("empty_cache")
+
+    def reset_peak_memory_stats(self, device=None):
+        self.calls.append("reset_peak_memory_stats")
+
+
+class FakeReader:
+    def __init__(self, calls, used=7 * 2**30):
+        self.calls, self.used = calls, used
+
+    def memory_used(self):
+        self.calls.append("nvml_used")
+        return self.used
+
+
+class FakeStep:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def untimed_step(self, inputs, target):
+        self.calls.append("untimed_step")
+
+
+def _case(precision="fp32", **kw):
+    return Case(suite="s", model=ModelSpec(ref="python:toy_models:mlp", label="mlp"), batch_size=4,
+                precision=precision, channels_last=False, image_size=None, seq_len=None, warmup_steps=2, steps=3,
+                repeats=1, optimizer=OptimizerSpec(), seed=0, timeout_s=60, allow_emulated=True,
+                search_dirs=(str(ROOT / "tests" / "fixtures"),), **kw)
+
+
+@pytest.fixture(autouse=True)
+def strict_flags():
+    set_fp32_math("ieee")
+    yield
+    set_fp32_math("ieee")
+
+
+def test_settle_drops_the_autotuning_cache_then_steps_then_resets_peaks_then_reads_nvml():
+    calls, record = [], {}
+    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, "cuda", "cuda:0",
+                                 FakeReader(calls), record, cuda=FakeCuda(calls))
+    assert calls == ["synchronize", "empty_cache", "untimed_step", "synchronize", "reset_peak_memory_stats",
+                     "nvml_used"]
+    assert record == {"settle_steps": 1, "nvml_mem_used_settled_bytes": 7 * 2**30}
+
+
+def test_settle_on_the_cpu_takes_no_extra_step_but_rechecks_the_fp32_math():
+    import torch
+    calls = []
+    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, "cpu", "cpu", None, {},
+                                 cuda=FakeCuda(calls))
+    assert calls == []
+    torch.backends.cudnn.allow_tf32 = True  # as if building the model had turned cuDNN's TF32 back on
+    with pytest.raises(Fp32MathError, match="fp32 needs strict IEEE FP32 outside autocast, but cuDNN"):
+        measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, "cpu", "cpu", None, {})
+
+
+class FakeRank:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def barrier(self):
+        self.calls.append("barrier")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "amp_fp16", "amp_bf16"])
+def test_nvml_baseline_is_read_after_the_process_group_and_the_same_library_warmup(precision):
+    """The same sequence whatever the mode: the AMP modes' autocast proof must not be what decides
+    whether cuBLAS's workspace is inside the baseline or the training memory."""
+    calls = []
+    used = measure._nvml_baseline(FakeReader(calls), "cuda:0", FakeRank(calls), cuda=FakeCuda(calls),
+                                  warm=lambda device: calls.append("warm_libraries"))
+    assert used == 7 * 2**30
+    assert calls == ["barrier", "warm_libraries", "synchronize", "empty_cache", "nvml_used"]
+    assert "precision" not in inspect.signature(measure._nvml_baseline).parameters
+    # without NVML the warm-up (and the collective) still happen on every rank alike
+    calls.clear()
+    assert measure._nvml_baseline(None, "cuda:0", FakeRank(calls), cuda=FakeCuda(calls),
+                                  warm=lambda device: calls.append("warm_libraries")) is None
+    assert calls == ["barrier", "warm_libraries", "synchronize", "empty_cache"]
+
+
+def _call_lines(function, names):
+    """Line of the first call to each dotted name inside `function`'s source."""
+    tree = ast.parse(inspect.getsource(function))
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name in names and name not in found:
+                found[name] = node.lineno
+    return found
+
+
+def test_run_case_hooks_in_at_the_right_points():
+    """DDP: the baseline after init_process_group; the settle after warmup and before the window."""
+    lines = _call_lines(measure.run_case, {"rank.init", "_open_nvml", "_settle_after_warmup", "build_step",
+                                           "timer.begin_window", "prepare_case"})
+    assert lines["prepare_case"] < lines["rank.init"] < lines["_open_nvml"] < lines["build_step"]
+    assert lines["build_step"] < lines["_settle_after_warmup"] < lines["timer.begin_window"]
+
+
+def test_run_case_on_the_cpu_settles_between_warmup_and_window_and_records_the_scaler_sync(monkeypatch):
+    events = []
+
+    class Events:
+        def emit(self, **event):
+            events.append((event.get("phase"), event.get("event")))
+
+    seen = []
+    real = measure._settle_after_warmup
+    monkeypatch.setattr(measure, "_settle_after_warmup", lambda *a, **k: seen.append(list(events)) or real(*a, **k))
+    record = measure.run_case(_case("amp_bf16"), DeviceInfo("cpu", "cpu"), Events())
+    assert record["status"] == "ok" and record["scaler_host_sync"] is False
+    assert len(seen) == 1
+    before = seen[0]
+    assert sum(1 for phase, kind in before if (phase, kind) == ("warmup", "step")) == 2  # all warmup steps ran
+    assert ("measure", "phase") not in before  # and the window had not opened
