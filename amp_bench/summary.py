@@ -84,9 +84,8 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
                                          f"speedup_vs_{base}_pairs": pairs, f"speedup_vs_{base}_ci_low": ci_low,
                                          f"speedup_vs_{base}_ci_high": ci_high}), on=keys)
         # a ratio is only as trustworthy as both its sides
-        base_flags = baseline(base, "contended").astype(object)
-        table[f"contended_vs_{base}"] = table["contended"].fillna(False).astype(bool) | \
-            base_flags.where(base_flags.notna(), False).astype(bool)
+        both = zip(table["contended"], baseline(base, "contended"))
+        table[f"contended_vs_{base}"] = [str(a).lower() == "true" or str(b).lower() == "true" for a, b in both]
     table["throughput_speedup_vs_fp32"] = table["throughput"] / baseline("fp32", "throughput")
     table["mem_saving_vs_fp32"] = 1 - table["peak_mem_bytes"] / baseline("fp32", "peak_mem_bytes")
     for name in metrics:

@@ -120,9 +120,9 @@ def _call_lines(function, names):
 def test_run_case_hooks_in_at_the_right_points():
     """DDP: the baseline after init_process_group; the settle after warmup and before the window."""
     lines = _call_lines(measure.run_case, {"rank.init", "_open_nvml", "_settle_after_warmup", "build_step",
-                                           "timer.begin_window", "prepare_case"})
+                                           "measure_window", "prepare_case"})
     assert lines["prepare_case"] < lines["rank.init"] < lines["_open_nvml"] < lines["build_step"]
-    assert lines["build_step"] < lines["_settle_after_warmup"] < lines["timer.begin_window"]
+    assert lines["build_step"] < lines["_settle_after_warmup"] < lines["measure_window"]
 
 
 def test_run_case_on_the_cpu_settles_between_warmup_and_window_and_records_the_scaler_sync(monkeypatch):

@@ -61,10 +61,11 @@ def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
     frame = frame.sort_values(["batch_size", "channels_last"], kind="stable")
     measured = frame[frame[f"speedup_vs_{base}"].notna()].copy()
     # a figure that needs care says so on its bar: emulated dtype, or a machine shared in the window
-    emulated = measured.get("emulated", pd.Series(False, index=measured.index)).astype(str).str.lower() == "true"
-    contended = measured.get(f"contended_vs_{base}", pd.Series(False, index=measured.index)).astype(bool)
-    measured["caveat"] = np.where(emulated, "emulated", "") + np.where(emulated & contended, " · ", "") + \
-        np.where(contended, "contended", "")
+    def flag(column: str) -> pd.Series:
+        values = measured[column] if column in measured else pd.Series(False, index=measured.index)
+        return values.astype(str).str.lower() == "true"
+    measured["caveat"] = [" · ".join(word for word, on in (("emulated", e), ("contended", c)) if on)
+                          for e, c in zip(flag("emulated"), flag(f"contended_vs_{base}"))]
     fig = _px().bar(measured, x="x", y=f"speedup_vs_{base}", color="precision", barmode="group",
                     text="caveat" if (measured["caveat"] != "").any() else None,
                     error_y="err_plus", error_y_minus="err_minus", color_discrete_map=modes.colours(),

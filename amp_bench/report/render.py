@@ -83,8 +83,9 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
 
 def precision_labels(summary: pd.DataFrame) -> pd.Series:
     """'amp_bf16 (emulated)': an emulated mode is never shown without saying so."""
-    emulated = summary["emulated"].astype(str).str.lower() == "true" if "emulated" in summary else False
-    return summary["precision"].where(~emulated, summary["precision"] + " (emulated)")
+    flags = summary["emulated"] if "emulated" in summary else pd.Series(False, index=summary.index)
+    return pd.Series([f"{p} (emulated)" if str(e).lower() == "true" else p
+                      for p, e in zip(summary["precision"], flags)], index=summary.index, dtype=object)
 
 
 def caveats(summary: pd.DataFrame) -> pd.Series:
