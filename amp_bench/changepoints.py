@@ -8,11 +8,14 @@ change is a ratio and the threshold is relative. Two questions, answered separat
   robust two-sample statistic, then every boundary re-tested against its neighbours, in the spirit
   of E-divisive): a change that later reverts merges away, a level that comes back is seen, and each
   change is dated to the night it began, with the range of nights it may have begun in.
-- `state`: is the series red tonight? Red while the latest nights (at least two, so a one-night spike
-  never is) sit beyond the accepted level, or beyond the recent window, by at least `margin` x the
-  threshold and by `z` noise units. Noise is a robust scale of night-to-night differences (median
-  absolute difference), which a step or a spike hardly moves but a share of slow nights on a shared
-  machine does raise. A fixed regression or a reverted spike is green again by itself.
+- `state`: is the series red tonight? Red while the latest level (a tail of the last 2..10 nights,
+  its worst night counted as its second worst, so a one-night spike never carries it) sits beyond
+  the accepted level, or the recent window, by at least `margin` x the threshold and by Z_TAIL noise
+  units (4.5 for a two-night tail, 3.5 for longer ones, which overlap from night to night). A tail
+  with a significant drop inside it is a regression and its return, not one level. Noise is a
+  trimmed RMS of night-to-night differences since the accepted level, which a step or a spike hardly
+  moves but a share of slow nights on a shared machine does raise. A fixed regression or a reverted
+  spike is green again by itself.
 benchmarks/nightly_targets.py prints detection and false-alarm rates on generated series.
 """
 from __future__ import annotations
@@ -23,7 +26,11 @@ from statistics import NormalDist
 import numpy as np
 
 Z_SEGMENT = 4.5  # statistic a split must reach (it is a maximum over positions)
-Z_STATE = 4.0  # a red tail must be this many noise units beyond its reference
+# noise units a red tail must be beyond its reference, by tail length (2, 3+ nights): two-night tails
+# are nearly independent from night to night (the most chances for a false alarm) and only need to
+# catch big steps; longer tails overlap from night to night and carry the 3-5% steps
+Z_TAIL = (4.5, 3.5, 3.5)
+Z_DROP = 2.5  # a tail with a drop inside it this many noise units deep is not one level (it came back)
 MARGIN = 0.75  # ... and at least this share of the threshold
 MIN_REFERENCE = 5  # nights of reference before anything can be red
 MAX_TAIL = 10  # longest tail tested as "the latest level"
@@ -150,17 +157,43 @@ def detect(values, threshold: float = 0.03, higher_is_worse: bool = True, z: flo
     return out
 
 
+# sd of the winsorized mean of n normal nights (worst night counted as the second worst), x sqrt(n)
+_WINSOR_SD = {2: 1.168, 3: 1.073, 4: 1.043, 5: 1.032, 6: 1.023, 7: 1.018, 8: 1.016, 9: 1.013, 10: 1.011}
+
+
+def _tail_level(tail: np.ndarray) -> float:
+    """The tail's level: its mean with the worst night counted as the second worst (winsorized), so
+    one spike never carries a tail of any length (for two nights it is the better night)."""
+    srt = np.sort(tail)
+    return float((srt[:-1].sum() + srt[-2]) / len(tail))
+
+
+def _one_level(tail: np.ndarray, s: float) -> bool:
+    """False when the tail has a significant drop inside it (at any split, Z_DROP noise units): then
+    it is a regression and its return, not one level, and a shorter tail is asked instead."""
+    n = len(tail)
+    if n < 4:
+        return True
+    c, k = np.cumsum(tail), np.arange(2, n - 1)
+    drop = (c[k - 1] / k - (c[-1] - c[k - 1]) / (n - k)) / (s * np.sqrt(1 / k + 1 / (n - k)))
+    return float(drop.max()) <= Z_DROP
+
+
 def state(values, threshold: float = 0.03, higher_is_worse: bool = True, anchor: int = 0,
-          z: float = Z_STATE, margin: float = MARGIN) -> State:
+          z: float | None = None, margin: float = MARGIN) -> State:
     """Is the latest level worse than the accepted level (the level of the segment that begins at
     `anchor`) or than the recent window before it, beyond the threshold? The latest level is a tail
-    of 2..MAX_TAIL nights that does not reach back past the last change in the history."""
+    of 2..MAX_TAIL nights that does not reach back past the last change in the history (changes in
+    the last two nights are not yet a history). z: one bar for every tail length instead of Z_TAIL."""
     y = oriented(values, higher_is_worse)
     n_all = len(y)
+    # noise: successive differences of the whole series since the anchor (tail included), so a
+    # machine with a share of slow nights is seen as the noisier machine it is
     s = noise_scale(y[anchor:] if n_all - anchor >= 6 else y, threshold)
     bounds = [anchor + b for b, _, _ in segment(y[anchor:], threshold, scale=s)]
     accepted_end = bounds[0] if bounds else n_all
-    last = bounds[-1] if bounds else anchor
+    settled = [b for b in bounds if b <= n_all - 2]  # a boundary in the last night can't cut a 2-night tail
+    last = settled[-1] if settled else anchor
     need, consistent = margin * np.log1p(threshold), 0.5 * np.log1p(threshold)
     best: State | None = None
     for n in range(2, min(MAX_TAIL, n_all - last) + 1):
@@ -168,7 +201,10 @@ def state(values, threshold: float = 0.03, higher_is_worse: bool = True, anchor:
         if tail_start <= anchor:
             break
         tail = y[tail_start:]
-        level = _location(np.sort(tail)[:-1] if n <= 3 else tail, s)  # a spike cannot carry a short tail
+        if not _one_level(tail, s):
+            continue
+        level = _tail_level(tail)
+        bar = z if z is not None else Z_TAIL[min(n, 4) - 2]
         references = (("accepted", y[anchor:min(accepted_end, tail_start)]),
                       ("recent", y[max(anchor, tail_start - WINDOW):tail_start]))
         for against, ref in references:
@@ -176,9 +212,10 @@ def state(values, threshold: float = 0.03, higher_is_worse: bool = True, anchor:
                 continue
             r = _location(ref, s)
             d = level - r
+            # beyond margin x the threshold, and the last two nights both past the midpoint
             if d < need or float(np.min(tail[-2:])) - r < max(consistent, d / 2):
                 continue
-            if d / (s * np.sqrt(1 / n + 1 / min(len(ref), 30))) < z:
+            if d / (s * np.sqrt(_WINSOR_SD[n] ** 2 / n + 1 / min(len(ref), 30))) < bar:
                 continue
             if best is None or n > best.nights:
                 start, earliest, latest = _date(y, r, d, tail_start, s)

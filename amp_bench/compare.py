@@ -18,6 +18,7 @@ import pandas as pd
 
 from amp_bench import timing
 from amp_bench.errors import UserError
+from amp_bench.results import contended, contention_reason
 from amp_bench.summary import headline_memory
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 4
@@ -59,8 +60,11 @@ class MetricResult:
     ci_low: float | None
     ci_high: float | None
     p_value: float | None
-    verdict: str  # regression | improvement | no change | unstable | not enough data
+    verdict: str  # regression | improvement | no change | unstable | not enough data | not comparable (contended)
     detail: str = ""
+
+
+CONTENDED = "not comparable (contended)"  # every repeat of a case on one side ran on a busy machine (issue 12)
 
 
 @dataclass
@@ -77,7 +81,7 @@ class Comparison:
         verdicts = {r.verdict for r in self.results}
         if "regression" in verdicts:
             return EXIT_REGRESSION
-        if "not enough data" in verdicts or not verdicts:  # never a pass for lack of data
+        if "not enough data" in verdicts or CONTENDED in verdicts or not verdicts:  # never a pass for lack of data
             return EXIT_NO_DATA
         if "unstable" in verdicts:
             return EXIT_UNSTABLE
@@ -85,6 +89,9 @@ class Comparison:
 
     @property
     def summary(self) -> str:
+        verdicts = {r.verdict for r in self.results}
+        if self.exit_code == EXIT_NO_DATA and CONTENDED in verdicts and "not enough data" not in verdicts:
+            return CONTENDED
         return {EXIT_OK: "no regression", EXIT_REGRESSION: "regression", EXIT_NO_DATA: "not enough data",
                 EXIT_UNSTABLE: "too unstable to decide"}[self.exit_code]
 
@@ -173,9 +180,27 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
     rng = np.random.default_rng(seed)
     base_ok = base_rows[base_rows["status"] == "ok"]
     cand_ok = cand_rows[cand_rows["status"] == "ok"]
+    base_busy, cand_busy = contended(base_ok), contended(cand_ok)
     cases = list(dict.fromkeys(list(base_rows["case_id"]) + list(cand_rows["case_id"])))
+    excluded: dict[str, tuple[int, int]] = {}
     for case_id in cases:
         b, c = base_ok[base_ok["case_id"] == case_id], cand_ok[cand_ok["case_id"] == case_id]
+        # contended repeats are not comparable: a side with nothing else has no verdict (exit 3),
+        # otherwise they are left out (and the notes say how many)
+        b_busy, c_busy = base_busy[b.index], cand_busy[c.index]
+        whole = [side for side, rows, busy in (("baseline", b, b_busy), ("candidate", c, c_busy))
+                 if not rows.empty and busy.all()]
+        if whole:
+            reasons = sorted({x for rows in (b, c) for x in contention_reason(rows) if x})
+            detail = (" and ".join(whole) + ": every repeat contended"
+                      + (f" ({'; '.join(reasons)})" if reasons else ""))
+            for metric in ("step_time", "throughput", "peak_memory"):
+                comparison.results.append(MetricResult(case_id, metric, None, None, None, None, None, None,
+                                                       CONTENDED, detail))
+            continue
+        if b_busy.any() or c_busy.any():
+            excluded[case_id] = (int(b_busy.sum()), int(c_busy.sum()))
+            b, c = b[~b_busy], c[~c_busy]
         if b.empty or c.empty:
             side = "baseline" if b.empty else "candidate"
             statuses = (base_rows if b.empty else cand_rows)
@@ -187,6 +212,9 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
         comparison.results.extend(_compare_case(case_id, b, c, base_samples, cand_samples, rng,
                                                 threshold_time, threshold_throughput, threshold_memory,
                                                 (noise_floor or {}).get(case_id)))
+    if excluded:
+        comparison.notes.append("contended repeats left out (baseline, candidate): " + ", ".join(
+            f"{case} ({nb}, {nc})" for case, (nb, nc) in excluded.items()))
     return comparison
 
 
@@ -315,7 +343,7 @@ def to_junit(comparison: Comparison) -> str:
         if r.verdict == "regression":
             failures += 1
             body = f'<failure message="{message}">{r.verdict}</failure>'
-        elif r.verdict in ("not enough data", "unstable"):
+        elif r.verdict in ("not enough data", "unstable", CONTENDED):
             body = f'<skipped message="{xml_escape(r.verdict)}: {message}"/>'
         cases.append(f'  <testcase classname="amp_bench.compare" name="{name}">{body}</testcase>')
     return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="amp_bench compare" '

@@ -21,6 +21,7 @@ import pandas as pd
 
 from amp_bench import annotations as notes
 from amp_bench.changepoints import detect, segment, oriented, state
+from amp_bench.results import contended, contention_reason
 from amp_bench.summary import headline_memory
 
 # metric -> True when higher is worse
@@ -75,29 +76,60 @@ class HistoryResult:
     changes: list[Change]
     states: list[SeriesState]
     warnings: list[str] = field(default_factory=list)
+    contended: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CONTENDED_COLUMNS))
 
     @property
     def red(self) -> list[SeriesState]:
         return [s for s in self.states if s.red]
 
 
-def run_series(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per (case, fingerprint, run): medians across the run's ok repeats, in time order."""
-    columns = ["case_id", "fingerprint", "run_id", "suite", "hostname", "timestamp", *METRICS]
+def _ok_rows(results: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows, machine/suite/host filled in, with `_contended` and `_contention` (issue 12)."""
     ok = results[results["status"] == "ok"].copy()
-    if ok.empty:
-        return pd.DataFrame(columns=columns)
     for column in ("fingerprint", "suite", "hostname"):
         ok[column] = ok[column].astype(object).where(ok[column].notna(), "unknown" if column == "fingerprint" else "") \
             if column in ok else ("unknown" if column == "fingerprint" else "")
+    ok["_contended"] = contended(ok)
+    ok["_contention"] = contention_reason(ok)
+    ok["timestamp"] = pd.to_datetime(ok["timestamp"], utc=True, errors="coerce", format="mixed")
+    return ok
+
+
+def run_series(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per (case, fingerprint, run): medians across the run's ok repeats, in time order.
+    Contended repeats are left out (a busy machine's figures are not a point of its series)."""
+    columns = ["case_id", "fingerprint", "run_id", "suite", "hostname", "timestamp", *METRICS]
+    ok = _ok_rows(results)
+    ok = ok[~ok["_contended"]]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
     ok["peak_mem_bytes"] = headline_memory(ok)
     ok["step_time_ms"] = ok["step_time_ms_median"]
-    ok["timestamp"] = pd.to_datetime(ok["timestamp"], utc=True, errors="coerce", format="mixed")
     table = ok.groupby(["case_id", "fingerprint", "run_id"], as_index=False, sort=False).agg(
         suite=("suite", "first"), hostname=("hostname", "first"), timestamp=("timestamp", "min"),
         step_time_ms=("step_time_ms", "median"), throughput=("throughput", "median"),
         peak_mem_bytes=("peak_mem_bytes", "median"))
     return table.sort_values(["case_id", "fingerprint", "timestamp", "run_id"]).reset_index(drop=True)[columns]
+
+
+CONTENDED_COLUMNS = ["case_id", "fingerprint", "run_id", "suite", "hostname", "timestamp", "contention", "latest"]
+
+
+def contended_runs(results: pd.DataFrame) -> pd.DataFrame:
+    """(case, fingerprint, run) whose ok repeats were all contended: left out of the series, listed."""
+    if results.empty or not (contended(results) & (results["status"] == "ok")).any():
+        return pd.DataFrame(columns=CONTENDED_COLUMNS)
+    ok = _ok_rows(results)
+    table = ok.groupby(["case_id", "fingerprint", "run_id"], as_index=False, sort=False).agg(
+        suite=("suite", "first"), hostname=("hostname", "first"), timestamp=("timestamp", "min"),
+        all_contended=("_contended", "all"),
+        contention=("_contention", lambda r: "; ".join(sorted({x for x in r if x})) or "contended"))
+    table = table[table["all_contended"]].copy()
+    # latest: no judged run of the series after it (tonight's run was contended: not judged)
+    judged = run_series(results).groupby(["case_id", "fingerprint"])["timestamp"].max()
+    after = [judged.get((c, f)) for c, f in zip(table["case_id"], table["fingerprint"])]
+    table["latest"] = [a is None or pd.isna(a) or pd.isna(t) or t > a for a, t in zip(after, table["timestamp"])]
+    return table.sort_values(["timestamp", "run_id", "case_id"]).reset_index(drop=True)[CONTENDED_COLUMNS]
 
 
 def _stamp(value) -> str:
@@ -175,7 +207,7 @@ def evaluate(results: pd.DataFrame, annotations: list[dict] | None = None,
             states.append(st)
     warnings = notes.unmatched(entries, annotations_path)
     states.sort(key=lambda s: (not s.red, s.fingerprint, s.case_id, s.metric))
-    return HistoryResult(series, changes, states, warnings)
+    return HistoryResult(series, changes, states, warnings, contended_runs(results))
 
 
 def analyse(results: pd.DataFrame, annotations: list[dict] | None = None,
@@ -193,10 +225,35 @@ def to_json(result: HistoryResult, max_series_rows: int = 20000) -> str:
     series = result.series
     payload = {"red": len(result.red), "alerts": [asdict(s) for s in result.red],
                "changes": [asdict(c) for c in result.changes], "warnings": result.warnings,
-               "states": [asdict(s) for s in result.states]}
+               "states": [asdict(s) for s in result.states],
+               "contended": _contended_records(result.contended)}
     if len(series) <= max_series_rows:
         payload["series"] = json.loads(series.assign(timestamp=series["timestamp"].astype(str)).to_json(orient="records"))
     return json.dumps(payload, indent=2, default=str)
+
+
+def _contended_records(table: pd.DataFrame) -> list[dict]:
+    return json.loads(table.assign(timestamp=table["timestamp"].astype(str)).to_json(orient="records"))
+
+
+TONIGHT_CONTENDED = "tonight's run was contended: not judged"
+
+
+def contended_lines(table: pd.DataFrame, limit: int = 50) -> list[str]:
+    """Markdown lines listing runs left out as contended (empty when none)."""
+    if table.empty:
+        return []
+    lines = ["## Contended runs: not judged", "",
+             "A contended run's figures are not comparable; they are left out of the series.", "",
+             "| date | run | machine | case | contention | |", "|---|---|---|---|---|---|"]
+    shown = table.iloc[::-1].head(limit)
+    for _, r in shown.iterrows():
+        lines.append(f"| {_stamp(r['timestamp'])} | {r['run_id']} | {r['hostname'] or r['fingerprint']} | "
+                     f"{r['case_id']} | {r['contention']} | "
+                     f"{TONIGHT_CONTENDED if r['latest'] else 'left out of the series'} |")
+    if len(table) > limit:
+        lines.append(f"\n{len(table) - limit} older contended runs in the JSON output.")
+    return lines + [""]
 
 
 def _pct(ratio: float) -> str:
@@ -218,6 +275,7 @@ def to_markdown(result: HistoryResult, max_changes: int = 200) -> str:
         lines.append("")
     else:
         lines += ["Every series is at its accepted level.", ""]
+    lines += contended_lines(result.contended)
     if result.changes:
         shown = sorted(result.changes, key=lambda c: c.date, reverse=True)[:max_changes]
         lines += ["## Changes in the history (newest first)", "",

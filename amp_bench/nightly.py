@@ -3,8 +3,10 @@
 For each machine fingerprint and suite: tonight's run (the latest) against that series' accepted
 baseline and its history. One markdown / JSON / JUnit output and one exit code: 0 all green, 1 a
 series is red, 3 a machine or suite has no verdict tonight (a case missing, a machine that stopped
-reporting). `--accept` moves the accepted baseline of the matching machines and suites to tonight's
-run; baselines live in baselines.yaml at the root of the tree:
+reporting, a run marked contended: its figures are not comparable, so it is left out of the series
+and listed, not judged). `--accept` moves the accepted baseline of the matching machines and suites
+to tonight's run (never to a wholly contended one); baselines live in baselines.yaml at the root of
+the tree:
 
     - {machine: 3f9a0c1d2e4b, suite: resnet50, run: 20261130T020000Z-node-a-cuda, accepted: 2026-11-30, note: ...}
 """
@@ -42,6 +44,8 @@ class Group:
     red: int = 0
     missing: list[str] = field(default_factory=list)  # cases of the previous run absent tonight
     stale: bool = False  # its latest run is older than the tree's by more than max_age_days
+    contended: list[str] = field(default_factory=list)  # cases whose run tonight was contended: not judged
+    contention: str = ""  # the reason recorded with them
 
 
 @dataclass
@@ -59,7 +63,7 @@ class NightlyResult:
     def exit_code(self) -> int:
         if self.red:
             return EXIT_RED
-        if any(g.missing or g.stale for g in self.groups):
+        if any(g.missing or g.stale or g.contended for g in self.groups):
             return EXIT_NO_DATA
         return EXIT_OK
 
@@ -88,10 +92,16 @@ def load_baselines(root: Path) -> list[dict]:
     return data
 
 
-def _groups(series: pd.DataFrame, baselines: dict, max_age_days: float) -> list[Group]:
-    runs = series.groupby(["fingerprint", "suite", "run_id"], sort=False).agg(
+def _groups(series: pd.DataFrame, contended: pd.DataFrame, baselines: dict, max_age_days: float) -> list[Group]:
+    """Tonight's run of each machine and suite, contended runs included (they are tonight's run, not
+    judged: exit 3), with the cases missing since the run before."""
+    columns = ["fingerprint", "suite", "run_id", "timestamp", "hostname", "case_id"]
+    every = pd.concat([series[columns], contended[columns]], ignore_index=True) if not contended.empty \
+        else series[columns]
+    runs = every.groupby(["fingerprint", "suite", "run_id"], sort=False).agg(
         timestamp=("timestamp", "min"), hostname=("hostname", "first"), cases=("case_id", lambda c: set(c)))
     runs = runs.reset_index().sort_values(["timestamp", "run_id"])
+    busy = {key: g for key, g in contended.groupby(["fingerprint", "suite", "run_id"])} if not contended.empty else {}
     newest = runs["timestamp"].max()
     out = []
     for (fp, suite), g in runs.groupby(["fingerprint", "suite"], sort=True):
@@ -101,6 +111,10 @@ def _groups(series: pd.DataFrame, baselines: dict, max_age_days: float) -> list[
                       baselines.get((fp, suite), ""), series=len(last["cases"]))
         if len(g) > 1:
             group.missing = sorted(g.iloc[-2]["cases"] - last["cases"])
+        tonight_busy = busy.get((fp, suite, last["run_id"]))
+        if tonight_busy is not None:
+            group.contended = sorted(set(tonight_busy["case_id"]))
+            group.contention = "; ".join(sorted(set(tonight_busy["contention"]) - {""}))
         if not pd.isna(newest) and not pd.isna(last["timestamp"]):
             group.stale = (newest - last["timestamp"]) > pd.Timedelta(days=max_age_days)
         out.append(group)
@@ -118,7 +132,7 @@ def nightly(root: str | Path, thresholds: dict[str, float] | None = None, max_ag
                        annotations_path if annotations_path.exists() else None)
     if history.series.empty:
         raise UserError(f"{root}: no ok result in any run (nothing to judge)")
-    groups = _groups(history.series, baselines, max_age_days)
+    groups = _groups(history.series, history.contended, baselines, max_age_days)
     result = NightlyResult(str(root), history, groups)
     for g in groups:
         g.red = sum(1 for s in result.red if (s.fingerprint, s.suite) == (g.fingerprint, g.suite))
@@ -132,18 +146,23 @@ def accept(root: str | Path, machine: str | None = None, suite: str | None = Non
     root = Path(root)
     current = nightly(root, use_cache=use_cache)
     entries = {(str(b["machine"]), str(b["suite"])): b for b in load_baselines(root)}
-    moved = []
+    moved, skipped = [], []
     for g in current.groups:
         if machine and not (fnmatch.fnmatchcase(g.fingerprint, machine) or fnmatch.fnmatchcase(g.hostname, machine)):
             continue
         if suite and not fnmatch.fnmatchcase(g.suite, suite):
+            continue
+        if g.contended and len(g.contended) >= g.series:  # not comparable: no baseline either
+            skipped.append(f"{g.hostname or g.fingerprint} {g.suite}")
             continue
         entry = {"machine": g.fingerprint, "host": g.hostname, "suite": g.suite, "run": g.tonight,
                  "accepted": dt.date.today().isoformat(), "note": note}
         entries[(g.fingerprint, g.suite)] = entry
         moved.append(entry)
     if not moved:
-        raise UserError(f"{root}: --accept matched no machine and suite (machine {machine or '*'}, suite {suite or '*'})")
+        busy = f"; tonight's run was contended for {', '.join(skipped)}" if skipped else ""
+        raise UserError(f"{root}: --accept matched no machine and suite (machine {machine or '*'}, "
+                        f"suite {suite or '*'}){busy}")
     text = ("# accepted baselines, one per machine fingerprint and suite (amp_bench nightly --accept)\n"
             + yaml.safe_dump(list(entries.values()), sort_keys=False))
     write_text_atomic(root / BASELINES_FILE, text)
@@ -158,9 +177,17 @@ def to_markdown(result: NightlyResult) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for g in sorted(result.groups, key=lambda g: (-g.red, g.hostname, g.suite)):
         missing = ("stale; " if g.stale else "") + (", ".join(g.missing[:5]) + ("..." if len(g.missing) > 5 else ""))
+        if g.contended:
+            missing += ("; " if missing else "") + f"contended: {len(g.contended)} cases"
         lines.append(f"| {g.hostname or '?'} ({g.fingerprint}) | {g.suite} | {g.tonight} | {g.date} | "
                      f"{g.baseline or 'first night'} | {g.series} | {g.red} | {missing or '-'} |")
     lines += [""] + [f"- warning: {w}" for w in result.history.warnings]
+    busy = [g for g in result.groups if g.contended]
+    if busy:
+        lines += ["", "## Contended tonight: not judged", ""]
+        for g in busy:
+            lines.append(f"- {g.hostname or g.fingerprint} {g.suite}: tonight's run {g.tonight} was contended "
+                         f"({g.contention or 'no reason recorded'}): not judged for {', '.join(g.contended)}")
     if result.red:
         lines += ["", "## Red", "", "| machine | case | metric | since | tonight vs level | against |",
                   "|---|---|---|---|---|---|"]
@@ -181,6 +208,8 @@ def to_json(result: NightlyResult) -> str:
     return json.dumps({"verdict": result.summary, "exit_code": result.exit_code, "root": result.root,
                        "groups": [asdict(g) for g in result.groups], "red": [asdict(s) for s in result.red],
                        "warnings": result.history.warnings,
+                       "contended": json.loads(result.history.contended.assign(
+                           timestamp=result.history.contended["timestamp"].astype(str)).to_json(orient="records")),
                        "changes": [asdict(c) for c in result.history.changes]}, indent=2, default=str)
 
 
@@ -201,6 +230,10 @@ def to_junit(result: NightlyResult) -> str:
                 body = (f'<failure message="{escape(f"{s.ratio - 1:+.1%} vs {s.against} level since {s.since_date}", q)}">'
                         "red</failure>")
             cases.append(f'    <testcase classname="{escape(f"{g.hostname}.{suite}", q)}" name="{name}">{body}</testcase>')
+        for case in g.contended:
+            message = escape(f"contended tonight: not judged ({g.contention or 'no reason recorded'})", q)
+            cases.append(f'    <testcase classname="{escape(f"{g.hostname}.{suite}", q)}" name="{escape(case, q)}">'
+                         f'<skipped message="{message}"/></testcase>')
         for case in g.missing:
             cases.append(f'    <testcase classname="{escape(f"{g.hostname}.{suite}", q)}" name="{escape(case, q)}">'
                          '<skipped message="missing tonight"/></testcase>')

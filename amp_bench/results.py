@@ -165,6 +165,26 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
     return pd.DataFrame(columns=columns or [])
 
 
+def contended(table: pd.DataFrame) -> pd.Series:
+    """Rows marked `contended` (issue 12: the machine was busy with something else while they ran).
+    Such a row is not comparable: history, nightly and compare leave it out. Results written before
+    the column existed (or with it empty) are not contended."""
+    if "contended" not in table:
+        return pd.Series(False, index=table.index)
+    column = table["contended"]
+    if column.dtype == bool:
+        return column
+    text = column.astype(str).str.strip().str.lower()
+    return text.isin({"true", "1", "1.0", "yes"}) & column.notna()
+
+
+def contention_reason(table: pd.DataFrame) -> pd.Series:
+    """The `contention` text of each row ("" where absent)."""
+    if "contention" not in table:
+        return pd.Series("", index=table.index)
+    return table["contention"].astype(object).where(table["contention"].notna(), "").astype(str)
+
+
 def read_manifests(run_dirs: list[Path]) -> list[dict]:
     manifests = []
     for run_dir in run_dirs:

@@ -19,10 +19,10 @@ from amp_bench.results import RESULTS_FILE
 
 CACHE_DIR = ".amp_bench_cache"
 CACHE_FILE = "results.pkl"
-VERSION = 1
+VERSION = 2  # 2: contended, contention
 COLUMNS = ["run_id", "suite", "case_id", "status", "device", "device_name", "batch_size", "repeat", "hostname",
            "fingerprint", "timestamp", "step_time_ms_median", "throughput", "peak_mem_allocated_bytes",
-           "peak_rss_bytes"]
+           "peak_rss_bytes", "contended", "contention"]
 
 
 def _results_files(root: Path) -> dict[str, os.stat_result]:

@@ -129,17 +129,20 @@ def test_not_enough_data(runs, tmp_path):
     assert "no ok result in the candidate (oom)" in proc.stdout
 
 
-def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fingerprint="fp-x"):
-    """A run directory written from generated step times (no torch)."""
+def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fingerprint="fp-x", contended=(),
+                  slow_contended=1.0):
+    """A run directory written from generated step times (no torch); contended: the repeats marked
+    contended (issue 12's column), slow_contended: their step times' factor."""
     from amp_bench.results import RunStore
     rng = rng or np.random.default_rng(0)
     store = RunStore(root, name)
     for case in cases:
         for r in range(repeats):
-            times = rng.normal(ms, ms * 0.01, steps)
+            busy = {"contended": True, "contention": "another process at 100% CPU"} if r in contended else {}
+            times = rng.normal(ms, ms * 0.01, steps) * (slow_contended if busy else 1.0)
             store.add({"run_id": store.run_id, "case_id": case, "status": "ok", "device": "cpu", "repeat": r,
                        "batch_size": 4, "fingerprint": fingerprint, "step_time_ms_median": float(np.median(times)),
-                       "throughput": 4e3 / float(np.median(times)), "peak_rss_bytes": 1e9},
+                       "throughput": 4e3 / float(np.median(times)), "peak_rss_bytes": 1e9, **busy},
                       [{"run_id": store.run_id, "case_id": case, "precision": "fp32", "repeat": r, "phase": "measure",
                         "step": i, "step_time_ms": float(t), "loss": 1.0} for i, t in enumerate(times)])
     return store.dir
@@ -163,6 +166,34 @@ def test_one_case_without_data_is_exit_3(tmp_path):
     assert compare([base], [cand]).exit_code == EXIT_NO_DATA
     full = generated_run(tmp_path, "full", 100, 3, 20, cases=("a", "b"))
     assert compare([base], [full]).exit_code == EXIT_OK
+
+
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_wholly_contended_side_is_not_comparable(tmp_path, side):
+    from amp_bench.compare import CONTENDED, EXIT_NO_DATA, compare
+    busy = {"contended": range(3), "slow_contended": 1.3}
+    base = generated_run(tmp_path, "base", 100, 3, 20, **(busy if side == "baseline" else {}))
+    cand = generated_run(tmp_path, "cand", 100, 3, 20, **(busy if side == "candidate" else {}))
+    result = compare([base], [cand])
+    assert result.exit_code == EXIT_NO_DATA and result.summary == CONTENDED
+    assert {r.verdict for r in result.results} == {CONTENDED}
+    assert all(side in r.detail and "another process" in r.detail for r in result.results)
+
+
+def test_contended_repeats_are_left_out(tmp_path):
+    """Two of five candidate repeats ran 40% slower on a busy machine and say so: they are left out
+    (and the notes say so); the same rows without the column count, as before: no pass."""
+    from amp_bench.compare import EXIT_OK, EXIT_REGRESSION, EXIT_UNSTABLE, compare
+    base = generated_run(tmp_path, "base", 100, 3, 20, rng=np.random.default_rng(1))
+    cand = generated_run(tmp_path, "cand", 100, 5, 20, rng=np.random.default_rng(2), contended=(0, 1),
+                         slow_contended=1.4)
+    result = compare([base], [cand])
+    assert result.exit_code == EXIT_OK, [(r.metric, r.verdict, r.detail) for r in result.results]
+    assert any("contended repeats left out" in n and "mlp (0, 2)" in n for n in result.notes)
+    table = pd.read_csv(cand / "results.csv").drop(columns=["contended", "contention"])
+    table.to_csv(cand / "results.csv", index=False)
+    old = compare([base], [cand])
+    assert old.exit_code in (EXIT_REGRESSION, EXIT_UNSTABLE) and not any("contended" in n for n in old.notes)
 
 
 def test_history_noise_floor_widens_the_interval(tmp_path):

@@ -50,13 +50,14 @@ def test_detection_rates_meet_the_targets():
     assert r["noise_ever_red"] <= 0.01 and r["fixed_green_within_2"] >= 0.9
 
 
-def nightly(root, values, fingerprint="fp-a", case="resnet50-bs8-224px-amp_bf16", memory=None):
+def nightly(root, values, fingerprint="fp-a", case="resnet50-bs8-224px-amp_bf16", memory=None, contended=()):
     for night, value in enumerate(values):
+        busy = {"contended": True, "contention": "load 3.2 on 2 cores"} if night in contended else {}
         store = RunStore(root, f"202611{night + 1:02d}T020000Z-node-{fingerprint}")
         store.add({"run_id": store.run_id, "case_id": case, "status": "ok", "device": "cpu",
                    "fingerprint": fingerprint, "timestamp": f"2026-11-{night + 1:02d}T02:00:00+00:00", "hostname": "node", "suite": "resnet50",
                    "step_time_ms_median": value, "throughput": 8000 / value, "batch_size": 8,
-                   "peak_rss_bytes": (memory or [1e9] * len(values))[night]}, [])
+                   "peak_rss_bytes": (memory or [1e9] * len(values))[night], **busy}, [])
 
 
 def test_a_slowdown_alerts_until_accepted(tmp_path):
@@ -148,3 +149,31 @@ def test_report_draws_the_history(tmp_path):
     nightly(tmp_path / "results", list(rng.normal(800, 4, 10)) + [900, 905, 898])
     html = build_report([tmp_path / "results"], tmp_path / "r.html")["html"].read_text()
     assert 'id="chart-history"' in html and "confirmed change" in html
+
+
+def test_contended_runs_are_not_points_of_a_series(tmp_path):
+    """Contended nights (issue 12) are left out of the series and listed; results without the column
+    behave as before."""
+    from amp_bench.history import to_json, to_markdown
+    from amp_bench.results_cache import load_tree
+    rng = np.random.default_rng(6)
+    values = list(rng.normal(800, 4, 14))
+    values[6] = values[7] = values[8] = values[13] = 960  # +20% on four nights, all of them contended
+    nightly(tmp_path / "results", values, contended=(6, 7, 8, 13))
+    result = evaluate(load_tree(tmp_path / "results"))
+    assert len(result.series) == 10 and 960 not in set(result.series["step_time_ms"])
+    assert result.changes == [] and not result.red
+    assert list(result.contended["run_id"].str[:8]) == ["20261107", "20261108", "20261109", "20261114"]
+    assert list(result.contended["latest"]) == [False, False, False, True]
+    md = to_markdown(result)
+    assert "## Contended runs: not judged" in md and "tonight's run was contended: not judged" in md
+    assert "load 3.2 on 2 cores" in to_json(result)
+    proc = subprocess.run([sys.executable, "-m", "amp_bench", "history", tmp_path / "results", "-o", tmp_path / "h"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "tonight's run was contended: not judged" in proc.stdout, proc.stdout + proc.stderr
+    # the same tree without the column: the slow nights are points again
+    for path in (tmp_path / "results").glob("*/results.csv"):
+        table = pd.read_csv(path)
+        table.drop(columns=["contended", "contention"], errors="ignore").to_csv(path, index=False)
+    again = evaluate(load_tree(tmp_path / "results", use_cache=False))
+    assert len(again.series) == 14 and again.contended.empty

@@ -14,8 +14,9 @@ MACHINES = {"node-a": "fp-aaaa", "node-b": "fp-bbbb"}
 SUITES = ("resnet50", "bert")
 
 
-def write_night(root, night, rng, slow=None, skip=()):
-    """One night of two machines x two suites x two cases; slow: {(host, suite, case): factor}."""
+def write_night(root, night, rng, slow=None, skip=(), contended=()):
+    """One night of two machines x two suites x two cases; slow: {(host, suite, case): factor};
+    contended: (host, suite) whose run is marked contended (issue 12's column)."""
     for host, fp in MACHINES.items():
         for s, suite in enumerate(SUITES):
             store = RunStore(root, f"202612{night:02d}T02{s}000Z-{host}-cuda")
@@ -30,7 +31,9 @@ def write_night(root, night, rng, slow=None, skip=()):
                                "device": "cuda", "hostname": host, "fingerprint": fp, "repeat": repeat,
                                "timestamp": f"2026-12-{night:02d}T02:{s}0:00+00:00", "batch_size": 32,
                                "step_time_ms_median": ms, "throughput": 32e3 / ms,
-                               "peak_mem_allocated_bytes": 2e9 + c}, [])
+                               "peak_mem_allocated_bytes": 2e9 + c,
+                               **({"contended": True, "contention": "another job on the GPU"}
+                                  if (host, suite) in contended else {})}, [])
 
 
 def run(*args):
@@ -88,6 +91,34 @@ def test_a_missing_case_is_no_verdict(tree, tmp_path):
     proc = run("nightly", tree, "-o", tmp_path / "n")
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "bert-case1" in (tmp_path / "n.md").read_text()
+
+
+def test_a_contended_run_is_not_judged(tree, tmp_path):
+    """Tonight's run on node-a/bert was contended (and 20% slower): it is left out of the series and
+    listed, that series has no verdict tonight (exit 3), not a regression; the others are judged."""
+    (tree / "annotations.yaml").write_text("- {from: 2026-12-10, machine: node-b, note: known}\n")
+    write_night(tree, 13, np.random.default_rng(3), slow={("node-a", "bert", "bert-case0"): 1.2},
+                contended={("node-a", "bert")})
+    proc = run("nightly", tree, "-o", tmp_path / "n")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "tonight's run was contended: not judged" in proc.stdout
+    report = json.loads((tmp_path / "n.json").read_text())
+    assert report["red"] == []
+    busy = [g for g in report["groups"] if g["contended"]]
+    assert [(g["hostname"], g["suite"], g["contended"], g["contention"]) for g in busy] == [
+        ("node-a", "bert", ["bert-case0", "bert-case1"], "another job on the GPU")]
+    assert all(not g["missing"] for g in report["groups"])
+    assert {r["run_id"] for r in report["contended"]} == {"20261213T021000Z-node-a-cuda"}
+    md = (tmp_path / "n.md").read_text()
+    assert "## Contended tonight: not judged" in md and "another job on the GPU" in md
+    assert 'skipped message="contended tonight' in (tmp_path / "n.junit.xml").read_text()
+    # the next night is not contended: judged again, against a series that never saw the slow run
+    write_night(tree, 14, np.random.default_rng(4))
+    assert run("nightly", tree, "-o", tmp_path / "n").returncode == 0
+    # --accept does not move a baseline onto a contended run
+    write_night(tree, 15, np.random.default_rng(5), contended={("node-a", "bert")})
+    refused = run("nightly", tree, "--accept", "--machine", "node-a", "--suite", "bert", "-o", tmp_path / "n")
+    assert refused.returncode == 2 and "contended" in refused.stderr
 
 
 def test_bad_input_is_one_line(tree, tmp_path):

@@ -19,7 +19,7 @@ def add_parsers(sub) -> None:
     report.set_defaults(func=cmd_report)
 
     comp = sub.add_parser("compare", help="is CANDIDATE slower or bigger than BASELINE? exit 0 no, 1 regression, "
-                                          "2 usage error, 3 not enough data, 4 too unstable to decide")
+                                          "2 usage error, 3 not enough data (or not comparable: contended), 4 too unstable to decide")
     comp.add_argument("baseline", nargs=1, help="a run directory (or a tree / glob of runs pooled as one side)")
     comp.add_argument("candidate", nargs=1)
     comp.add_argument("--threshold-time", default="3%", help="step-time regression threshold (default 3%%)")

@@ -16,6 +16,20 @@ def _thresholds(args) -> dict[str, float]:
             "peak_mem_bytes": Threshold.parse(args.threshold_memory, "memory").relative}
 
 
+def _print_contended(console, contended) -> None:
+    """Contended runs are left out of the series: say so, and which series were not judged tonight."""
+    from amp_bench.history import TONIGHT_CONTENDED
+    if contended.empty:
+        return
+    latest = contended[contended["latest"].astype(bool)]
+    console.print(f"[yellow]contended[/]: {len(contended)} case runs left out of the series "
+                  "(a busy machine's figures are not comparable)", highlight=False)
+    for _, r in latest.head(30).iterrows():
+        console.print(f"[yellow]{TONIGHT_CONTENDED}[/]: {escape(str(r['hostname'] or r['fingerprint']))} "
+                      f"{escape(str(r['case_id']))} {r['run_id']} ({escape(str(r['contention']))})",
+                      highlight=False, soft_wrap=True)
+
+
 def cmd_history(args, console) -> int:
     from rich.table import Table
 
@@ -34,6 +48,7 @@ def cmd_history(args, console) -> int:
                   + (f"; annotations: {annotations_path}" if annotations_path else ""), highlight=False)
     for warning in result.warnings:
         console.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False, soft_wrap=True)
+    _print_contended(console, result.contended)
     if result.red:
         table = Table("case", "machine", "metric", "since", "change", "against", title="red now", title_justify="left")
         for s in result.red[:50]:
@@ -105,7 +120,8 @@ def cmd_nightly(args, console) -> int:
     table = Table("machine", "suite", "tonight", "baseline", "series", "red", "no verdict",
                   title=f"nightly: {result.summary}", title_justify="left")
     for g in sorted(result.groups, key=lambda g: (-g.red, g.hostname, g.suite)):
-        missing = ("stale " if g.stale else "") + (f"{len(g.missing)} missing" if g.missing else "")
+        missing = ("stale " if g.stale else "") + (f"{len(g.missing)} missing" if g.missing else "") \
+            + (f"{' ' if g.stale or g.missing else ''}{len(g.contended)} contended" if g.contended else "")
         table.add_row(escape(g.hostname or g.fingerprint), escape(g.suite), g.tonight, g.baseline or "first night",
                       str(g.series), f"[red]{g.red}[/]" if g.red else "0", missing or "-")
     console.print(table)
@@ -114,6 +130,11 @@ def cmd_nightly(args, console) -> int:
                       f"{s.ratio - 1:+.1%} vs {s.against} level since {s.since_date}", highlight=False, soft_wrap=True)
     for warning in result.history.warnings:
         console.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False, soft_wrap=True)
+    for g in result.groups:
+        if g.contended:
+            console.print(f"[yellow]tonight's run was contended: not judged[/]: {escape(g.hostname or g.fingerprint)} "
+                          f"{escape(g.suite)} {g.tonight} ({escape(g.contention or 'no reason recorded')}; "
+                          f"{len(g.contended)} cases)", highlight=False, soft_wrap=True)
     stem = args.output or Path("reports") / f"nightly-{dt.datetime.now(dt.timezone.utc):%Y-%m-%d}"
     try:
         paths = gate.write_outputs(result, Path(stem))

@@ -260,7 +260,8 @@ def print_comparison(comparison, console) -> None:
     """A row per case and metric with its ratio, interval, p-value and verdict; then the notes."""
     table = Table("case", "metric", "baseline", "candidate", "ratio", "95% CI", "p (MWU)", "verdict",
                   title=f"candidate vs baseline: {comparison.summary}", title_justify="left")
-    colours = {"regression": "red", "improvement": "green", "unstable": "yellow", "not enough data": "dim"}
+    colours = {"regression": "red", "improvement": "green", "unstable": "yellow", "not enough data": "dim",
+               "not comparable (contended)": "yellow"}
     for r in comparison.results:
         colour = colours.get(r.verdict, "")
         verdict = f"[{colour}]{r.verdict}[/]" if colour else r.verdict
