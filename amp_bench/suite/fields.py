@@ -19,7 +19,7 @@ from amp_bench.suite.checks import (
     Problems, _axis, _bool, _check_keys, _checked_fields, _choice, _int, _join, _mapping, _number, _optional,
     _str, _validate_section,
 )
-from amp_bench.suite.schema import DEFAULTS, ModelSpec, OptimizerSpec
+from amp_bench.suite.schema import COMPILE_MODES, DEFAULTS, EAGER, ModelSpec, OptimizerSpec, compile_mode_name
 
 MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -166,6 +166,18 @@ def _peak_tflops(value, path, problems):
     return None if number is None else {mode: number for mode in modes.names()}
 
 
+def _compile_item(value, path, problems):
+    """false / true / a torch.compile mode ("false" and "eager" are accepted from the command line)."""
+    if isinstance(value, bool) or value in ("false", "true", EAGER):
+        return compile_mode_name(True if value == "true" else value)
+    return _choice(COMPILE_MODES)(value, path, problems)
+
+
+_compile_axis = _axis(_compile_item, "compile mode (false, true or one of " + ", ".join(COMPILE_MODES) + ")")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")  # "eager": dynamo only, no codegen (tests)
+COMPILE_CACHES = ("warm", "cold")
+
+
 _ENDPOINT = re.compile(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}")
 
 
@@ -213,6 +225,11 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "threads_per_rank": _optional(_int(1, 4096, "a thread count")),
         "rdzv_endpoint": _optional(_endpoint),
         "rdzv_id": _optional(_rdzv_id),
+        "compile": _compile_axis,
+        "compile_backend": _choice(COMPILE_BACKENDS),
+        "compile_fullgraph": _bool,
+        "compile_optimizer": _bool,
+        "compile_cache": _choice(COMPILE_CACHES),
     }
 
 
@@ -249,6 +266,7 @@ def _fidelity_fields() -> dict[str, Callable]:
         "precisions": _axis(_choice(modes.names()), "precision"), "optimizer": _optimizer,
         "test_fraction": _number(0, 0.9), "image_size": _int(8, 1024, "an image size"),
         "tolerance_pp": _number(0, 100), "probe_every": _int(0, 10_000_000), "timeout_s": _number(0, 7 * 24 * 3600),
+        "compile": _compile_item,  # one mode: the study trains every precision eager or compiled
     }
 
 
