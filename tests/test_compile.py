@@ -118,3 +118,15 @@ def test_inductor_cpu_compiles_under_every_native_precision(write_suite, tmp_pat
     assert table.loc["breaks-bs4-fp32-compiled"].graph_breaks >= 1
     markdown = next((tmp_path / "reports").glob("*.md")).read_text()
     assert "## torch.compile: precision x compile mode" in markdown and "break-even steps" in markdown
+
+
+@pytest.mark.slow
+def test_fidelity_study_trains_compiled(write_suite, tmp_path):
+    """Same seeds and data, the model compiled (dynamo with the eager backend: seconds, not minutes)."""
+    from amp_bench.fidelity import run_fidelity
+    path = write_suite("precisions: [fp32]\ncompile_backend: eager\n"
+                       "fidelity: {dataset: digits, epochs: 1, batch_size: 128, seeds: [0], compile: true}\n")
+    assert load_suite(path).fidelity_spec("cpu").compile_mode == "default"
+    runs = run_fidelity(path, device="cpu", results_dir=tmp_path / "results")
+    row = runs.iloc[0]
+    assert row.status == "ok" and row.compile_mode == "default" and row.test_accuracy > 0.3

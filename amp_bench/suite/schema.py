@@ -242,6 +242,10 @@ class FidelitySpec:
     compile_backend: str = _SETTINGS["compile_backend"]
     compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
 
+    @property
+    def compiled(self) -> bool:
+        return self.compile_mode != EAGER
+
     def to_json(self) -> dict:
         return asdict(self)
 
