@@ -85,7 +85,7 @@ def test_cpu_run_reports_compile_breaks_and_window_recompiles(write_suite, tmp_p
 
 @pytest.mark.slow
 def test_fullgraph_on_a_graph_break_is_a_compile_error(write_suite, tmp_path):
-    path = write_suite(MODELS.splitlines()[0] + "\n" + MODELS.splitlines()[2] + "\n" + SETTINGS +
+    path = write_suite("models:\n" + MODELS.splitlines()[2] + "\n" + SETTINGS +
                        "compile: true\ncompile_backend: eager\ncompile_fullgraph: true\ncompile_cache: cold\n")
     proc = cli("run", str(path), "--device", "cpu", "--results-dir", str(tmp_path / "results"),
                "--reports-dir", str(tmp_path / "reports"))
@@ -102,9 +102,9 @@ def test_fullgraph_on_a_graph_break_is_a_compile_error(write_suite, tmp_path):
 
 
 @pytest.mark.slow
-def test_inductor_cpu_compiles_under_every_native_precision(write_suite, tmp_path):
+def test_inductor_cpu_compiles_eager_and_compiled(write_suite, tmp_path):
     """The real thing: inductor's C++ backend, eager and compiled, with the report's compile section."""
-    path = write_suite(MODELS.splitlines()[0] + "\n" + MODELS.splitlines()[1] + "\n" +
+    path = write_suite("\n".join(MODELS.splitlines()[:3]) + "\n" +
                        SETTINGS.replace("steps: 10", "steps: 5") + "compile: [false, true]\n")
     proc = cli("run", str(path), "--device", "cpu", "--results-dir", str(tmp_path / "results"),
                "--reports-dir", str(tmp_path / "reports"))
@@ -130,3 +130,14 @@ def test_fidelity_study_trains_compiled(write_suite, tmp_path):
     runs = run_fidelity(path, device="cpu", results_dir=tmp_path / "results")
     row = runs.iloc[0]
     assert row.status == "ok" and row.compile_mode == "default" and row.test_accuracy > 0.3
+
+
+def test_shipped_suites_compile_cases():
+    gpu_check = load_suite(ROOT / "suites" / "gpu_check.yaml")
+    compiled = [c.case_id for c in gpu_check.cases("cuda") if c.compiled]
+    assert compiled == ["gpt2-small-bs64-seq256-amp_bf16-compiled"]  # the one compiled case
+    assert len(gpu_check.cases("cuda")) == 13 and not any(c.compiled for c in gpu_check.cases("cpu"))
+    suite = load_suite(ROOT / "suites" / "compile.yaml")
+    modes = {c.compile_mode for c in suite.cases("cuda")}
+    assert modes == {"eager", "default", "reduce-overhead"}
+    assert {c.compile_mode for c in suite.cases("cpu")} == {"eager", "default"}

@@ -58,6 +58,18 @@ def _optimizer(value, path, problems):
     return OptimizerSpec(**merged)
 
 
+def _compile_item(value, path, problems):
+    """false / true / a torch.compile mode ("false" and "eager" are accepted from the command line)."""
+    if isinstance(value, bool) or value in ("false", "true", EAGER):
+        return compile_mode_name(True if value == "true" else value)
+    return _choice(COMPILE_MODES)(value, path, problems)
+
+
+_compile_axis = _axis(_compile_item, "compile mode (false, true or one of " + ", ".join(COMPILE_MODES) + ")")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")  # "eager": dynamo only, no codegen (tests)
+COMPILE_CACHES = ("warm", "cold")
+
+
 # --------------------------------------------------------------------------- models: entries
 
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -73,7 +85,7 @@ def _label(value, path, problems):
 
 
 _MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
-                 "nproc_per_node")
+                 "nproc_per_node", "compile")
 _nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
 
 
@@ -112,6 +124,9 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         nproc = value.get("nproc_per_node", defaults["nproc_per_node"])
         if nproc is not None:
             nproc = _nproc_axis(nproc, _join(path, "nproc_per_node"), problems)
+        compile_modes = value.get("compile", defaults["compile"])
+        if compile_modes is not None:
+            compile_modes = _compile_axis(compile_modes, _join(path, "compile"), problems)
         if len(problems) > before:
             return None
         kind = model_refs.kind_of(ref)
@@ -126,7 +141,8 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
             return None
         return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
                          options=options or {}, num_classes=num_classes,
-                         nproc_per_node=tuple(nproc) if nproc else None)
+                         nproc_per_node=tuple(nproc) if nproc else None,
+                         compile=tuple(compile_modes) if compile_modes else None)
     return check
 
 
@@ -164,18 +180,6 @@ def _peak_tflops(value, path, problems):
         return None if None in out.values() else out
     number = _number(0, 1e6)(value, path, problems)
     return None if number is None else {mode: number for mode in modes.names()}
-
-
-def _compile_item(value, path, problems):
-    """false / true / a torch.compile mode ("false" and "eager" are accepted from the command line)."""
-    if isinstance(value, bool) or value in ("false", "true", EAGER):
-        return compile_mode_name(True if value == "true" else value)
-    return _choice(COMPILE_MODES)(value, path, problems)
-
-
-_compile_axis = _axis(_compile_item, "compile mode (false, true or one of " + ", ".join(COMPILE_MODES) + ")")
-COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")  # "eager": dynamo only, no codegen (tests)
-COMPILE_CACHES = ("warm", "cold")
 
 
 _ENDPOINT = re.compile(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}")
@@ -230,6 +234,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "compile_fullgraph": _bool,
         "compile_optimizer": _bool,
         "compile_cache": _choice(COMPILE_CACHES),
+        "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
     }
 
 

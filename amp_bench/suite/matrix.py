@@ -54,9 +54,12 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
         seq_lens = settings["seq_len"] if kind == "transformers" else [None]
         layouts = settings["channels_last"] if kind != "transformers" else [False]
         procs = list(spec.nproc_per_node or settings["nproc_per_node"])
-        compile_modes = [compile_mode_name(m) for m in settings["compile"]]
+        compile_modes = [compile_mode_name(m) for m in (spec.compile or settings["compile"])]
+        compiled_precisions = settings["compile_precisions"] or settings["precisions"]
         for image_size, seq_len, batch_size, channels_last, nproc, compile_mode, precision in itertools.product(
                 image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, compile_modes, settings["precisions"]):
+            if compile_mode_name(compile_mode) != "eager" and precision not in compiled_precisions:
+                continue  # compile_precisions: compiled cases only for these (eager runs every precision)
             cases.append(Case(
                 suite=suite.name, model=spec, batch_size=batch_size, precision=precision,
                 channels_last=channels_last, image_size=image_size, seq_len=seq_len,

@@ -47,6 +47,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "compile": [False], "compile_backend": "inductor", "compile_fullgraph": False,
         "compile_optimizer": False,  # true: the optimizer step is compiled too, not only the model
         "compile_cache": "warm",  # warm: one inductor cache per run, shared; cold: an empty one per case
+        "compile_precisions": None,  # None: every precision is compiled; a list: only these are
     },
     # what an optimizer mapping leaves out (in the settings and in the fidelity section alike)
     "optimizer": _OPTIMIZER,
@@ -55,6 +56,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "label": None,  # derived: the reference's short name (resnet50, gpt2, the callable's name)
         "config": {}, "task": None, "attn_implementation": None, "options": {}, "num_classes": None,
         "nproc_per_node": None,  # None: the suite's nproc_per_node
+        "compile": None,  # None: the suite's compile axis
     },
     "fidelity": {
         "dataset": "digits",
@@ -111,6 +113,7 @@ class ModelSpec:
     num_classes: int | None = _MODEL["num_classes"]
     # replaces the suite's nproc_per_node for this model
     nproc_per_node: tuple[int, ...] | None = _MODEL["nproc_per_node"]
+    compile: tuple[str, ...] | None = _MODEL["compile"]  # replaces the suite's compile axis for this model
 
     @property
     def kind(self) -> str:
@@ -213,8 +216,9 @@ class Case:
     def from_json(cls, data: dict) -> Case:
         data = dict(data)
         model = dict(data["model"])
-        if model.get("nproc_per_node") is not None:
-            model["nproc_per_node"] = tuple(model["nproc_per_node"])
+        for key in ("nproc_per_node", "compile"):
+            if model.get(key) is not None:
+                model[key] = tuple(model[key])
         data["model"] = ModelSpec(**model)
         data["optimizer"] = OptimizerSpec(**data["optimizer"])
         data["search_dirs"] = tuple(data.get("search_dirs") or ())
