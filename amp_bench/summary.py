@@ -36,7 +36,7 @@ def _prepare(results: pd.DataFrame) -> pd.DataFrame:
             frame[key] = np.nan
     frame[["image_size", "seq_len"]] = frame[["image_size", "seq_len"]].fillna(-1)
     frame["world_size"] = frame["world_size"].fillna(1)  # results from before DDP: one process
-    frame["compile_mode"] = frame["compile_mode"].fillna(EAGER)  # results from before compile: eager
+    frame["compile_mode"] = frame["compile_mode"].astype(object).fillna(EAGER)  # results from before compile: eager
     for column in COMPILE_MEDIANS + COMPILE_MAXIMA:
         frame[column] = pd.to_numeric(frame[column], errors="coerce") if column in frame else np.nan
     if "rss_before_model_bytes" in frame and "peak_rss_bytes" in frame:
