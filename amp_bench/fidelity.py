@@ -20,7 +20,7 @@ RUN_COLUMNS = [
     "scaler_max_scale", "scaler_skipped_steps", "scaler_skipped_step_indices", "scaler_growth_steps",
     "scaler_scale_below_one", "grad_underflow_fraction_unscaled", "grad_underflow_fraction_scaled",
     "grad_zero_fraction_fp32", "grad_nonfinite_fraction_scaled", "output_dtype", "emulated", "optimizer", "lr",
-    "device", "device_name", "architecture", "torch_version", "data_source", "wall_s", "log_file", "hostname",
+    "compile_mode", "device", "device_name", "architecture", "torch_version", "data_source", "wall_s", "log_file", "hostname",
     "fingerprint", "timestamp",
 ]
 STEP_COLUMNS = ["run_id", "precision", "seed", "epoch", "step", "loss", "scale", "skipped"]

@@ -87,7 +87,10 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
     model = model.to(torch_device).train()
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
     loss_fn = torch.nn.functional.cross_entropy
-    step = TrainStep(model, loss_fn, optimizer, mode, device_type)
+    from amp_bench.compiling import compile_model
+    # compiled: the training step calls the compiled model; evaluation and the gradient probe use the
+    # same module (same parameters) eagerly, so accuracy is the trained weights', measured alike
+    step = TrainStep(compile_model(model, spec), loss_fn, optimizer, mode, device_type)
     order = torch.Generator().manual_seed(seed)  # same example order under every precision
 
     n = len(split.train_x)
@@ -125,7 +128,7 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
         "precision": precision, "seed": seed, "epochs": spec.epochs, "steps": index,
         "test_accuracy": epochs[-1]["test_accuracy"], "test_loss": epochs[-1]["test_loss"],
         "train_accuracy": train_accuracy, "final_train_loss": epochs[-1]["train_loss"],
-        "loss_first": loss_values[0], "wall_s": time.perf_counter() - started,
+        "loss_first": loss_values[0], "wall_s": time.perf_counter() - started, "compile_mode": spec.compile_mode,
         "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
         **health,
         "step_table": [{"epoch": e, "step": i, "loss": v, "scale": scales[i] if scales else None,

@@ -5,7 +5,9 @@ a result is classified here (timeout, OOM kill, error), for every kind of study.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+from pathlib import Path
 from typing import Callable
 
 from amp_bench import distributed
@@ -43,6 +45,10 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
         launcher = distributed.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
         extra_env = distributed.launch_env(case)
+    cache_dir = compile_cache_dir(store, case, stem)
+    if cache_dir is not None:
+        extra_env = {**(extra_env or {}), **compile_cache_env(cache_dir)}
+        row["compile_cache_dir"] = str(cache_dir.relative_to(store.dir))
     outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json()}, case.timeout_s,
                       on_event=on_event, launcher=launcher, extra_env=extra_env)
     result_path = store.dir / "work" / f"{stem}.result.json"
@@ -69,10 +75,27 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
             explained = distributed.explain_failure(result_path, log, case.world_size)
             if explained:
                 row["status"], row["reason"] = explained
+    if cache_dir is not None and case.compile_cache == "cold":
+        shutil.rmtree(cache_dir, ignore_errors=True)  # a cold cache serves one case: nothing reuses it
     result_path.unlink(missing_ok=True)
     for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
         rank_file.unlink(missing_ok=True)
     return row, samples
+
+
+def compile_cache_dir(store: RunStore, case: Case, stem: str) -> Path | None:
+    """The inductor/triton cache a compiled case uses, inside the run directory so that no earlier run
+    warms it: warm, one directory the run's cases share (later repeats and precisions find what the
+    first compiled); cold, an empty directory of the case's own."""
+    if not case.compiled:
+        return None
+    path = store.dir / "compile-cache" / ("shared" if case.compile_cache == "warm" else stem)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compile_cache_env(path: Path) -> dict[str, str]:
+    return {"TORCHINDUCTOR_CACHE_DIR": str(path), "TRITON_CACHE_DIR": str(path / "triton")}
 
 
 def classify_death(outcome: WorkerOutcome) -> str:
@@ -103,11 +126,19 @@ def _base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_i
         "seq_len": case.seq_len, "device": device.type, "device_name": device.name,
         "architecture": device.architecture, "repeat": repeat, "warmup_steps": case.warmup_steps,
         "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
-        "seed": case.seed, **_distributed_columns(case, device),
+        "seed": case.seed, **_distributed_columns(case, device), **_compile_columns(case),
         "torch_version": versions.get("torch_version", ""),
         "cuda_version": versions.get("torch_cuda_version", ""), "cudnn_version": versions.get("cudnn_version", ""),
         "timestamp": utc_now().isoformat(),
     }
+
+
+def _compile_columns(case: Case) -> dict:
+    compiled = case.compiled
+    return {"compile_mode": case.compile_mode, "compile_backend": case.compile_backend if compiled else "",
+            "compile_fullgraph": case.compile_fullgraph if compiled else None,
+            "compile_optimizer": case.compile_optimizer if compiled else None,
+            "compile_cache": case.compile_cache if compiled else ""}
 
 
 def _distributed_columns(case: Case, device: DeviceInfo) -> dict:

@@ -12,6 +12,7 @@ import math
 import os
 import random
 
+from amp_bench import compiling
 from amp_bench.child import EventChannel, read_rss_bytes, read_status_bytes
 
 def _rehearse(case, device_type: str, torch_device) -> None:
@@ -231,6 +232,9 @@ def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
     inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
     if wrap is not None:
         model = wrap(model)
+    from amp_bench.compiling import compile_model, compile_optimizer_step
+    model = compile_model(model, case)  # lazily: it compiles in the first warmup step (compiling.py)
+    compile_optimizer_step(optimizer, case)
     step = TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type)
     record["scaler_host_sync"] = step.scaler_host_sync  # a per-step sync fp16 pays with a non-fused optimizer
     return step, inputs, target
@@ -281,9 +285,11 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     rule = stop_rule(case, rank)
     total = case.warmup_steps + rule.max_steps  # the most steps this case can take, for progress
     events.emit(event="phase", phase="warmup", total=total)
-    for i in range(case.warmup_steps):
-        losses.append(step(inputs, target))
-        events.emit(event="step", phase="warmup", step=i, total=total)
+    compile_columns = compiling.warm_up(case, step, inputs, target, losses,
+                                        lambda i: events.emit(event="step", phase="warmup", step=i, total=total))
+    compiling.log_summary(compile_columns)
+    warmup_steps = len(losses)  # a compiled case warms up until compilation settles: maybe more
+    record.update(compile_columns)
     _settle_after_warmup(case, mode, step, inputs, target, device_type, torch_device, nvml_reader, record)
 
     if device_type == "cuda":
@@ -304,8 +310,11 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     watch.start()
     per_step_ms, window_s, record["stop_reason"] = measure_window(
         lambda: losses.append(step(inputs, target)), timer, rule,
-        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=case.warmup_steps + i, total=total))
+        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i, total=total))
     contention = watch.stop()
+    window_compile, recompiled = compiling.window_columns(record, compiling.CompileWatch().snapshot()) \
+        if case.compiled else ({}, "")
+    record.update(window_compile)
     steps = len(per_step_ms)
     if sampler is not None:
         record.update(sampler.stop(nvml_baseline, steps, steps * case.batch_size))
@@ -315,7 +324,7 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     record.update(contention)
     record.update(steps=steps, min_steps=rule.min_steps, max_steps=rule.max_steps, target_ci=rule.target_ci,
                   case_budget_s=rule.budget_s)
-    total = case.warmup_steps + steps
+    total = warmup_steps + steps
 
     if device_type == "cuda":
         record["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
@@ -333,14 +342,14 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
         "loss_last": loss_values[-1],
         "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
     })
-    warnings = [w for w in (stats.instability(),) if w]
+    warnings = [w for w in (recompiled, stats.instability()) if w]
     if record["window_gap_fraction"] and record["window_gap_fraction"] > 0.05:
         warnings.append(f"{record['window_gap_fraction']:.0%} of the measured window fell between steps "
                         "(host-bound?): throughput is below what the per-step times suggest")
     if step.scaler.is_enabled():
         skipped = step.skipped_steps()
-        record["scaler_skipped_steps"] = sum(1 for i in skipped if i >= case.warmup_steps)
-        record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < case.warmup_steps)
+        record["scaler_skipped_steps"] = sum(1 for i in skipped if i >= warmup_steps)
+        record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < warmup_steps)
         record["scaler_final_scale"] = step.final_scale()
         if record["scaler_skipped_steps"]:
             warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {steps} measured "
@@ -350,8 +359,8 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     record["warnings"] = " | ".join(warnings)
 
     record["samples"] = [
-        {"phase": "warmup" if i < case.warmup_steps else MEASURED_PHASE, "step": i,
-         "step_time_ms": per_step_ms[i - case.warmup_steps] if i >= case.warmup_steps else None,
+        {"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
+         "step_time_ms": per_step_ms[i - warmup_steps] if i >= warmup_steps else None,
          "loss": loss_values[i]}
         for i in range(total)
     ]

@@ -13,7 +13,11 @@ import pandas as pd
 from amp_bench import modes
 
 GROUP_KEYS = ["run_id", "suite", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device",
-              "device_name", "world_size"]
+              "device_name", "world_size", "compile_mode"]  # a compile mode is paired within itself
+EAGER = "eager"  # the compile_mode of an eager case (suite.schema.EAGER; this module stays free of the suite layer)
+# per case, the compile figures carried into the summary (median over ok repeats; counts: the most)
+COMPILE_MEDIANS = ["compile_time_s", "compile_first_step_ms"]
+COMPILE_MAXIMA = ["graph_breaks", "recompiles", "recompiles_in_window", "unique_graphs"]
 # memory metric -> result column; a metric is summarised only when its column has values
 MEMORY_METRICS = {
     "allocated": "peak_mem_allocated_bytes",
@@ -32,6 +36,9 @@ def _prepare(results: pd.DataFrame) -> pd.DataFrame:
             frame[key] = np.nan
     frame[["image_size", "seq_len"]] = frame[["image_size", "seq_len"]].fillna(-1)
     frame["world_size"] = frame["world_size"].fillna(1)  # results from before DDP: one process
+    frame["compile_mode"] = frame["compile_mode"].astype(object).fillna(EAGER)  # results from before compile: eager
+    for column in COMPILE_MEDIANS + COMPILE_MAXIMA:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce") if column in frame else np.nan
     if "rss_before_model_bytes" in frame and "peak_rss_bytes" in frame:
         # CPU: peak RSS minus the RSS before the model was built (drops torch's own footprint)
         growth = frame["peak_rss_bytes"] - frame["rss_before_model_bytes"]
@@ -59,6 +66,7 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     aggregations = {"step_time_ms": ("step_time_ms_median", "median"), "throughput": ("throughput", "median"),
                     "repeats_ok": ("status", "size")}
     aggregations |= {name: (column, "median") for name, column in metrics.items()}
+    aggregations |= {c: (c, "median") for c in COMPILE_MEDIANS} | {c: (c, "max") for c in COMPILE_MAXIMA}
     medians = ok.groupby(keys, dropna=False).agg(**aggregations)
     by_case = frame.groupby(keys, dropna=False)
     # "ok" only when every repeat was ok; otherwise the commonest failure, with all counts alongside
@@ -97,9 +105,25 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     else:
         table["mem_saving_above_baseline_vs_fp32"] = np.nan
     table = _scaling_efficiency(table)
+    table = _versus_eager(table)
     table[["image_size", "seq_len"]] = table[["image_size", "seq_len"]].replace(-1, np.nan)
     table["_order"] = table["precision"].map(modes.order_key)
-    return table.sort_values(GROUP_KEYS[:7] + ["world_size", "_order"]).drop(columns="_order").reset_index(drop=True)
+    return table.sort_values(GROUP_KEYS[:7] + ["world_size", "compile_mode", "_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def _versus_eager(table: pd.DataFrame) -> pd.DataFrame:
+    """Compiled against eager, in the same run and group: speedup over fp32 eager, speedup over the
+    same precision eager, and the break-even steps, compile_time_s / (eager step - compiled step):
+    after that many steps the compile time has paid for itself (empty when compiled is not faster)."""
+    keys = [k for k in GROUP_KEYS if k != "compile_mode"]
+    eager = table[table["compile_mode"] == EAGER]
+    same = table.join(eager.set_index(keys + ["precision"])["step_time_ms"].rename("_eager"), on=keys + ["precision"])
+    fp32 = table.join(eager[eager["precision"] == "fp32"].set_index(keys)["step_time_ms"].rename("_fp32"), on=keys)
+    table["speedup_vs_eager"] = same["_eager"] / table["step_time_ms"]
+    table["speedup_vs_fp32_eager"] = fp32["_fp32"] / table["step_time_ms"]
+    saved_ms = same["_eager"] - table["step_time_ms"]
+    table["break_even_steps"] = (table["compile_time_s"] * 1e3 / saved_ms).where(saved_ms > 0)
+    return table
 
 
 def _scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:

@@ -44,6 +44,7 @@ JOBS = {"case": _case_job, "fidelity": _fidelity_job}
 
 def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:
     from amp_bench import distributed
+    from amp_bench.compiling import compile_reason, is_compile_error
     from amp_bench.step import UnsupportedCase
 
     with open(spec_path, encoding="utf-8") as fh:
@@ -59,6 +60,8 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
         kind = "oom" if is_oom(exc) else "error"
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         record = {"status": kind, "reason": f"{type(exc).__name__}: {message}"[:500]}
+        if kind == "error" and is_compile_error(exc):  # torch.compile failed, not the model: its own status
+            record = {"status": "compile_error", "reason": compile_reason(exc)}
         if rank is not None:
             # this rank's own account, then a non-zero exit: torchrun stops the other ranks (which
             # would wait for this one in the next collective) and the parent reads the account

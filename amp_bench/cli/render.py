@@ -102,11 +102,13 @@ def print_summary(results, console) -> None:
         show_layout = table["channels_last"].astype(bool).any()
         show_tf32 = table["speedup_vs_tf32"].notna().any()
         show_procs = (table["world_size"] > 1).any()
+        show_compile = (table["compile_mode"] != "eager").any()
         out = Table(title=f"{model} on {device_name}: medians across repeats", title_justify="left",
                     box=box.SIMPLE_HEAD, pad_edge=False)
         columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
             ["precision", "ms/step", "samples/s", "vs fp32"] + (["vs tf32"] if show_tf32 else []) + \
             (["scaling eff"] if show_procs else []) + \
+            (["compile", "vs eager", "compile s", "breaks", "recomp"] if show_compile else []) + \
             ["peak RSS" if cpu else "peak alloc", "saved"] + (["saved*"] if cpu else [])
         for name in columns:
             out.add_column(name, justify="left" if name in ("layout", "precision") else "right", no_wrap=True)
@@ -124,6 +126,9 @@ def print_summary(results, console) -> None:
                 cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
             if show_procs:
                 cells.append(_fmt(r["scaling_efficiency"], ".0%"))
+            if show_compile:  # vs eager: the same precision eager, same run (summary._versus_eager)
+                cells += [r["compile_mode"], _fmt(r["speedup_vs_eager"], ".2f", "x"), _fmt(r["compile_time_s"], ".1f"),
+                          _fmt(r["graph_breaks"], ".0f"), _fmt(r["recompiles"], ".0f")]
             cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r["mem_saving_vs_fp32"], ".1%")]
             if cpu:
                 cells.append(_fmt(r["mem_saving_above_baseline_vs_fp32"], ".1%"))

@@ -34,6 +34,14 @@ def add_parsers(sub) -> None:
     run.add_argument("--nproc-per-node", type=int, action="append",
                      help="repeatable; replaces nproc_per_node: run each case with DDP under torchrun on this "
                           "many processes (e.g. --nproc-per-node 1 --nproc-per-node 2)")
+    run.add_argument("--compile", action="append", metavar="MODE", help="repeatable; replaces the compile axis: "
+                     "false (eager), true/default, reduce-overhead, max-autotune (e.g. --compile false --compile true)")
+    run.add_argument("--compile-backend", help="torch.compile backend (default inductor)")
+    run.add_argument("--compile-fullgraph", action="store_true", default=None, help="fullgraph=True: a graph "
+                     "break fails the case (status compile_error)")
+    run.add_argument("--compile-optimizer", action="store_true", default=None, help="compile the optimizer step too")
+    run.add_argument("--compile-cache", choices=("warm", "cold"), help="inductor/triton cache: warm, one per run "
+                     "shared by its cases; cold, an empty one per case")
     run.add_argument("--seed", type=int)
     run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
@@ -58,7 +66,10 @@ def cmd_run(args, console) -> int:
                  "repeats": args.repeats, "batch_sizes": args.batch_size, "precisions": args.precision,
                  "timeout_s": args.timeout_s, "seed": args.seed, "peak_tflops": args.peak_tflops,
                  "target_ci": args.target_ci, "min_steps": args.min_steps, "max_steps": args.max_steps,
-                 "case_budget_s": args.case_budget, "budget_s": args.budget, "allow_emulated": args.allow_emulated}
+                 "case_budget_s": args.case_budget, "budget_s": args.budget, "allow_emulated": args.allow_emulated,
+                 "compile": args.compile, "compile_backend": args.compile_backend,
+                 "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
+                 "compile_cache": args.compile_cache}
     reporter = render.rich_reporter(console)
     try:
         results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,

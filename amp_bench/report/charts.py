@@ -22,6 +22,8 @@ def _x_label(frame: pd.DataFrame) -> pd.Series:
         label = label + np.where(frame["channels_last"].astype(bool), " cl", " nchw")
     if "world_size" in frame and frame["world_size"].nunique() > 1:  # DDP runs: one bar per world size
         label = label + " np" + frame["world_size"].astype(int).astype(str)
+    if "compile_mode" in frame and frame["compile_mode"].nunique() > 1:  # eager and compiled side by side
+        label = label + " " + frame["compile_mode"].astype(str)
     return label
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench.headline import headlines
-from amp_bench.report import charts
+from amp_bench.report import charts, compile_section
 from amp_bench.report.data import (CLAIMED_MEMORY_SAVING, CLAIMED_SPEEDUP, ReportData, claims_table,
                                    environment_table, not_measured, step_samples)
 
@@ -135,6 +135,8 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("phases", "Memory per phase", charts.phase_memory_chart(results)),
         ("throughput", "Throughput against batch size", charts.throughput_chart(summary)),
         *([("scaling", "Scaling across processes (DDP)", scaling)] if scaling is not None else []),
+        *([("compile", "torch.compile: precision x compile mode", compile_section.heatmap(summary))]
+          if compile_section.has_compile(summary) else []),
         ("distributions", "Step-time distributions", charts.step_time_chart(step_samples(data))),
         ("energy", "Energy and MFU", charts.energy_and_mfu_chart(summary, results)),
         ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
@@ -189,6 +191,8 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
             parts.append(f"<p class='note'>{html.escape(ABSENT.get(section, 'Nothing to show.'))}</p>")
         if section in STUDY_SECTIONS:
             parts.append(studies.section_html(section, data, html_table))
+        if section == "compile":
+            parts.append(compile_section.html(summary, html_table))
         if figure is None:
             continue
         # plotly.js goes inline, once: the file must open on an air-gapped machine
@@ -249,6 +253,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
             lines += ["GradScaler host sync: " + ", ".join(sorted(set(data.results.loc[synced, "case_id"]))) +
                       " ran a non-fused optimizer, so GradScaler read found_inf with .item() every step (a "
                       "host-device sync the bf16 and fp32 steps don't pay); a fused optimizer avoids it.", ""]
+    lines += compile_section.markdown(summary, markdown_table)
     if not claims.empty:
         lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
             "machine", "model", "batch_size", "precision", "baseline", "speedup", "speedup_verdict", "memory_saving",
@@ -270,6 +275,7 @@ def _case_medians(results: pd.DataFrame, summary: pd.DataFrame, columns: list[st
     keys = GROUP_KEYS + ["precision"]
     ok = results[results["status"] == "ok"].copy()
     ok[["image_size", "seq_len"]] = ok[["image_size", "seq_len"]].fillna(-1)
+    ok["compile_mode"] = ok["compile_mode"].fillna("eager") if "compile_mode" in ok else "eager"  # older results
     medians = ok.groupby(keys)[present].median()
     index = summary[keys].copy()
     index[["image_size", "seq_len"]] = index[["image_size", "seq_len"]].fillna(-1)

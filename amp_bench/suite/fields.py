@@ -19,7 +19,7 @@ from amp_bench.suite.checks import (
     Problems, _axis, _bool, _check_keys, _checked_fields, _choice, _int, _join, _mapping, _number, _optional,
     _str, _validate_section,
 )
-from amp_bench.suite.schema import DEFAULTS, ModelSpec, OptimizerSpec
+from amp_bench.suite.schema import COMPILE_MODES, DEFAULTS, EAGER, ModelSpec, OptimizerSpec, compile_mode_name
 
 MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -58,6 +58,18 @@ def _optimizer(value, path, problems):
     return OptimizerSpec(**merged)
 
 
+def _compile_item(value, path, problems):
+    """false / true / a torch.compile mode ("false" and "eager" are accepted from the command line)."""
+    if isinstance(value, bool) or value in ("false", "true", EAGER):
+        return compile_mode_name(True if value == "true" else value)
+    return _choice(COMPILE_MODES)(value, path, problems)
+
+
+_compile_axis = _axis(_compile_item, "compile mode (false, true or one of " + ", ".join(COMPILE_MODES) + ")")
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")  # "eager": dynamo only, no codegen (tests)
+COMPILE_CACHES = ("warm", "cold")
+
+
 # --------------------------------------------------------------------------- models: entries
 
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -73,7 +85,7 @@ def _label(value, path, problems):
 
 
 _MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
-                 "nproc_per_node")
+                 "nproc_per_node", "compile")
 _nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
 
 
@@ -112,6 +124,9 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         nproc = value.get("nproc_per_node", defaults["nproc_per_node"])
         if nproc is not None:
             nproc = _nproc_axis(nproc, _join(path, "nproc_per_node"), problems)
+        compile_modes = value.get("compile", defaults["compile"])
+        if compile_modes is not None:
+            compile_modes = _compile_axis(compile_modes, _join(path, "compile"), problems)
         if len(problems) > before:
             return None
         kind = model_refs.kind_of(ref)
@@ -126,7 +141,8 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
             return None
         return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
                          options=options or {}, num_classes=num_classes,
-                         nproc_per_node=tuple(nproc) if nproc else None)
+                         nproc_per_node=tuple(nproc) if nproc else None,
+                         compile=tuple(compile_modes) if compile_modes else None)
     return check
 
 
@@ -213,6 +229,12 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "threads_per_rank": _optional(_int(1, 4096, "a thread count")),
         "rdzv_endpoint": _optional(_endpoint),
         "rdzv_id": _optional(_rdzv_id),
+        "compile": _compile_axis,
+        "compile_backend": _choice(COMPILE_BACKENDS),
+        "compile_fullgraph": _bool,
+        "compile_optimizer": _bool,
+        "compile_cache": _choice(COMPILE_CACHES),
+        "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
     }
 
 
@@ -249,6 +271,7 @@ def _fidelity_fields() -> dict[str, Callable]:
         "precisions": _axis(_choice(modes.names()), "precision"), "optimizer": _optimizer,
         "test_fraction": _number(0, 0.9), "image_size": _int(8, 1024, "an image size"),
         "tolerance_pp": _number(0, 100), "probe_every": _int(0, 10_000_000), "timeout_s": _number(0, 7 * 24 * 3600),
+        "compile": _compile_item,  # one mode: the study trains every precision eager or compiled
     }
 
 

@@ -18,7 +18,7 @@ from amp_bench.suite.fields import (
     DEVICE_BLOCKS, _check_fidelity_combination, _fidelity_dataset_and_model, _validate_fidelity, _validate_headroom,
 )
 from amp_bench.suite.fields import validate_overrides
-from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, OptimizerSpec
+from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, OptimizerSpec, compile_mode_name
 
 
 def settings_for(suite: Suite, device_type: str, overrides: dict | None = None) -> dict:
@@ -54,8 +54,12 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
         seq_lens = settings["seq_len"] if kind == "transformers" else [None]
         layouts = settings["channels_last"] if kind != "transformers" else [False]
         procs = list(spec.nproc_per_node or settings["nproc_per_node"])
-        for image_size, seq_len, batch_size, channels_last, nproc, precision in itertools.product(
-                image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, settings["precisions"]):
+        compile_modes = [compile_mode_name(m) for m in (spec.compile or settings["compile"])]
+        compiled_precisions = settings["compile_precisions"] or settings["precisions"]
+        for image_size, seq_len, batch_size, channels_last, nproc, compile_mode, precision in itertools.product(
+                image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, compile_modes, settings["precisions"]):
+            if compile_mode_name(compile_mode) != "eager" and precision not in compiled_precisions:
+                continue  # compile_precisions: compiled cases only for these (eager runs every precision)
             cases.append(Case(
                 suite=suite.name, model=spec, batch_size=batch_size, precision=precision,
                 channels_last=channels_last, image_size=image_size, seq_len=seq_len,
@@ -69,7 +73,9 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 search_dirs=(str(suite.path.resolve().parent),),
                 nproc_per_node=nproc, nnodes=settings["nnodes"], dist_backend=settings["dist_backend"],
                 threads_per_rank=settings["threads_per_rank"], rdzv_endpoint=settings["rdzv_endpoint"],
-                rdzv_id=settings["rdzv_id"]))
+                rdzv_id=settings["rdzv_id"], compile_mode=compile_mode,
+                compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"],
+                compile_optimizer=settings["compile_optimizer"], compile_cache=settings["compile_cache"]))
     return cases
 
 
@@ -137,7 +143,8 @@ def _fidelity_spec(suite: Suite, settings: dict, section: dict) -> FidelitySpec:
         image_size=given["image_size"] if model.startswith("torchvision/") else None,
         tolerance_pp=given["tolerance_pp"], probe_every=given["probe_every"],
         timeout_s=settings["timeout_s"] if given["timeout_s"] is None else given["timeout_s"],
-        allow_emulated=settings["allow_emulated"])
+        allow_emulated=settings["allow_emulated"], compile_mode=compile_mode_name(given["compile"]),
+        compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"])
 
 
 def headroom_spec(suite: Suite, device_type: str, overrides: dict | None = None) -> HeadroomSpec:

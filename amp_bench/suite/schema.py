@@ -43,6 +43,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "threads_per_rank": None,  # None, when the case runs: the node's cores / nproc_per_node (distributed.py)
         "rdzv_endpoint": None,
         "rdzv_id": None,  # None, when the case runs: the suite's name (runner.py)
+        # torch.compile (docs: "How it measures"): an axis of modes; false is eager, true is "default"
+        "compile": [False], "compile_backend": "inductor", "compile_fullgraph": False,
+        "compile_optimizer": False,  # true: the optimizer step is compiled too, not only the model
+        "compile_cache": "warm",  # warm: one inductor cache per run, shared; cold: an empty one per case
+        "compile_precisions": None,  # None: every precision is compiled; a list: only these are
     },
     # what an optimizer mapping leaves out (in the settings and in the fidelity section alike)
     "optimizer": _OPTIMIZER,
@@ -51,6 +56,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "label": None,  # derived: the reference's short name (resnet50, gpt2, the callable's name)
         "config": {}, "task": None, "attn_implementation": None, "options": {}, "num_classes": None,
         "nproc_per_node": None,  # None: the suite's nproc_per_node
+        "compile": None,  # None: the suite's compile axis
     },
     "fidelity": {
         "dataset": "digits",
@@ -64,6 +70,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "image_size": 32,  # torchvision models only (the digits are upsampled to it)
         "tolerance_pp": 1.0, "probe_every": 0,
         "timeout_s": None,  # derived: the suite's timeout_s
+        "compile": None,  # derived: eager; a mode (default, reduce-overhead, max-autotune) trains compiled
     },
     "headroom": {
         "memory_cap_gb": None,  # None: no cap on a GPU; on the CPU half the memory available (headroom.py)
@@ -73,6 +80,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 _SETTINGS, _MODEL = DEFAULTS["settings"], DEFAULTS["model"]
+EAGER = "eager"  # the compile axis' value for "not compiled"
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_mode_name(value) -> str:
+    """A `compile:` value as the case carries it: false -> eager, true -> default, a mode as it is."""
+    if value is True:
+        return "default"
+    return EAGER if value in (False, None, "false", EAGER) else value
 
 
 # --------------------------------------------------------------------------- value objects
@@ -97,6 +113,7 @@ class ModelSpec:
     num_classes: int | None = _MODEL["num_classes"]
     # replaces the suite's nproc_per_node for this model
     nproc_per_node: tuple[int, ...] | None = _MODEL["nproc_per_node"]
+    compile: tuple[str, ...] | None = _MODEL["compile"]  # replaces the suite's compile axis for this model
 
     @property
     def kind(self) -> str:
@@ -142,6 +159,15 @@ class Case:
     threads_per_rank: int | None = _SETTINGS["threads_per_rank"]
     rdzv_endpoint: str | None = _SETTINGS["rdzv_endpoint"]
     rdzv_id: str | None = _SETTINGS["rdzv_id"]
+    compile_mode: str = EAGER  # one value of the settings' compile axis, normalised (compiling.py)
+    compile_backend: str = _SETTINGS["compile_backend"]
+    compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
+    compile_optimizer: bool = _SETTINGS["compile_optimizer"]
+    compile_cache: str = _SETTINGS["compile_cache"]
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile_mode != EAGER
 
     @property
     def distributed(self) -> bool:
@@ -152,8 +178,7 @@ class Case:
         return (self.nproc_per_node or 1) * self.nnodes
 
     @property
-    def group_id(self) -> str:
-        """Identity of the case without its precision: cases sharing it are compared."""
+    def _base_id(self) -> str:
         parts = [self.model.label, f"bs{self.batch_size}"]
         if self.image_size:
             parts.append(f"{self.image_size}px")
@@ -166,8 +191,21 @@ class Case:
         return "-".join(parts)
 
     @property
+    def group_id(self) -> str:
+        """Identity of the case without its precision: cases sharing it are compared (a compile mode
+        is compared with itself; the summary pairs it with eager separately)."""
+        return self._base_id + self.compile_suffix
+
+    @property
+    def compile_suffix(self) -> str:
+        """'' when eager, so eager case ids are what they were before compile existed."""
+        if not self.compiled:
+            return ""
+        return "-compiled" if self.compile_mode == "default" else f"-c-{self.compile_mode}"
+
+    @property
     def case_id(self) -> str:
-        return f"{self.group_id}-{self.precision}"
+        return f"{self._base_id}-{self.precision}{self.compile_suffix}"
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -178,8 +216,9 @@ class Case:
     def from_json(cls, data: dict) -> Case:
         data = dict(data)
         model = dict(data["model"])
-        if model.get("nproc_per_node") is not None:
-            model["nproc_per_node"] = tuple(model["nproc_per_node"])
+        for key in ("nproc_per_node", "compile"):
+            if model.get(key) is not None:
+                model[key] = tuple(model[key])
         data["model"] = ModelSpec(**model)
         data["optimizer"] = OptimizerSpec(**data["optimizer"])
         data["search_dirs"] = tuple(data.get("search_dirs") or ())
@@ -203,6 +242,13 @@ class FidelitySpec:
     probe_every: int  # gradient-underflow probe every N steps (0: at the start of every epoch)
     timeout_s: float
     allow_emulated: bool
+    compile_mode: str = EAGER  # eager, or the torch.compile mode the model trains under
+    compile_backend: str = _SETTINGS["compile_backend"]
+    compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile_mode != EAGER
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -1,0 +1,143 @@
+"""torch.compile as an axis: the suite keys, case ids, and real CPU runs of tiny models through the
+worker (dynamo's counters for graph breaks and recompiles, compile_error, the summary's pairing).
+Most runs use the "eager" backend (dynamo only, no code generation) so they take seconds; one runs
+inductor's C++ backend. No assertion depends on a timing."""
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from amp_bench.errors import SuiteError
+from amp_bench.suite import load_suite
+from amp_bench.summary import summarize
+from conftest import ROOT
+
+MODELS = """models:
+  - {ref: "python:toy_models:mlp", label: mlp}
+  - {ref: "python:toy_models:graph_break", label: breaks}
+  - {ref: "python:toy_models:shape_change", label: reshapes, options: {at_call: 12}}
+"""
+SETTINGS = "batch_sizes: [4]\nprecisions: [fp32]\nwarmup_steps: 2\nsteps: 10\ntimeout_s: 300\n"
+
+
+def cli(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "amp_bench", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
+
+
+def test_compile_axis_and_case_ids(write_suite):
+    suite = load_suite(write_suite(MODELS + SETTINGS + "compile: [false, true, reduce-overhead]\n"))
+    cases = suite.cases("cpu")
+    ids = [c.case_id for c in cases if c.model.label == "mlp"]
+    assert ids == ["mlp-bs4-fp32", "mlp-bs4-fp32-compiled", "mlp-bs4-fp32-c-reduce-overhead"]
+    assert {c.compile_backend for c in cases} == {"inductor"} and not any(c.compile_fullgraph for c in cases)
+    eager = load_suite(write_suite(MODELS + SETTINGS, "eager.yaml")).cases("cpu")
+    assert [c.case_id for c in eager] == ["mlp-bs4-fp32", "breaks-bs4-fp32", "reshapes-bs4-fp32"]  # unchanged
+    over = suite.cases("cpu", {"compile": ["false", "true"], "compile_cache": "cold"})
+    assert {c.compile_mode for c in over} == {"eager", "default"} and {c.compile_cache for c in over} == {"cold"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("compile: [fast]", "compile[0]: expected one of default, reduce-overhead"),
+    ("compile: [true, default]", "compile[1]: duplicate case"),
+    ("compile_backend: tvm", "compile_backend: expected one of"),
+    ("compile_cache: hot", "compile_cache: expected one of warm, cold"),
+    ("fidelity: {compile: sometimes}", "fidelity.compile: expected one of"),
+])
+def test_bad_compile_keys_name_file_and_field(write_suite, text, expected):
+    path = write_suite(MODELS + SETTINGS + text + "\n")
+    with pytest.raises(SuiteError) as err:
+        load_suite(path)
+    assert any(str(path) in line and expected in line for line in err.value.lines), err.value.lines
+
+
+@pytest.mark.slow
+def test_cpu_run_reports_compile_breaks_and_window_recompiles(write_suite, tmp_path):
+    path = write_suite(MODELS + SETTINGS + "compile_backend: eager\n")
+    proc = cli("run", str(path), "--device", "cpu", "--compile", "false", "--compile", "true",
+               "--results-dir", str(tmp_path / "results"), "--no-report")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    table = pd.read_csv(run_dir / "results.csv").set_index("case_id")
+    assert set(table.index) == {f"{m}-bs4-fp32{s}" for m in ("mlp", "breaks", "reshapes") for s in ("", "-compiled")}
+    assert (table.status == "ok").all(), table[["status", "reason"]]
+    eager, compiled = table.loc["mlp-bs4-fp32"], table.loc["mlp-bs4-fp32-compiled"]
+    assert eager.compile_mode == "eager" and pd.isna(eager.compile_time_s)
+    assert compiled.compile_mode == "default" and compiled.compile_backend == "eager"
+    assert compiled.compile_time_s > 0 and compiled.compile_first_step_ms > 0
+    assert compiled.graph_breaks == 0 and compiled.recompiles_in_window == 0 and compiled.compile_settled
+    assert compiled.compile_cache == "warm" and compiled.compile_cache_dir == "compile-cache/shared"
+    breaks = table.loc["breaks-bs4-fp32-compiled"]
+    assert breaks.graph_breaks >= 1 and breaks.unique_graphs >= 2 and breaks.recompiles_in_window == 0
+    assert "builtin" in breaks.graph_break_reasons or "print" in breaks.graph_break_reasons
+    reshapes = table.loc["reshapes-bs4-fp32-compiled"]
+    assert reshapes.recompiles_in_window >= 1 and "recompiled inside the measured window" in reshapes.warnings
+    assert pd.isna(table.loc["reshapes-bs4-fp32"].recompiles_in_window)  # eager: no compile figures
+    log = (run_dir / reshapes.log_file).read_text()
+    assert "[amp_bench] compile:" in log
+    summary = summarize(table.reset_index())
+    mlp = summary[summary.model_label == "mlp"].set_index("compile_mode")
+    assert mlp.loc["default", "speedup_vs_eager"] > 0 and mlp.loc["default", "speedup_vs_fp32_eager"] > 0
+    assert mlp.loc["eager", "speedup_vs_fp32"] == 1.0 and mlp.loc["default", "speedup_vs_fp32"] == 1.0
+    assert "compile" in proc.stdout and "vs eager" in proc.stdout
+
+
+@pytest.mark.slow
+def test_fullgraph_on_a_graph_break_is_a_compile_error(write_suite, tmp_path):
+    path = write_suite("models:\n" + MODELS.splitlines()[2] + "\n" + SETTINGS +
+                       "compile: true\ncompile_backend: eager\ncompile_fullgraph: true\ncompile_cache: cold\n")
+    proc = cli("run", str(path), "--device", "cpu", "--results-dir", str(tmp_path / "results"),
+               "--reports-dir", str(tmp_path / "reports"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    row = pd.read_csv(run_dir / "results.csv").iloc[0]
+    assert row.status == "compile_error" and row.reason.startswith("CompileError: Unsupported")
+    assert "\n" not in row.reason
+    assert not (run_dir / "compile-cache" / "breaks-bs4-fp32-compiled-r0").exists()  # cold: removed after
+    summary = summarize(pd.read_csv(run_dir / "results.csv"))
+    assert summary.iloc[0].status == "compile_error"
+    report = next((tmp_path / "reports").glob("*.md"), None)
+    assert report is None or "compile_error" in report.read_text()
+
+
+@pytest.mark.slow
+def test_inductor_cpu_compiles_eager_and_compiled(write_suite, tmp_path):
+    """The real thing: inductor's C++ backend, eager and compiled, with the report's compile section."""
+    path = write_suite("\n".join(MODELS.splitlines()[:3]) + "\n" +
+                       SETTINGS.replace("steps: 10", "steps: 5") + "compile: [false, true]\n")
+    proc = cli("run", str(path), "--device", "cpu", "--results-dir", str(tmp_path / "results"),
+               "--reports-dir", str(tmp_path / "reports"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    table = pd.read_csv(run_dir / "results.csv").set_index("case_id")
+    assert (table.status == "ok").all(), table[["status", "reason"]]
+    compiled = table.loc["mlp-bs4-fp32-compiled"]
+    assert compiled.compile_backend == "inductor" and compiled.compile_time_s > 0
+    assert any((run_dir / "compile-cache" / "shared").iterdir())  # inductor wrote its cache in the run
+    assert table.loc["breaks-bs4-fp32-compiled"].graph_breaks >= 1
+    markdown = next((tmp_path / "reports").glob("*.md")).read_text()
+    assert "## torch.compile: precision x compile mode" in markdown and "break-even steps" in markdown
+
+
+@pytest.mark.slow
+def test_fidelity_study_trains_compiled(write_suite, tmp_path):
+    """Same seeds and data, the model compiled (dynamo with the eager backend: seconds, not minutes)."""
+    from amp_bench.fidelity import run_fidelity
+    path = write_suite("precisions: [fp32]\ncompile_backend: eager\n"
+                       "fidelity: {dataset: digits, epochs: 1, batch_size: 128, seeds: [0], compile: true}\n")
+    assert load_suite(path).fidelity_spec("cpu").compile_mode == "default"
+    runs = run_fidelity(path, device="cpu", results_dir=tmp_path / "results")
+    row = runs.iloc[0]
+    assert row.status == "ok" and row.compile_mode == "default" and row.test_accuracy > 0.3
+
+
+def test_shipped_suites_compile_cases():
+    gpu_check = load_suite(ROOT / "suites" / "gpu_check.yaml")
+    compiled = [c.case_id for c in gpu_check.cases("cuda") if c.compiled]
+    assert compiled == ["gpt2-small-bs64-seq256-amp_bf16-compiled"]  # the one compiled case
+    assert len(gpu_check.cases("cuda")) == 13 and not any(c.compiled for c in gpu_check.cases("cpu"))
+    suite = load_suite(ROOT / "suites" / "compile.yaml")
+    modes = {c.compile_mode for c in suite.cases("cuda")}
+    assert modes == {"eager", "default", "reduce-overhead"}
+    assert {c.compile_mode for c in suite.cases("cpu")} == {"eager", "default"}
