@@ -4,6 +4,13 @@ import pytest
 from amp_bench.hardware import DeviceInfo, DeviceUnavailable, may_run, precision_support, probe_device, read_cpu_info
 
 
+@pytest.fixture(autouse=True)
+def no_onednn_isa_cap(monkeypatch):
+    """These tests give the CPU's flags explicitly; a cap in the environment (ONEDNN_MAX_CPU_ISA, as
+    used to emulate a CPU without bf16) would hide some of them. test_guardrails tests the cap."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+
+
 class FakeCuda:
     def __init__(self, name=None, capability=None, memory=80 * 2**30):
         self.gpu = (name, capability, memory) if name else None

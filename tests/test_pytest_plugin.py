@@ -14,7 +14,7 @@ from conftest import FIXTURES
 pytestmark = pytest.mark.slow
 
 SUITE = """
-models: [{{ref: "python:toy_models:sleepy", label: sleepy, options: {{ms: {ms}}}}}]
+models: [{{ref: "python:toy_models:clocked", label: sleepy, options: {{ms: {ms}, jitter: 0.0}}}}]
 batch_sizes: [4]
 precisions: [fp32, amp_bf16]
 allow_emulated: true  # bf16 runs on every CPU (emulated where it has no bf16 ISA)
@@ -35,7 +35,10 @@ def test_sleepy_bf16(amp_benchmark):
 
 def bench_session(workdir, ms, *args):
     (workdir / "suite.yaml").write_text(SUITE.format(ms=ms))
+    # the model advances amp_bench's host clock by `ms` a step and pytest-benchmark reads that clock:
+    # the gate below is tested on exact step times, whatever else the machine is doing
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_amp.py",
+                           "--benchmark-timer=amp_bench.timing.host_clock",
                            f"--benchmark-storage=file://{workdir / 'storage'}", *args],
                           cwd=workdir, capture_output=True, text=True, timeout=300)
 
@@ -57,8 +60,8 @@ def test_fixture_saves_and_compare_fail_gates(workdir):
     assert data["machine_info"]["amp_bench"]["device"]["type"] == "cpu"
     bench = {b["name"]: b for b in data["benchmarks"]}["test_sleepy_fp32"]
     assert bench["stats"]["rounds"] == 8 and bench["extra_info"]["case_id"] == "sleepy-bs4-fp32"
-    assert bench["stats"]["median"] >= 0.010
-    assert len(bench["extra_info"]["step_times_ms"]) == 8 and min(bench["extra_info"]["step_times_ms"]) >= 10
+    assert bench["stats"]["median"] == pytest.approx(0.010)  # exactly the injected 10 ms
+    assert len(bench["extra_info"]["step_times_ms"]) == 8 and min(bench["extra_info"]["step_times_ms"]) == pytest.approx(10)
     same = bench_session(workdir, 10, "--benchmark-compare", "--benchmark-compare-fail=median:50%")
     assert same.returncode == 0, same.stdout + same.stderr
     slower = bench_session(workdir, 30, "--benchmark-compare", "--benchmark-compare-fail=median:50%")

@@ -67,7 +67,7 @@ def test_result_columns_and_samples(write_suite, tmp_path):
         "  - python:toy_models:raises\n  - python:toy_models:huge_alloc\n"
         '  - {ref: "python:toy_models:sleeps", options: {seconds: 120}}\n'
         "  - python:toy_models:nan_loss\n  - python:toy_models:dies\n", "")
-        .replace("[fp32, tf32]", "[fp32, amp_bf16]"))
+        .replace("[fp32, tf32]", "[fp32, amp_bf16]\nallow_emulated: true"))  # bf16 on every CPU
     results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path, repeats=2, peak_tflops=0.5)
     run_dir = Path(results.attrs["run_dir"])
     table = amp_bench.load_results(run_dir)
