@@ -15,7 +15,7 @@ import pandas as pd
 from amp_bench import modes
 
 CASE_KEYS = ["run_id", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device_name",
-             "world_size"]
+             "world_size", "compile_mode"]
 
 
 def _number(value) -> float | None:
@@ -40,6 +40,9 @@ def _case_name(row: pd.Series) -> str:
         parts.append(f"seq {int(seq)}")
     if _truthy(row.get("channels_last")):
         parts.append("channels_last")
+    mode = row.get("compile_mode")
+    if isinstance(mode, str) and mode and mode != "eager":
+        parts.append("compiled" if mode == "default" else f"compiled ({mode})")
     world = _number(row.get("world_size"))
     if world and world > 1:
         parts.append(f"{int(world)} processes")
