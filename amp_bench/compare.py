@@ -351,10 +351,6 @@ def to_junit(comparison: Comparison) -> str:
 
 
 def write_outputs(comparison: Comparison, stem: Path) -> dict[str, Path]:
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = {"md": stem.with_name(stem.name + ".md"), "json": stem.with_name(stem.name + ".json"),
-             "junit": stem.with_name(stem.name + ".junit.xml")}
-    paths["md"].write_text(to_markdown(comparison), encoding="utf-8")
-    paths["json"].write_text(to_json(comparison), encoding="utf-8")
-    paths["junit"].write_text(to_junit(comparison), encoding="utf-8")
-    return paths
+    from amp_bench.results import write_reports
+    return write_reports(stem, {"md": (".md", to_markdown(comparison)), "json": (".json", to_json(comparison)),
+                                "junit": (".junit.xml", to_junit(comparison))})

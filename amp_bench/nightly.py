@@ -245,10 +245,6 @@ def to_junit(result: NightlyResult) -> str:
 
 
 def write_outputs(result: NightlyResult, stem: Path) -> dict[str, Path]:
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = {"md": stem.with_name(stem.name + ".md"), "json": stem.with_name(stem.name + ".json"),
-             "junit": stem.with_name(stem.name + ".junit.xml")}
-    paths["md"].write_text(to_markdown(result), encoding="utf-8")
-    paths["json"].write_text(to_json(result), encoding="utf-8")
-    paths["junit"].write_text(to_junit(result), encoding="utf-8")
-    return paths
+    from amp_bench.results import write_reports
+    return write_reports(stem, {"md": (".md", to_markdown(result)), "json": (".json", to_json(result)),
+                                "junit": (".junit.xml", to_junit(result))})

@@ -77,6 +77,18 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_reports(stem: Path, texts: dict[str, tuple[str, str]]) -> dict[str, Path]:
+    """A verdict's files beside each other: {key: (suffix, text)} -> STEM.suffix; their paths by key.
+    compare and nightly write their md/JSON/JUnit through this."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for key, (suffix, text) in texts.items():
+        paths[key] = stem.with_name(stem.name + suffix)
+        paths[key].write_text(text, encoding="utf-8")
+    return paths
+
+
 class RunStore:
     """One run directory. Append rows with add(); each call rewrites the tables atomically."""
 
