@@ -222,3 +222,48 @@ def test_adaptive_window_records_why_it_stopped_with_a_fake_clock(write_suite, t
     assert row["step_time_ms_ci_low"] <= row["step_time_ms_median"] <= row["step_time_ms_ci_high"]
     assert row["step_time_ms_median"] == pytest.approx(20.0, rel=0.03)  # the injected time, not the machine's
     assert row["steps"] >= 5
+
+
+# --------------------------------------------------------------------------- suite keys and the budget
+
+ADAPTIVE = "models: [torchvision/resnet18]\nbatch_sizes: [8]\nprecisions: [fp32]\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("min_steps: 10\nmax_steps: 5\n", "min_steps: 10 is more than max_steps: 5"),
+    ("target_ci: 2\n", "target_ci:"),
+    ("budget_s: -1\n", "budget_s:"),
+])
+def test_bad_window_keys_get_one_line_naming_file_and_field(write_suite, text, expected):
+    from amp_bench.errors import SuiteError
+    from amp_bench.suite import load_suite
+    path = write_suite(ADAPTIVE + text)
+    with pytest.raises(SuiteError) as info:
+        load_suite(path).cases("cpu")
+    assert len(info.value.lines) == 1 and str(path) in info.value.lines[0] and expected in info.value.lines[0]
+
+
+def test_steps_override_switches_an_adaptive_window_off(write_suite):
+    from amp_bench.suite import load_suite
+    suite = load_suite(write_suite(ADAPTIVE + "target_ci: 0.02\nbudget_s: 60\n"))
+    adaptive = suite.cases("cpu")[0]
+    assert adaptive.target_ci == 0.02 and adaptive.budget_s == 60
+    fixed = suite.cases("cpu", {"steps": 7})[0]
+    assert fixed.steps == 7 and fixed.target_ci is None and fixed.budget_s is None
+    both = suite.cases("cpu", {"steps": 7, "target_ci": 0.05})[0]  # asked for together: kept
+    assert both.target_ci == 0.05
+
+
+def test_budget_planner_shares_what_is_left_less_the_learnt_overhead(write_suite):
+    from amp_bench.runner import BudgetPlanner
+    from amp_bench.suite import load_suite
+    case = load_suite(write_suite(ADAPTIVE)).cases("cpu")[0]
+    clock = FakeClock()
+    planner = BudgetPlanner(100.0, 4, clock=clock)
+    assert planner.plan(case).case_budget_s == pytest.approx(25.0)  # nothing learnt yet
+    clock.now = 30.0
+    planner.finished({"worker_seconds": 30.0, "window_s": 25.0})  # 5 s outside the window
+    assert planner.plan(case).case_budget_s == pytest.approx(70.0 / 3 - 5.0, abs=1e-3)  # rounded to ms
+    clock.now = 200.0  # overrun: the floor, never zero or negative
+    assert planner.plan(case).case_budget_s == BudgetPlanner.FLOOR_S
+    assert BudgetPlanner(None, 4).plan(case) is case
