@@ -20,9 +20,12 @@ RUN_COLUMNS = [
     "scaler_max_scale", "scaler_skipped_steps", "scaler_skipped_step_indices", "scaler_growth_steps",
     "scaler_scale_below_one", "grad_underflow_fraction_unscaled", "grad_underflow_fraction_scaled",
     "grad_zero_fraction_fp32", "grad_nonfinite_fraction_scaled", "output_dtype", "emulated", "optimizer", "lr",
-    "compile_mode", "device", "device_name", "architecture", "torch_version", "data_source", "wall_s", "log_file", "hostname",
+    "compile_mode", "fp8_recipe", "fp8_layers_converted", "fp8_layers_skipped", "fp8_skip_reasons",
+    "fp8_conv1d_as_linear", "fp8_matmul", "device", "device_name", "architecture", "torch_version", "data_source", "wall_s", "log_file", "hostname",
     "fingerprint", "timestamp",
 ]
+# fp8: per step, the amax of the first float8 layers' input and weight and the scale float8 derives from it
+SCALE_COLUMNS = ["run_id", "precision", "seed", "step", "layer", "tensor", "amax", "scale"]
 STEP_COLUMNS = ["run_id", "precision", "seed", "epoch", "step", "loss", "scale", "skipped"]
 EPOCH_COLUMNS = ["run_id", "precision", "seed", "epoch", "train_loss", "test_loss", "test_accuracy"]
 PROBE_COLUMNS = ["run_id", "precision", "seed", "epoch", "step", "probe_scale", "grad_elements",
@@ -37,44 +40,58 @@ def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
     """One row per run, dataset, model and precision: mean held-out accuracy, its difference from
     fp32 paired by seed (percentage points), fp32's own seed-to-seed range for scale, the final
     training-loss difference, and a verdict: parity (|difference| <= tolerance), worse, better,
-    or why there is none."""
+    or why there is none. A mode with a second reference (modes.Mode.also_against: fp8 against bf16)
+    gets the same difference and verdict against it too."""
+    from amp_bench import modes
     columns = ["run_id", "dataset", "model", "precision", "seeds", "paired_seeds", "status", "test_accuracy",
                "accuracy_diff_pp",
                "accuracy_diff_pp_min", "accuracy_diff_pp_max", "fp32_seed_range_pp", "final_train_loss",
-               "train_loss_rel_diff", "tolerance_pp", "verdict"]
+               "train_loss_rel_diff", "tolerance_pp", "verdict", "also_against", "accuracy_diff_also_pp",
+               "verdict_also"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
     for (run_id, dataset, model), group in runs.groupby(["run_id", "dataset", "model"], sort=False):
         tol = tolerance_pp.get(run_id, 1.0) if isinstance(tolerance_pp, dict) else tolerance_pp
-        fp32 = group[(group["precision"] == "fp32") & (group["status"] == "ok")].set_index("seed")
+        ok_runs = {p: g[g["status"] == "ok"].set_index("seed") for p, g in group.groupby("precision", sort=False)}
+        fp32 = ok_runs.get("fp32", pd.DataFrame(columns=["test_accuracy"]))
         fp32_range = (fp32["test_accuracy"].max() - fp32["test_accuracy"].min()) * 100 if len(fp32) > 1 else np.nan
         for precision, runs_p in group.groupby("precision", sort=False):
-            ok = runs_p[runs_p["status"] == "ok"].set_index("seed")
+            ok = ok_runs[precision]
             row = {"run_id": run_id, "dataset": dataset, "model": model, "precision": precision,
                    "seeds": len(runs_p), "status": "ok" if len(ok) == len(runs_p) else
                    ", ".join(sorted(set(runs_p["status"]) - {"ok"})),
                    "test_accuracy": ok["test_accuracy"].mean() if len(ok) else np.nan,
                    "final_train_loss": ok["final_train_loss"].mean() if len(ok) else np.nan,
                    "fp32_seed_range_pp": fp32_range, "tolerance_pp": tol}
-            paired = ok.index.intersection(fp32.index)
             if precision == "fp32":
                 row["verdict"] = "reference" if len(ok) else f"reference {row['status']}"
-            elif not len(ok):
-                row["verdict"] = f"not measured ({row['status']})"
-            elif not len(paired):
-                row["verdict"] = "no fp32 baseline"
             else:
-                diff = (ok.loc[paired, "test_accuracy"] - fp32.loc[paired, "test_accuracy"]) * 100
-                loss_diff = (ok.loc[paired, "final_train_loss"] - fp32.loc[paired, "final_train_loss"]) / \
-                    fp32.loc[paired, "final_train_loss"].abs()
-                # rounded: 0.96 - 0.97 is -1.0000000000000009 pp in floats, which must still meet a 1 pp tolerance
-                mean = round(float(diff.mean()), 9)
-                row.update(accuracy_diff_pp=mean, accuracy_diff_pp_min=diff.min(), accuracy_diff_pp_max=diff.max(),
-                           train_loss_rel_diff=loss_diff.mean(), paired_seeds=len(paired))
-                row["verdict"] = "parity" if abs(mean) <= tol else "worse" if mean < 0 else "better"
+                row.update(_against(ok, fp32, "fp32", row["status"], tol))
+                also = modes.get(precision).also_against if precision in modes.names() else ""
+                if also:
+                    second = _against(ok, ok_runs.get(also, pd.DataFrame()), also, row["status"], tol)
+                    row.update(also_against=also, accuracy_diff_also_pp=second.get("accuracy_diff_pp"),
+                               verdict_also=second["verdict"])
             rows.append(row)
     return pd.DataFrame(rows, columns=columns)
+
+
+def _against(ok: pd.DataFrame, reference: pd.DataFrame, name: str, status: str, tol: float) -> dict:
+    """The paired-by-seed accuracy and loss difference from one reference precision, and the verdict."""
+    if not len(ok):
+        return {"verdict": f"not measured ({status})"}
+    paired = ok.index.intersection(reference.index) if len(reference) else []
+    if not len(paired):
+        return {"verdict": f"no {name} baseline"}
+    diff = (ok.loc[paired, "test_accuracy"] - reference.loc[paired, "test_accuracy"]) * 100
+    loss_diff = (ok.loc[paired, "final_train_loss"] - reference.loc[paired, "final_train_loss"]) / \
+        reference.loc[paired, "final_train_loss"].abs()
+    # rounded: 0.96 - 0.97 is -1.0000000000000009 pp in floats, which must still meet a 1 pp tolerance
+    mean = round(float(diff.mean()), 9)
+    return {"accuracy_diff_pp": mean, "accuracy_diff_pp_min": diff.min(), "accuracy_diff_pp_max": diff.max(),
+            "train_loss_rel_diff": loss_diff.mean(), "paired_seeds": len(paired),
+            "verdict": "parity" if abs(mean) <= tol else "worse" if mean < 0 else "better"}
 
 
 def failed_rows(runs: pd.DataFrame, allow_unsupported: bool = True) -> list[str]:
@@ -115,7 +132,7 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
     store = session.open_store(results_dir, overrides, kind="fidelity", fidelity=spec.to_json())
     host, fingerprint = session.host, session.fingerprint
     store.flush()  # an empty results.csv: the directory is a run like any other
-    rows, steps, epochs, probes = [], [], [], []
+    rows, steps, epochs, probes, scales = [], [], [], [], []
     base = {"run_id": store.run_id, "suite": spec.suite, "dataset": spec.dataset, "model": spec.model,
             "batch_size": spec.batch_size, "optimizer": spec.optimizer.name, "lr": spec.optimizer.lr,
             "device": info.type, "device_name": info.name, "architecture": info.architecture,
@@ -133,13 +150,15 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
                             "reason": not_run_reason(support), "emulated": support.emulated}]
                 else:
                     new = _train_in_worker(store, info, dataclasses.replace(spec, seeds=(seed,)), precision, base,
-                                           (steps, epochs, probes), reporter)
+                                           (steps, epochs, probes, scales), reporter)
                 stamp = utc_now().isoformat()
                 rows += [{**r, "timestamp": stamp} for r in new]
                 finished += new
                 store.write_table("fidelity_steps", steps, STEP_COLUMNS)
                 store.write_table("fidelity_epochs", epochs, EPOCH_COLUMNS)
                 store.write_table("fidelity_probes", probes, PROBE_COLUMNS)
+                if scales:
+                    store.write_table("fidelity_fp8_scales", scales, SCALE_COLUMNS)
                 store.write_table("fidelity", rows, RUN_COLUMNS)
             reporter.precision_finished(precision, finished)
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -164,13 +183,14 @@ def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tupl
             classify_death(outcome), death_reason(outcome, spec.timeout_s))
         return [{**base, "precision": precision, "seed": seed, "status": status, "reason": reason,
                  "log_file": log_file} for seed in spec.seeds]
-    steps, epochs, probes = tables
+    steps, epochs, probes, scales = tables
     rows = []
     for run in result["runs"]:
         keys = {"run_id": store.run_id, "precision": precision, "seed": run["seed"]}
         steps += [{**keys, **s} for s in run.pop("step_table", [])]
         epochs += [{**keys, **e} for e in run.pop("epoch_table", [])]
         probes += [{**keys, **p} for p in run.pop("probe_table", [])]
+        scales += [{**keys, **p} for p in run.pop("fp8_scale_table", [])]
         rows.append({**base, **run, "log_file": log_file})
     return rows
 
@@ -180,7 +200,7 @@ def load_fidelity(run_dirs: list[Path]) -> dict[str, pd.DataFrame]:
     tolerance each run was judged with."""
     import json
     tables = {"fidelity": RUN_COLUMNS, "fidelity_steps": STEP_COLUMNS, "fidelity_epochs": EPOCH_COLUMNS,
-              "fidelity_probes": PROBE_COLUMNS}
+              "fidelity_probes": PROBE_COLUMNS, "fidelity_fp8_scales": SCALE_COLUMNS}
     from amp_bench.results import read_table
     out = {name: read_table(run_dirs, name, columns) for name, columns in tables.items()}
     tolerance = {}

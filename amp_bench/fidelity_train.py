@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from amp_bench import modes
+
 
 # --------------------------------------------------------------------------- models (worker side)
 
@@ -24,6 +26,11 @@ def build_model(name: str, split, image_size: int | None):
         return model, lambda x: x
     if name == "tabular_transformer":
         return TabularTransformer(split.train_x.shape[1], split.num_classes), lambda x: x
+    if name == "mlp":  # linear-heavy, so fp8 has layers to convert: 256-wide hidden layers
+        features = int(np.prod(split.train_x.shape[1:]))
+        model = nn.Sequential(nn.Flatten(), nn.Linear(features, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                              nn.Linear(256, split.num_classes))
+        return model, lambda x: x
     import torchvision.models  # an image model: upsample the 8x8 digits, three channels
     model = torchvision.models.get_model(name.split("/", 1)[1], weights=None, num_classes=split.num_classes)
 
@@ -85,6 +92,11 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
     torch.manual_seed(seed)  # same initial weights under every precision
     model, prepare = build_model(spec.model, split, spec.image_size)
     model = model.to(torch_device).train()
+    fp8_columns, scale_probe = {}, None
+    if modes.get(precision).float8_linear:  # the same initial weights, then the linear layers in float8
+        from amp_bench.fp8 import ScaleProbe, convert
+        fp8_columns = convert(model, spec.fp8_recipe, device_type, spec.fp8_skip_first_last)
+        scale_probe = ScaleProbe(model)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
     loss_fn = torch.nn.functional.cross_entropy
     from amp_bench.compiling import compile_model
@@ -111,6 +123,8 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
                 probes.append({"epoch": epoch, "step": index, **gradient_underflow(
                     model, loss_fn, inputs, target, mode, device_type, scale)})
             losses.append(step(inputs, target))
+            if scale_probe is not None:
+                scale_probe.next_step()
             step_epochs.append(epoch)
             index += 1
         emit(event="step", phase="measure", step=index - 1, total=spec.epochs * steps_per_epoch)
@@ -133,7 +147,8 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
         **health,
         "step_table": [{"epoch": e, "step": i, "loss": v, "scale": scales[i] if scales else None,
                         "skipped": i in skipped} for i, (e, v) in enumerate(zip(step_epochs, loss_values))],
-        "epoch_table": epochs, "probe_table": probes,
+        "epoch_table": epochs, "probe_table": probes, **fp8_columns,
+        "fp8_scale_table": scale_probe.table() if scale_probe is not None else [],
     }
     if "scaler_skipped_step_indices" in record:
         record["scaler_skipped_step_indices"] = " ".join(map(str, record["scaler_skipped_step_indices"]))

@@ -91,18 +91,19 @@ def capability(data: dict) -> tuple[int, int] | None:
 # --------------------------------------------------------------------------- the verdict
 
 def failures(data: dict) -> list[str]:
-    """Why the check failed: a stage that failed or ran out of time, and on a GPU of compute
-    capability >= 8 any suite case not ok (below it: any that errored); any fidelity or headroom row
-    not ok."""
+    """Why the check failed: a stage that failed or ran out of time; any suite case not ok, except an
+    `unsupported` one whose mode this GPU does not run natively (modes.Mode.cuda_min_capability: fp16
+    and bf16 from 8.0 on are required, fp8 from 8.9 on; unknown capability: unsupported is allowed);
+    any fidelity or headroom row not ok."""
     from amp_bench.fidelity import failed_rows as fidelity_failed
     from amp_bench.headroom import failed_rows as headroom_failed
     out = [f"stage {s['stage']}: {s['status']}" + (f" ({s['note']})" if s["note"] else "")
            for s in data["stages"].values() if s["status"] in ("failed", "timeout")]
     suite, cap = data["suite"], capability(data)
     if not suite.empty:
-        strict = cap is not None and cap >= (8, 0)
-        allowed = {"ok"} if strict else {"ok", "unsupported"}
-        for _, row in suite[~suite["status"].isin(allowed)].iterrows():
+        for _, row in suite[suite["status"] != "ok"].iterrows():
+            if row["status"] == "unsupported" and not _required(row.get("precision"), cap):
+                continue
             reason = str(row.get("reason") or "").splitlines()[0][:200] if isinstance(row.get("reason"), str) else ""
             out.append(f"suite {row['case_id']}: {row['status']}" + (f" ({reason})" if reason else ""))
     if not data["fidelity"].empty:
@@ -110,6 +111,15 @@ def failures(data: dict) -> list[str]:
     if not data["headroom"].empty:
         out += [f"headroom {line}" for line in headroom_failed(data["headroom"], allow_unsupported=False)]
     return out
+
+
+def _required(precision, cap) -> bool:
+    """Must this precision run on a GPU of this capability? Modes that are emulated below their
+    capability (bf16, fp16) are required from 8.0, like the check always asked."""
+    from amp_bench import modes
+    if cap is None or precision not in modes.names():
+        return False
+    return cap >= max(modes.get(precision).cuda_min_capability, (8, 0))
 
 
 def verdict(data: dict) -> tuple[str, list[str]]:

@@ -99,9 +99,13 @@ def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
             return value / GIB if ok and isinstance(value, (int, float)) and not math.isnan(value) else None
         rows.append({
             "model": r["model_label"], "layout": _layout(r), "bs": r["batch_size"], "precision": r["precision"],
+            "compile": r.get("compile_mode") if isinstance(r.get("compile_mode"), str) else "eager",
             "status": r["status"], "ms/step": own if ok else None,
             "cv %": r.get("step_time_cv") * 100 if ok and pd.notna(r.get("step_time_cv")) else None,
             "samples/s": r.get("throughput") if ok else None, "x fp32": vs("fp32"), "x tf32": vs("tf32"),
+            "x bf16": vs("amp_bf16") if r["precision"] != "amp_bf16" else None,
+            "fp8 layers": (f"{r['fp8_layers_converted']:.0f}/{r['fp8_layers_converted'] + r['fp8_layers_skipped']:.0f}"
+                           if ok and pd.notna(r.get("fp8_layers_converted")) else ""),
             "alloc GiB": gib("peak_mem_allocated_bytes"), "reserved GiB": gib("peak_mem_reserved_bytes"),
             "NVML delta GiB": gib("nvml_mem_used_delta_bytes"),
             "TFLOP/s": r.get("achieved_tflops") if ok else None, "MFU": r.get("mfu") if ok else None,
@@ -118,7 +122,8 @@ def suite_section(suite: pd.DataFrame) -> list[str]:
     if suite.empty:
         return lines + ["(no results: the suite stage did not run or finished no case)", ""]
     lines += [markdown(suite_table(suite)), "",
-              "x fp32 / x tf32: median step time of that baseline over this one (same model, layout, batch). "
+              "x fp32 / x tf32 / x bf16: median step time of that baseline over this one (same model, layout, "
+              "batch, compile mode). fp8 layers: linear layers trained in float8 / all linear layers. "
               "NVML delta: device memory used in the window above the idle process (context, libraries, "
               "NCCL). scaler host sync: GradScaler reads found_inf with .item() every fp16 step "
               "(a non-fused optimizer); fused optimizers avoid it.", ""]

@@ -76,6 +76,9 @@ def precision_support(mode: str, device: DeviceInfo) -> Support:
     """Hardware gate per mode, from the mode's requirements in amp_bench.modes. Deliberately not
     torch.cuda.is_bf16_supported(): it counts slow emulation on Volta/Turing as support."""
     spec = modes.get(mode)
+    missing = package_problem(spec)
+    if missing:
+        return Support(False, missing)
     if device.type == "cuda":
         cc = device.capability or (0, 0)
         if cc >= spec.cuda_min_capability:
@@ -86,11 +89,40 @@ def precision_support(mode: str, device: DeviceInfo) -> Support:
         return Support(True)
     if spec.cpu == "never":
         return Support(False, spec.cpu_requirement)
+    if spec.cpu == "emulated":
+        return Support(False, spec.cpu_requirement, emulated=True)
     if spec.autocast_dtype == "float16" and not device.cpu_fp16_autocast:
         return Support(False, "this torch's CPU autocast does not support float16")
     if device.cpu_flags & set(spec.cpu_isa_flags):
         return Support(True)
     return Support(False, spec.cpu_requirement, emulated=True)
+
+
+def package_problem(spec: modes.Mode) -> str:
+    """Why the optional package a mode needs is not usable here ('' when it is), without importing it."""
+    if not spec.package:
+        return ""
+    import importlib.metadata
+    import importlib.util
+    if importlib.util.find_spec(spec.package) is None:
+        return f"{spec.package} is not installed ({spec.package_hint})"
+    lowest, first_unsupported = spec.package_versions
+    try:
+        version = importlib.metadata.version(spec.package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""  # importable but not installed as a distribution (a source checkout): trust it
+    if lowest and _release(version) < _release(lowest) or first_unsupported and \
+            _release(version) >= _release(first_unsupported):
+        return f"{spec.package} {version} is installed; this mode is tested with >={lowest},<{first_unsupported} " \
+               f"({spec.package_hint})"
+    return ""
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """'0.18.0+cu130' -> (0, 18, 0), '0.19.0rc1' -> (0, 19, 0): the release numbers, to compare with a pin."""
+    import re
+    match = re.match(r"\d+(\.\d+)*", version.strip())
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
 
 
 def may_run(support: Support, allow_emulated: bool) -> bool:

@@ -135,7 +135,7 @@ def _base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_i
 
 def _compile_columns(case: Case) -> dict:
     compiled = case.compiled
-    return {"compile_mode": case.compile_mode, "compile_backend": case.compile_backend if compiled else "",
+    return {"compile_mode": case.compile_mode, "compile_note": case.compile_note, "compile_backend": case.compile_backend if compiled else "",
             "compile_fullgraph": case.compile_fullgraph if compiled else None,
             "compile_optimizer": case.compile_optimizer if compiled else None,
             "compile_cache": case.compile_cache if compiled else ""}

@@ -12,7 +12,7 @@ import math
 import os
 import random
 
-from amp_bench import compiling
+from amp_bench import compiling, modes
 from amp_bench.child import EventChannel, read_rss_bytes, read_status_bytes
 
 def _rehearse(case, device_type: str, torch_device) -> None:
@@ -225,6 +225,9 @@ def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
     model = workload.model.to(torch_device)
     model.train()
     record["model_parameters"] = sum(p.numel() for p in model.parameters())
+    if modes.get(case.precision).float8_linear:  # before the optimizer: it must hold the converted layers' weights
+        from amp_bench.fp8 import convert
+        record.update(convert(model, case.fp8_recipe, device_type, case.fp8_skip_first_last))
     try:
         optimizer = build_optimizer(model.parameters(), case.optimizer)
     except (RuntimeError, ValueError) as exc:

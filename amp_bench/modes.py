@@ -29,10 +29,19 @@ class Mode:
     cuda_below: str = "unsupported"
     cuda_requirement: str = ""  # what the reason says below cuda_min_capability
     # CPU: "always" (no special ISA), "isa" (native with one of cpu_isa_flags, emulated without),
-    # or "never" (the mode does not exist on a CPU; cpu_requirement says why).
+    # "emulated" (software only, on every CPU), or "never" (the mode does not exist on a CPU; cpu_requirement says why).
     cpu: str = "always"
     cpu_isa_flags: tuple[str, ...] = ()
     cpu_requirement: str = ""
+    # CPU "emulated": the mode exists on every CPU but only in software (fp8: torch's _scaled_mm).
+    # An optional package the mode needs (import name, versions that work, what to install), checked
+    # by the gate before the hardware: without it the mode is unsupported with the install hint.
+    package: str = ""
+    package_versions: tuple[str, str] = ("", "")  # [lowest, first unsupported) release
+    package_hint: str = ""
+    float8_linear: bool = False  # nn.Linear layers train in float8 (torchao), the rest under autocast
+    compiled_by_default: bool = False  # the case trains under torch.compile unless the suite says not
+    also_against: str = ""  # the fidelity verdict is also given against this mode (fp8: bf16)
 
     @property
     def is_amp(self) -> bool:
@@ -74,6 +83,16 @@ register(Mode("amp_bf16", "amp", "bfloat16", False, "ieee", "bf16", "#ab63fa", l
               cuda_requirement="bf16 needs compute capability >= 8.0 (emulated and slow below)",
               cpu="isa", cpu_isa_flags=("amx_bf16", "avx512_bf16"),
               cpu_requirement="CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated, often 10x slower than fp32"))
+# torchao's float8 training on the linear layers, bf16 autocast for the rest (fp8.py); torchao 0.18 is
+# the release built against torch 2.11 and imports on 2.14 (its float8 training is pure Python).
+register(Mode("fp8", "amp", "bfloat16", False, "ieee", "fp8", "#ffa15a", label="fp8 (float8 linears)",
+              cuda_min_capability=(8, 9),
+              cuda_requirement="FP8 tensor cores need compute capability >= 8.9 (Ada, Hopper)",
+              cpu="emulated",
+              cpu_requirement="no CPU has FP8 matmul units: torch's _scaled_mm runs float8 in software",
+              package="torchao", package_versions=("0.18", "0.19"),
+              package_hint="fp8 needs torchao 0.18: pip install -e '.[fp8]'",
+              float8_linear=True, compiled_by_default=True, also_against="amp_bf16"))
 
 
 def all_modes() -> list[Mode]:

@@ -7,7 +7,7 @@
 #             dtypes, CUDA events, GradScaler skips, torch vs NVML memory, energy and clocks, the smoke
 #             suite, DDP on NCCL);
 #   suite     suites/gpu_check.yaml (ResNet-50 NCHW and channels_last, GPT-2 small; fp32, tf32,
-#             amp_fp16, amp_bf16; fused AdamW);
+#             amp_fp16, amp_bf16; GPT-2 compiled under amp_bf16 and fp8; fused AdamW);
 #   overhead  benchmarks/overhead.py: the suite's ResNet-50 channels_last amp_bf16 case by the
 #             harness and by a plain hand-written AMP loop, 2 rounds;
 #   fidelity  suites/fidelity.yaml for 2 epochs, seed 0 (skipped, and said so, without scikit-learn);
@@ -18,6 +18,8 @@
 # ran and passed: on compute capability >= 8 every suite case ok, every fidelity and headroom row ok.
 # Without a GPU (default budget 110 s there) it runs a tiny CPU smoke of the same path, says what it
 # skipped, and nothing it prints validates CUDA. PYTHON overrides the interpreter (default python3).
+# Wheels in .whl/ (torchao for fp8, which the GPU image lacks; DEVELOPERS.md) are installed into the
+# work folder first and put on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-check-out}
@@ -32,6 +34,14 @@ export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160} PYTHONPATH="$
 export py work
 
 echo "## amp_bench GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git))"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  if "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/site" .whl/*.whl; then
+    export PYTHONPATH="$PYTHONPATH:$work/site"
+    echo "installed from .whl/: $(cd .whl && ls *.whl | tr '\n' ' ')"
+  else
+    echo "wheels in .whl/ did not install: modes that need them will say unsupported"
+  fi
+fi
 gpu=$(timeout 60 "$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null | tail -1)
 if [ "$gpu" = 1 ]; then
   budget=${GPU_CHECK_BUDGET_S:-480}
@@ -47,7 +57,7 @@ end_at=$((start + budget - 10))  # the last summary, printing it and the exit fi
 echo "budget: ${budget} s; work folder: $work; results: $out"
 
 # cap: a stage's most (scaled up with a larger budget); floor: the least worth starting it with
-declare -A cap=([env]=45 [pytest]=150 [suite]=210 [overhead]=70 [fidelity]=60 [headroom]=100)
+declare -A cap=([env]=45 [pytest]=150 [suite]=270 [overhead]=70 [fidelity]=60 [headroom]=100)
 declare -A floor=([env]=15 [pytest]=20 [suite]=30 [overhead]=20 [fidelity]=30 [headroom]=30)
 if [ "$gpu" != 1 ]; then cap[pytest]=40; cap[suite]=60; cap[overhead]=40; fi
 scale=$(( budget > 480 ? budget : 480 ))

@@ -117,7 +117,7 @@ def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop():
     assert "| plain hand-written loop | 19.2" in plain and "| amp_bench worker (overhead rounds) | 19.5" in plain
     assert "Harness over plain loop (median of paired rounds): 1.013, within the target 1.02" in plain
     suite = page[page.index("## Suite"):page.index("## Beside the published")]
-    assert "| resnet50 | NCHW | 64 | amp_bf16 | ok | 24.0 |" in suite and "| 5.00 | 1.67 |" in suite  # x fp32, x tf32
+    assert "| resnet50 | NCHW | 64 | amp_bf16 | eager | ok | 24.0 |" in suite and "| 5.00 | 1.67 |" in suite  # x fp32, x tf32
     assert "scaler host sync" in suite
 
 

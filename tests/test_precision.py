@@ -66,8 +66,8 @@ def test_autocast_proof_detects_a_silently_disabled_region():
 
 
 def test_unknown_mode():
-    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
-        get_mode("fp8")
+    with pytest.raises(ValueError, match="unknown precision 'fp4'"):
+        get_mode("fp4")
 
 
 @pytest.mark.skipif(not hasattr(torch.backends, "fp32_precision"), reason="torch < 2.9 has no per-backend API")

@@ -59,7 +59,7 @@ def test_cpu_block_overrides_top_level_on_cpu_only(write_suite):
     (GOOD.replace("torchvision/resnet18", "python:toy_models:no_such_fn"), "models[0]: module 'toy_models' has no callable 'no_such_fn'"),
     (GOOD.replace("[torchvision/resnet18]", "[{ref: transformers/gpt2, config: {n_layers: 2}}]"),
      "models[0].config.n_layers: not an attribute of GPT2Config"),
-    (GOOD.replace("amp_bf16", "fp16"), "precisions[1]: expected one of fp32, tf32, amp_fp16, amp_bf16, got 'fp16'"),
+    (GOOD.replace("amp_bf16", "fp16"), "precisions[1]: expected one of fp32, tf32, amp_fp16, amp_bf16, fp8, got 'fp16'"),
     (GOOD.replace("[2, 4]", "[]"), "batch_sizes: empty list: the matrix has no cases"),
     (GOOD.replace("[torchvision/resnet18]", "[]"), "models: empty list: the matrix has no cases"),
     (GOOD.replace("[2, 4]", "[4, 4]"), "batch_sizes[1]: duplicate case: 4 is already listed at batch_sizes[0]"),

@@ -199,9 +199,11 @@ def print_fidelity(runs, console) -> None:
                      if has_probe else ""), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ["precision", "seeds", "acc", "diff pp", "fp32 range pp", "train loss"]
     columns += (["skips", "min scale"] if has_scaler else []) + (["grads lost"] if has_probe else []) + ["verdict"]
+    has_also = "verdict_also" in verdicts and verdicts["verdict_also"].notna().any()
+    columns += ["2nd reference"] if has_also else []
     for name in columns:  # narrow terminals wrap rather than cut a figure short
         table.add_column(name, no_wrap=name in ("precision", "verdict"), overflow="fold",
-                         justify="left" if name in ("precision", "verdict") else "right")
+                         justify="left" if name in ("precision", "verdict", "2nd reference") else "right")
     colours = {"parity": "green", "worse": "red", "better": "yellow"}
     for _, v in verdicts.iterrows():
         h = health.loc[v["precision"]]
@@ -212,7 +214,11 @@ def print_fidelity(runs, console) -> None:
             cells += [_fmt(h["skips"], ".0f") if h["min_scale"] == h["min_scale"] else "-", _fmt(h["min_scale"], ".4g")]
         if has_probe:
             cells.append(f"{_fmt(h['lost'], '.3%')}->{_fmt(h['lost_scaled'], '.3%')}" if h["lost"] == h["lost"] else "-")
-        table.add_row(*cells, verdict)
+        extra = []
+        if has_also:
+            extra = [f"{v['verdict_also']} vs {v['also_against']} ({_fmt(v['accuracy_diff_also_pp'], '+.2f')} pp)"
+                     if isinstance(v["verdict_also"], str) else "-"]
+        table.add_row(*cells, verdict, *extra)
     console.print(table)
     if (runs["scaler_scale_below_one"] == True).any():  # noqa: E712 - NaN for runs without a scaler
         console.print("[red]warning[/]: the loss scale fell below 1: gradients overflow fp16 even unscaled",

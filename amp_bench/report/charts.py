@@ -335,6 +335,23 @@ def loss_scale_chart(steps: pd.DataFrame):
     return fig
 
 
+def fp8_scale_chart(scales: pd.DataFrame):
+    """fp8 fidelity runs: the amax of the first float8 layers' inputs and weights at each step (seed 0
+    of each run: the seeds behave alike and overlaid they hide each other)."""
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    for (run_id, layer, tensor), group in scales.groupby(["run_id", "layer", "tensor"], sort=False):
+        group = group[group["seed"] == group["seed"].min()].sort_values("step")
+        fig.add_scatter(x=group["step"], y=group["amax"], mode="lines", name=f"{layer} {tensor}",
+                        line=dict(width=1.5, dash="dot" if tensor == "weight" else "solid"),
+                        customdata=group["scale"], hovertemplate="step %{x}: amax %{y:.4g}, scale %{customdata:.4g}")
+    fig.update_yaxes(type="log", title_text="amax (scale = 448 / amax)")
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(template=TEMPLATE, height=380, title="fp8: amax per step (solid: input, dotted: weight)",
+                      margin=dict(t=80, r=20))
+    return fig
+
+
 def headroom_chart(headroom: pd.DataFrame):
     """Largest batch that trains per model and precision (text: multiple of fp32's), and the
     throughput measured at that batch."""

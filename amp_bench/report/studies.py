@@ -30,7 +30,15 @@ def verdicts_for_reading(verdicts: pd.DataFrame) -> pd.DataFrame:
         "fp32 seed-to-seed range (pp)": verdicts["fp32_seed_range_pp"],
         "final train loss": verdicts["final_train_loss"],
         "train loss vs fp32": verdicts["train_loss_rel_diff"].map(lambda v: "-" if v != v else f"{v:+.1%}"),
-        "tolerance (pp)": verdicts["tolerance_pp"], "verdict": verdicts["verdict"]})
+        "tolerance (pp)": verdicts["tolerance_pp"], "verdict": verdicts["verdict"],
+        # a mode judged against a second reference too (fp8 against bf16)
+        "second reference": _text(verdicts, "also_against"),
+        "vs it (pp)": verdicts["accuracy_diff_also_pp"].map(_pp) if "accuracy_diff_also_pp" in verdicts else "",
+        "verdict vs it": _text(verdicts, "verdict_also")})
+
+
+def _text(frame: pd.DataFrame, column: str):
+    return frame[column].astype(object).fillna("") if column in frame else ""
 
 
 def scaler_health_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -87,6 +95,9 @@ def figures(data: ReportData) -> list[tuple[str, str, object]]:
         out += [("fidelity", "Accuracy parity on real data",
                  charts.fidelity_chart(data.fidelity["fidelity_steps"], data.fidelity["fidelity_epochs"])),
                 ("loss-scale", "GradScaler health", charts.loss_scale_chart(data.fidelity["fidelity_steps"]))]
+        scales = data.fidelity.get("fidelity_fp8_scales")
+        if scales is not None and not scales.empty:
+            out.append(("fp8-scales", "fp8: amax and scale of the first float8 layers", charts.fp8_scale_chart(scales)))
     if data.has_headroom:
         out.append(("headroom", "Batch-size headroom", charts.headroom_chart(data.headroom["headroom"])))
     return out
@@ -111,6 +122,10 @@ def section_html(section: str, data: ReportData, table_html) -> str:
                 "loses without GradScaler; with the scaler, what it still loses. A scale below 1 means the model "
                 "overflows fp16 even unscaled.</p>"
                 + table_html(health, lambda c, r: "below" if c == "fell below 1" and r[c] == "YES" else ""))
+    if section == "fp8-scales":
+        return ("<p class='note'>Dynamic float8 scaling (torchao): each step the input and the weight of a float8 "
+                "layer are scaled by E4M3's largest value (448) over their absolute maximum (amax) before the cast. "
+                "A scale that swings by orders of magnitude, or an amax near zero, is where fp8 loses precision.</p>")
     if section == "headroom":
         return ("<p class='note'>Seed articles: with AMP \"larger batch sizes fit\". Each probe trains a few steps "
                 "in its own worker under the memory cap; the search doubles the batch, then bisects until the "

@@ -19,7 +19,7 @@ from amp_bench.suite.checks import (
     Problems, _axis, _bool, _check_keys, _checked_fields, _choice, _int, _join, _mapping, _number, _optional,
     _str, _validate_section,
 )
-from amp_bench.suite.schema import COMPILE_MODES, DEFAULTS, EAGER, ModelSpec, OptimizerSpec, compile_mode_name
+from amp_bench.suite.schema import COMPILE_MODES, DEFAULTS, EAGER, FP8_RECIPES, ModelSpec, OptimizerSpec, compile_mode_name
 
 MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -27,7 +27,7 @@ OPTIMIZER_IMPLS = ("for-loop", "foreach", "fused")
 DEVICE_BLOCKS = ("cpu", "cuda")
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 MAX_PROCS = 1024
-FIDELITY_MODELS = ("small_cnn", "tabular_transformer")
+FIDELITY_MODELS = ("small_cnn", "tabular_transformer", "mlp")
 
 
 # --------------------------------------------------------------------------- optimizer
@@ -85,7 +85,7 @@ def _label(value, path, problems):
 
 
 _MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
-                 "nproc_per_node", "compile")
+                 "nproc_per_node", "compile", "precisions")
 _nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
 
 
@@ -127,6 +127,9 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         compile_modes = value.get("compile", defaults["compile"])
         if compile_modes is not None:
             compile_modes = _compile_axis(compile_modes, _join(path, "compile"), problems)
+        precisions = value.get("precisions", defaults["precisions"])
+        if precisions is not None:
+            precisions = _axis(_choice(modes.names()), "precision")(precisions, _join(path, "precisions"), problems)
         if len(problems) > before:
             return None
         kind = model_refs.kind_of(ref)
@@ -142,7 +145,8 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
                          options=options or {}, num_classes=num_classes,
                          nproc_per_node=tuple(nproc) if nproc else None,
-                         compile=tuple(compile_modes) if compile_modes else None)
+                         compile=tuple(compile_modes) if compile_modes else None,
+                         precisions=tuple(precisions) if precisions else None)
     return check
 
 
@@ -235,6 +239,9 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "compile_optimizer": _bool,
         "compile_cache": _choice(COMPILE_CACHES),
         "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
+        "fp8_recipe": _choice(FP8_RECIPES),
+        "fp8_skip_first_last": _bool,
+        "fp8_compile": _bool,
     }
 
 
@@ -301,7 +308,8 @@ def _check_fidelity_combination(section: dict, path: str, problems: Problems) ->
     from amp_bench.datasets import DEFAULT_MODELS
     dataset, model = _fidelity_dataset_and_model(section)
     image_data = dataset == "digits"
-    if (model == "tabular_transformer") == image_data:
+    takes = {"tabular_transformer": (False,), "mlp": (True, False)}.get(model, (True,))  # image data?
+    if image_data not in takes:
         problems.append(f"{_join(path, 'model')}: {model} does not take the {dataset} dataset "
                         f"({'images' if image_data else 'tabular features'}); use {DEFAULT_MODELS[dataset]}")
 

@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
+from amp_bench import modes
 from amp_bench.errors import SuiteError
 from amp_bench.suite.checks import Problems
 from amp_bench.suite.fields import (
@@ -55,11 +56,18 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
         layouts = settings["channels_last"] if kind != "transformers" else [False]
         procs = list(spec.nproc_per_node or settings["nproc_per_node"])
         compile_modes = [compile_mode_name(m) for m in (spec.compile or settings["compile"])]
-        compiled_precisions = settings["compile_precisions"] or settings["precisions"]
+        precisions = list(spec.precisions or settings["precisions"])
+        compiled_precisions = settings["compile_precisions"] or precisions
+        seen = set()
         for image_size, seq_len, batch_size, channels_last, nproc, compile_mode, precision in itertools.product(
-                image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, compile_modes, settings["precisions"]):
+                image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, compile_modes, precisions):
             if compile_mode_name(compile_mode) != "eager" and precision not in compiled_precisions:
                 continue  # compile_precisions: compiled cases only for these (eager runs every precision)
+            compile_mode, note = _compile_for(precision, compile_mode, settings)
+            key = (image_size, seq_len, batch_size, channels_last, nproc, compile_mode, precision)
+            if key in seen:  # fp8 compiled by default and the axis' own compiled case: one case
+                continue
+            seen.add(key)
             cases.append(Case(
                 suite=suite.name, model=spec, batch_size=batch_size, precision=precision,
                 channels_last=channels_last, image_size=image_size, seq_len=seq_len,
@@ -75,8 +83,20 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 threads_per_rank=settings["threads_per_rank"], rdzv_endpoint=settings["rdzv_endpoint"],
                 rdzv_id=settings["rdzv_id"], compile_mode=compile_mode,
                 compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"],
-                compile_optimizer=settings["compile_optimizer"], compile_cache=settings["compile_cache"]))
+                compile_optimizer=settings["compile_optimizer"], compile_cache=settings["compile_cache"],
+                compile_note=note, fp8_recipe=settings["fp8_recipe"],
+                fp8_skip_first_last=settings["fp8_skip_first_last"]))
     return cases
+
+
+def _compile_for(precision: str, compile_mode: str, settings: dict) -> tuple[str, str]:
+    """(compile mode, note): a mode that is only fast compiled (fp8) trains compiled where the axis
+    says eager, unless fp8_compile: false; the note says so in the row."""
+    if compile_mode_name(compile_mode) == "eager" and modes.get(precision).compiled_by_default \
+            and settings["fp8_compile"]:
+        return "default", (f"{precision} trains under torch.compile by default (float8 is only fast compiled; "
+                           "fp8_compile: false measures it eager)")
+    return compile_mode, ""
 
 
 def check_distributed(settings: dict, device_type: str, path: Path) -> None:
@@ -144,7 +164,8 @@ def _fidelity_spec(suite: Suite, settings: dict, section: dict) -> FidelitySpec:
         tolerance_pp=given["tolerance_pp"], probe_every=given["probe_every"],
         timeout_s=settings["timeout_s"] if given["timeout_s"] is None else given["timeout_s"],
         allow_emulated=settings["allow_emulated"], compile_mode=compile_mode_name(given["compile"]),
-        compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"])
+        compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"],
+        fp8_recipe=settings["fp8_recipe"], fp8_skip_first_last=settings["fp8_skip_first_last"])
 
 
 def headroom_spec(suite: Suite, device_type: str, overrides: dict | None = None) -> HeadroomSpec:

@@ -48,6 +48,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "compile_optimizer": False,  # true: the optimizer step is compiled too, not only the model
         "compile_cache": "warm",  # warm: one inductor cache per run, shared; cold: an empty one per case
         "compile_precisions": None,  # None: every precision is compiled; a list: only these are
+        # fp8 (torchao float8 on the linear layers; docs/fp8.md)
+        "fp8_recipe": "tensorwise",  # or rowwise (per-row scales: slower, more accurate)
+        "fp8_skip_first_last": False,  # true: the first and last linear layers stay in bf16
+        "fp8_compile": True,  # fp8 trains compiled where the compile axis says eager: float8 is only fast so
     },
     # what an optimizer mapping leaves out (in the settings and in the fidelity section alike)
     "optimizer": _OPTIMIZER,
@@ -57,6 +61,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "config": {}, "task": None, "attn_implementation": None, "options": {}, "num_classes": None,
         "nproc_per_node": None,  # None: the suite's nproc_per_node
         "compile": None,  # None: the suite's compile axis
+        "precisions": None,  # None: the suite's precisions
     },
     "fidelity": {
         "dataset": "digits",
@@ -82,6 +87,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 _SETTINGS, _MODEL = DEFAULTS["settings"], DEFAULTS["model"]
 EAGER = "eager"  # the compile axis' value for "not compiled"
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+FP8_RECIPES = ("tensorwise", "rowwise")
 
 
 def compile_mode_name(value) -> str:
@@ -114,6 +120,7 @@ class ModelSpec:
     # replaces the suite's nproc_per_node for this model
     nproc_per_node: tuple[int, ...] | None = _MODEL["nproc_per_node"]
     compile: tuple[str, ...] | None = _MODEL["compile"]  # replaces the suite's compile axis for this model
+    precisions: tuple[str, ...] | None = _MODEL["precisions"]  # replaces the suite's precisions for this model
 
     @property
     def kind(self) -> str:
@@ -164,6 +171,9 @@ class Case:
     compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
     compile_optimizer: bool = _SETTINGS["compile_optimizer"]
     compile_cache: str = _SETTINGS["compile_cache"]
+    compile_note: str = ""  # why the case is compiled when the suite's axis said eager (fp8_compile)
+    fp8_recipe: str = _SETTINGS["fp8_recipe"]
+    fp8_skip_first_last: bool = _SETTINGS["fp8_skip_first_last"]
 
     @property
     def compiled(self) -> bool:
@@ -245,6 +255,8 @@ class FidelitySpec:
     compile_mode: str = EAGER  # eager, or the torch.compile mode the model trains under
     compile_backend: str = _SETTINGS["compile_backend"]
     compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
+    fp8_recipe: str = _SETTINGS["fp8_recipe"]
+    fp8_skip_first_last: bool = _SETTINGS["fp8_skip_first_last"]
 
     @property
     def compiled(self) -> bool:
