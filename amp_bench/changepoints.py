@@ -9,13 +9,13 @@ change is a ratio and the threshold is relative. Two questions, answered separat
   of E-divisive): a change that later reverts merges away, a level that comes back is seen, and each
   change is dated to the night it began, with the range of nights it may have begun in.
 - `state`: is the series red tonight? Red while the latest level (a tail of the last 2..10 nights:
-  for two nights the better one, for more a mean with spikes pulled down to the tail's median + 2.5
-  noise units) sits beyond the accepted level, or the recent window, by at least `margin` x the
-  threshold and by a two-sample t-test: the pooled sd of reference and tail nights (each around its
-  own level, so a step does not inflate it while a shared machine's slow nights do), the t turned
-  into a normal deviate with a discount for a scale learnt from few nights, against Z_TAIL by tail
-  length. A tail with a significant drop inside it is a regression and its return, not one level;
-  a fixed regression or a reverted spike is green again by itself.
+  for two nights the better one, for more the mean with a night 2.5 noise units above all others
+  counted as the next worst) sits beyond the accepted level, or the recent window, by at least
+  `margin` x the threshold and by a two-sample t-test: the pooled sd of reference and tail nights
+  (each around its own level, so a step does not inflate it while a shared machine's slow nights
+  do), the t turned into a normal deviate with a discount for a scale learnt from few nights,
+  against Z_TAIL by tail length. A tail with a significant drop inside it is a regression and its
+  return, not one level; a fixed regression or a reverted spike is green again by itself.
 benchmarks/nightly_targets.py prints detection and false-alarm rates on generated series.
 """
 from __future__ import annotations
@@ -167,11 +167,14 @@ _WINSOR_SD2 = 1.168
 
 def _tail_level(tail: np.ndarray, s: float) -> tuple[float, float]:
     """The tail's level and its sd in night units x sqrt(n): for two nights the better night (one
-    spike never carries it); for more, the mean with nights above the tail's median + 2.5 noise units
-    pulled down to it (a spike's weight is bounded, a normal tail keeps a plain mean's precision)."""
+    spike never carries it); for more, the mean with the worst night counted as the second worst
+    when it stands 2.5 noise units above it (a spike; a normal tail keeps a plain mean's precision)."""
     if len(tail) == 2:
         return float(tail.min()), _WINSOR_SD2
-    return float(np.mean(np.minimum(tail, np.median(tail) + 2.5 * s))), 1.0
+    srt = np.sort(tail)
+    if srt[-1] - srt[-2] > 2.5 * s:
+        srt[-1] = srt[-2]
+    return float(srt.mean()), 1.0
 
 
 def _pooled(ref: np.ndarray, r: float, tail: np.ndarray, s: float, floor: float) -> float:
