@@ -8,14 +8,14 @@ change is a ratio and the threshold is relative. Two questions, answered separat
   robust two-sample statistic, then every boundary re-tested against its neighbours, in the spirit
   of E-divisive): a change that later reverts merges away, a level that comes back is seen, and each
   change is dated to the night it began, with the range of nights it may have begun in.
-- `state`: is the series red tonight? Red while the latest level (a tail of the last 2..10 nights,
-  its worst night counted as its second worst, so a one-night spike never carries it) sits beyond
-  the accepted level, or the recent window, by at least `margin` x the threshold and by Z_TAIL noise
-  units (4.5 for a two-night tail, 3.5 for longer ones, which overlap from night to night). A tail
-  with a significant drop inside it is a regression and its return, not one level. Noise is a
-  trimmed RMS of night-to-night differences since the accepted level, which a step or a spike hardly
-  moves but a share of slow nights on a shared machine does raise. A fixed regression or a reverted
-  spike is green again by itself.
+- `state`: is the series red tonight? Red while the latest level (a tail of the last 2..10 nights:
+  for two nights the better one, for more the mean with a night 2.5 noise units above all others
+  counted as the next worst) sits beyond the accepted level, or the recent window, by at least
+  `margin` x the threshold and by a two-sample t-test: the pooled sd of reference and tail nights
+  (each around its own level, so a step does not inflate it while a shared machine's slow nights
+  do), the t turned into a normal deviate with a discount for a scale learnt from few nights,
+  against Z_TAIL by tail length. A tail with a significant drop inside it is a regression and its
+  return, not one level; a fixed regression or a reverted spike is green again by itself.
 benchmarks/nightly_targets.py prints detection and false-alarm rates on generated series.
 """
 from __future__ import annotations
@@ -26,16 +26,20 @@ from statistics import NormalDist
 import numpy as np
 
 Z_SEGMENT = 4.5  # statistic a split must reach (it is a maximum over positions)
-# noise units a red tail must be beyond its reference, by tail length (2, 3+ nights): two-night tails
-# are nearly independent from night to night (the most chances for a false alarm) and only need to
-# catch big steps; longer tails overlap from night to night and carry the 3-5% steps
-Z_TAIL = (4.5, 3.5, 3.5)
+# normal-equivalent bar a red tail must reach, by tail length (2, 3, 4+ nights); with T_DF and
+# TEST_FLOOR chosen on generated series (benchmarks/calibrate_state.py prints the trade-off) for the
+# fewest pure-noise alarms at which 10% steps are caught within 2 nights and 5% within 3
+Z_TAIL = (4.3, 4.3, 3.9)
 Z_DROP = 2.5  # a tail with a drop inside it this many noise units deep is not one level (it came back)
 MARGIN = 0.75  # ... and at least this share of the threshold
 MIN_REFERENCE = 5  # nights of reference before anything can be red
 MAX_TAIL = 10  # longest tail tested as "the latest level"
 WINDOW = 10  # the rolling window before the tail
 SCALE_FLOOR = 0.1  # noise is never taken below this share of the threshold (memory is ~exact)
+# the test's noise is never below this share of the threshold: a scale learnt from few nights can
+# come out far too quiet, and a quieter machine's threshold-sized step is still > 5 units over 5 nights
+TEST_FLOOR = 0.25
+T_DF = 2.0  # degrees of freedom per night since the anchor, for the small-sample discount
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ def oriented(values, higher_is_worse: bool = True) -> np.ndarray:
     return y if higher_is_worse else -y
 
 
-def noise_scale(y: np.ndarray, threshold: float) -> float:
+def noise_scale(y: np.ndarray, threshold: float, widen: bool = True) -> float:
     """Night-to-night noise in log units: the RMS of successive differences with the largest tenth
     (at least two) left out, since a step or a spike is one or two differences, over sqrt(2),
     corrected to a normal's standard deviation and widened while there are few nights. Unlike a MAD
@@ -82,7 +86,7 @@ def noise_scale(y: np.ndarray, threshold: float) -> float:
     q = NormalDist().inv_cdf((1 + p) / 2)
     correction = np.sqrt(1 - 2 * q * NormalDist().pdf(q) / p)  # RMS of a normal's central share p
     s = float(np.sqrt(np.mean(kept ** 2) / 2)) / correction
-    return max(s * np.sqrt(1 + 4 / len(d)), floor)
+    return max(s * np.sqrt(1 + 4 / len(d)) if widen else s, floor)
 
 
 def _medfilt3(y: np.ndarray) -> np.ndarray:
@@ -157,15 +161,35 @@ def detect(values, threshold: float = 0.03, higher_is_worse: bool = True, z: flo
     return out
 
 
-# sd of the winsorized mean of n normal nights (worst night counted as the second worst), x sqrt(n)
-_WINSOR_SD = {2: 1.168, 3: 1.073, 4: 1.043, 5: 1.032, 6: 1.023, 7: 1.018, 8: 1.016, 9: 1.013, 10: 1.011}
+# sd of the better of two normal nights, x sqrt(2)
+_WINSOR_SD2 = 1.168
 
 
-def _tail_level(tail: np.ndarray) -> float:
-    """The tail's level: its mean with the worst night counted as the second worst (winsorized), so
-    one spike never carries a tail of any length (for two nights it is the better night)."""
+def _tail_level(tail: np.ndarray, s: float) -> tuple[float, float]:
+    """The tail's level and its sd in night units x sqrt(n): for two nights the better night (one
+    spike never carries it); for more, the mean with the worst night counted as the second worst
+    when it stands 2.5 noise units above it (a spike; a normal tail keeps a plain mean's precision)."""
+    if len(tail) == 2:
+        return float(tail.min()), _WINSOR_SD2
     srt = np.sort(tail)
-    return float((srt[:-1].sum() + srt[-2]) / len(tail))
+    if srt[-1] - srt[-2] > 2.5 * s:
+        srt[-1] = srt[-2]
+    return float(srt.mean()), 1.0
+
+
+def _pooled(ref: np.ndarray, r: float, tail: np.ndarray, s: float, floor: float) -> float:
+    """The two-sample t-test's pooled sd: reference nights around their level, tail nights around
+    theirs, each clipped at 2.5 noise units. A step falls between the two and does not inflate it; a
+    shared machine's slow nights do, in both."""
+    res = np.concatenate([ref - r, tail - np.median(tail)])
+    res = np.clip(res, -2.5 * s, 2.5 * s)
+    return max(float(np.sqrt(np.sum(res ** 2) / (len(res) - 2))), floor)
+
+
+def _normal_equivalent(t: float, df: float) -> float:
+    """A Student-t statistic as the normal deviate of about the same tail probability: a scale
+    learnt from few nights is discounted (much at 8 nights, little at 30)."""
+    return float(np.sign(t) * np.sqrt(df * np.log1p(t * t / df)) * (1 - 1 / (4 * df)))
 
 
 def _one_level(tail: np.ndarray, s: float) -> bool:
@@ -187,14 +211,16 @@ def state(values, threshold: float = 0.03, higher_is_worse: bool = True, anchor:
     the last two nights are not yet a history). z: one bar for every tail length instead of Z_TAIL."""
     y = oriented(values, higher_is_worse)
     n_all = len(y)
-    # noise: successive differences of the whole series since the anchor (tail included), so a
-    # machine with a share of slow nights is seen as the noisier machine it is
-    s = noise_scale(y[anchor:] if n_all - anchor >= 6 else y, threshold)
-    bounds = [anchor + b for b, _, _ in segment(y[anchor:], threshold, scale=s)]
+    since = y[anchor:] if n_all - anchor >= 6 else y
+    # clipping scale: night-to-night differences since the anchor (a step is one difference)
+    s = noise_scale(since, threshold, widen=False)
+    bounds = [anchor + b for b, _, _ in segment(y[anchor:], threshold, scale=noise_scale(since, threshold))]
     accepted_end = bounds[0] if bounds else n_all
     settled = [b for b in bounds if b <= n_all - 2]  # a boundary in the last night can't cut a 2-night tail
     last = settled[-1] if settled else anchor
     need, consistent = margin * np.log1p(threshold), 0.5 * np.log1p(threshold)
+    floor = TEST_FLOOR * np.log1p(threshold)
+    df = T_DF * max(n_all - anchor - 1, 1)
     best: State | None = None
     for n in range(2, min(MAX_TAIL, n_all - last) + 1):
         tail_start = n_all - n
@@ -203,10 +229,12 @@ def state(values, threshold: float = 0.03, higher_is_worse: bool = True, anchor:
         tail = y[tail_start:]
         if not _one_level(tail, s):
             continue
-        level = _tail_level(tail)
-        bar = z if z is not None else Z_TAIL[min(n, 4) - 2]
-        references = (("accepted", y[anchor:min(accepted_end, tail_start)]),
-                      ("recent", y[max(anchor, tail_start - WINDOW):tail_start]))
+        level, sd = _tail_level(tail, s)
+        bar = z if z is not None else Z_TAIL[min(n, len(Z_TAIL) + 1) - 2]
+        accepted = y[anchor:min(accepted_end, tail_start)]
+        references = [("accepted", accepted)]
+        if len(accepted) < tail_start - anchor or last > anchor:  # else recent is a part of accepted
+            references.append(("recent", y[max(last, tail_start - WINDOW):tail_start]))
         for against, ref in references:
             if len(ref) < MIN_REFERENCE:
                 continue
@@ -215,7 +243,8 @@ def state(values, threshold: float = 0.03, higher_is_worse: bool = True, anchor:
             # beyond margin x the threshold, and the last two nights both past the midpoint
             if d < need or float(np.min(tail[-2:])) - r < max(consistent, d / 2):
                 continue
-            if d / (s * np.sqrt(_WINSOR_SD[n] ** 2 / n + 1 / min(len(ref), 30))) < bar:
+            t = d / (_pooled(ref, r, tail, s, floor) * np.sqrt(sd ** 2 / n + 1 / min(len(ref), 30)))
+            if _normal_equivalent(t, df) < bar:
                 continue
             if best is None or n > best.nights:
                 start, earliest, latest = _date(y, r, d, tail_start, s)

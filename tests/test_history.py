@@ -41,6 +41,23 @@ def test_state_goes_red_and_green_again():
     assert [c.index for c in detect(values)] == [20, 26]
 
 
+def test_state_weighs_a_shared_machines_slow_nights():
+    """The same nights: five slow nights (+4%) on a machine that had seven before are not red (the
+    pooled sd holds its slow nights), a 3% step after them is red within 5 nights, dated to it."""
+    rng = np.random.default_rng(7)
+    base = 100 * np.exp(rng.normal(0, 0.011, 30))
+    slow = np.zeros(30, bool)
+    slow[[2, 5, 6, 9, 13, 16, 17]] = True
+    slow[25:] = True
+    shared = base * np.where(slow, 1.04, 1.0)
+    assert not any(state(shared[:i]).red for i in range(6, 31))
+    step = base.copy()
+    step[20:] *= 1.03
+    assert not any(state(step[:i]).red for i in range(6, 21))
+    red = state(step[:25])
+    assert red.red and red.earliest <= 20 <= red.start and red.ratio == pytest.approx(1.03, abs=0.01)
+
+
 def test_detection_rates_meet_the_targets():
     """The same figures benchmarks/nightly_targets.py prints, on fewer trials."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
