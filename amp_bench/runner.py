@@ -83,7 +83,7 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     warmup_steps, repeats, timeout_s, seed, ... The DataFrame's attrs["run_dir"] names the run dir.
     """
     reporter = reporter or Reporter()
-    session = Session.start(path, device)
+    session = Session.start(path, device, overrides)
     info = session.device
     plan = schedule(session.suite.cases(info.type, overrides))
     store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(plan))

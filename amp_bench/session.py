@@ -15,7 +15,7 @@ from amp_bench.errors import UserError
 from amp_bench.hardware import DeviceInfo
 from amp_bench.process import run_worker
 from amp_bench.results import RunStore, make_run_id, utc_now
-from amp_bench.suite import Suite, load_suite
+from amp_bench.suite import Suite, load_suite, validate_overrides
 
 PROBE_TIMEOUT_S = 180.0
 
@@ -45,8 +45,10 @@ class Session:
     fingerprint: dict | None = None
 
     @classmethod
-    def start(cls, path, device: str | None = None) -> Session:
+    def start(cls, path, device: str | None = None, overrides: dict | None = None) -> Session:
         suite = load_suite(path)
+        if overrides:  # a bad override is a one-line error before any worker starts
+            validate_overrides(overrides, suite.path)
         probed = probe(device or suite.device)
         return cls(Path(path), suite, probed, DeviceInfo.from_json(probed["device"]))
 

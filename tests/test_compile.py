@@ -135,8 +135,9 @@ def test_fidelity_study_trains_compiled(write_suite, tmp_path):
 def test_shipped_suites_compile_cases():
     gpu_check = load_suite(ROOT / "suites" / "gpu_check.yaml")
     compiled = [c.case_id for c in gpu_check.cases("cuda") if c.compiled]
-    assert compiled == ["gpt2-small-bs64-seq256-amp_bf16-compiled"]  # the one compiled case
-    assert len(gpu_check.cases("cuda")) == 13 and not any(c.compiled for c in gpu_check.cases("cpu"))
+    # compiled: amp_bf16, and fp8 (compiled by default) beside it
+    assert compiled == ["gpt2-small-bs64-seq256-fp8-compiled", "gpt2-small-bs64-seq256-amp_bf16-compiled"]
+    assert len(gpu_check.cases("cuda")) == 14 and not any(c.compiled for c in gpu_check.cases("cpu"))
     suite = load_suite(ROOT / "suites" / "compile.yaml")
     modes = {c.compile_mode for c in suite.cases("cuda")}
     assert modes == {"eager", "default", "reduce-overhead"}
