@@ -127,6 +127,9 @@ def test_fp8_trains_compiled_by_default_and_says_so(write_suite):
                                   "fp8_recipe: rowwise\n", "b.yaml")).cases("cpu")
     assert [c.case_id for c in both] == ["mlp-bs4-amp_bf16", "mlp-bs4-fp8-compiled", "mlp-bs4-amp_bf16-compiled"]
     assert {c.fp8_recipe for c in both} == {"rowwise"}
+    own = load_suite(write_suite('models:\n  - {ref: "python:toy_models:mlp", label: mlp, compile: false}\n'
+                                 "batch_sizes: [4]\nprecisions: [fp8]\n", "own.yaml")).cases("cpu")
+    assert [c.case_id for c in own] == ["mlp-bs4-fp8"]  # the model entry's own axis is taken as written
 
 
 def test_per_model_precisions(write_suite):

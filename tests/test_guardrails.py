@@ -192,6 +192,7 @@ def _burner() -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.solo  # its quiet half needs no other test running beside it
 def test_a_worker_beside_cpu_burners_is_flagged_and_a_quiet_one_is_not(write_suite, tmp_path, monkeypatch):
     """One-thread worker: beside burners on every core it is contended; alone, with one core free
     even if something else holds the other, it is not."""

@@ -40,7 +40,14 @@ def bench_session(workdir, ms, *args):
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_amp.py",
                            "--benchmark-timer=amp_bench.timing.host_clock",
                            f"--benchmark-storage=file://{workdir / 'storage'}", *args],
-                          cwd=workdir, capture_output=True, text=True, timeout=300)
+                          cwd=workdir, capture_output=True, text=True, timeout=300, env=_own_session_env())
+
+
+def _own_session_env() -> dict:
+    """This environment without pytest-xdist's worker variables: pytest-benchmark turns itself off
+    in an xdist worker, and the inner session is a plain one."""
+    import os
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
 
 
 @pytest.fixture

@@ -63,7 +63,10 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, compile_modes, precisions):
             if compile_mode_name(compile_mode) != "eager" and precision not in compiled_precisions:
                 continue  # compile_precisions: compiled cases only for these (eager runs every precision)
-            compile_mode, note = _compile_for(precision, compile_mode, settings)
+            if spec.compile is None:  # a model entry's own compile: axis is taken as written
+                compile_mode, note = _compile_for(precision, compile_mode, settings)
+            else:
+                note = ""
             key = (image_size, seq_len, batch_size, channels_last, nproc, compile_mode, precision)
             if key in seen:  # fp8 compiled by default and the axis' own compiled case: one case
                 continue
