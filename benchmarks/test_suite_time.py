@@ -46,7 +46,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-bf16", action="store_true", help="ONEDNN_MAX_CPU_ISA=AVX2")
     parser.add_argument("--busy-core", action="store_true", help="one core kept busy by another process")
-    parser.add_argument("--keep", action="store_true", help="keep the clone and its log")
+    parser.add_argument("--keep", action="store_true", help="keep the clone and its log (kept anyway on a failure)")
     args = parser.parse_args()
     command = readme_test_command()
     work = Path(tempfile.mkdtemp(prefix="amp_bench_test_time_"))
@@ -68,7 +68,8 @@ def main() -> int:
             burner.kill()
             burner.wait()
     took = time.monotonic() - started
-    summary = [line for line in log.read_text(errors="replace").splitlines() if re.search(r"\d+ (passed|failed)", line)]
+    text = log.read_text(errors="replace").splitlines()
+    summary = [line for line in text if re.search(r"\d+ (passed|failed)", line) or line.startswith("FAILED ")]
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; bf16 instructions "
           f"{'hidden (ONEDNN_MAX_CPU_ISA=AVX2)' if args.no_bf16 else 'as the CPU has them'}; "
           f"{'one core kept busy' if args.busy_core else 'no other load started'}")
@@ -76,7 +77,7 @@ def main() -> int:
     for line in summary:
         print(f"  {line.strip('= ')}")
     print(f"README test command: exit {code} in {took:.0f} s ({took / 60:.1f} min; target < 12 min)")
-    if args.keep:
+    if args.keep or code:
         print(f"clone and log: {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
