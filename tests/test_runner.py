@@ -171,12 +171,20 @@ timeout_s: 600
 """
 
 
+def _sigint_as_from_a_terminal() -> None:
+    """SIGINT at its default, as a user's shell leaves it. A process started with SIGINT ignored
+    (a pytest-xdist worker's children, a background job in a script) keeps ignoring it: Python then
+    installs no KeyboardInterrupt handler, rightly, and the run would not notice the signal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_an_interrupted_run_keeps_finished_cases(write_suite, tmp_path, sig):
     results_dir = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(write_suite(INTERRUPT_SUITE)),
                              "--device", "cpu", "--results-dir", str(results_dir)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_sigint_as_from_a_terminal)
     deadline = time.monotonic() + 120
     table = None
     while time.monotonic() < deadline:
