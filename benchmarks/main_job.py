@@ -22,16 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from amp_bench.hardware import read_cpu_info  # noqa: E402  (torch-free)
 
 
 def run(label: str, env_extra: dict[str, str], burner: bool) -> None:
@@ -65,7 +58,7 @@ def main() -> int:
     parser.add_argument("--only", choices=("native", "avx2"))
     parser.add_argument("--burner", action="store_true")
     args = parser.parse_args()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs; python {platform.python_version()}")
+    print(f"machine: {read_cpu_info()[0]}, {os.cpu_count()} CPUs; python {platform.python_version()}")
     if args.only in (None, "native"):
         run("this CPU as it is", {}, args.burner)
     if args.only in (None, "avx2"):

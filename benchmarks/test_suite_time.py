@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -24,22 +23,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from amp_bench.hardware import read_cpu_info  # noqa: E402  (torch-free)
 
 
 def readme_test_command() -> str:
     text = (ROOT / "README.md").read_text()
     lines = [line.strip() for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S) for line in block.splitlines()]
     return next(line for line in lines if "pytest" in line and "pip install" in line)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> int:
@@ -70,7 +62,7 @@ def main() -> int:
     took = time.monotonic() - started
     text = log.read_text(errors="replace").splitlines()
     summary = [line for line in text if re.search(r"\d+ (passed|failed)", line) or line.startswith("FAILED ")]
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; bf16 instructions "
+    print(f"machine: {read_cpu_info()[0]}, {os.cpu_count()} cores; bf16 instructions "
           f"{'hidden (ONEDNN_MAX_CPU_ISA=AVX2)' if args.no_bf16 else 'as the CPU has them'}; "
           f"{'one core kept busy' if args.busy_core else 'no other load started'}")
     print(f"command: {command}")

@@ -46,18 +46,8 @@ def cmd_fidelity(args, console) -> int:
     from amp_bench.fidelity import failed_rows, run_fidelity
     overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
                  "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
-    try:
-        runs = run_fidelity(args.suite, device=args.device, results_dir=args.results_dir,
-                            reporter=render.fidelity_progress(console),
-                            **{k: v for k, v in overrides.items() if v is not None})
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: every finished precision is saved; see the results directory above")
-        return 130
-    render.print_fidelity(runs, console)
-    console.print(f"-> {runs.attrs['run_dir']}", highlight=False, soft_wrap=True)
-    if not args.no_report:
-        auto_report(runs.attrs["run_dir"], args.reports_dir, console)
-    return _exit_for(failed_rows(runs), console)
+    return _study(args, console, run_fidelity, overrides, render.fidelity_progress, render.print_fidelity,
+                  failed_rows, "every finished precision is saved")
 
 
 def cmd_headroom(args, console) -> int:
@@ -66,14 +56,19 @@ def cmd_headroom(args, console) -> int:
                  "start_batch_size": args.start_batch_size, "resolution": args.resolution,
                  "precisions": args.precision, "measure": False if args.no_measure else None,
                  "timeout_s": args.timeout_s}
+    return _study(args, console, run_headroom, overrides, render.headroom_progress, render.print_headroom,
+                  failed_rows, "every finished search is saved")
+
+
+def _study(args, console, run, overrides: dict, progress, show, failed_rows, kept: str) -> int:
+    """Run a study with its progress display, print its table, write its report, exit on its rows."""
     try:
-        table = run_headroom(args.suite, device=args.device, results_dir=args.results_dir,
-                             reporter=render.headroom_progress(console),
-                             **{k: v for k, v in overrides.items() if v is not None})
+        table = run(args.suite, device=args.device, results_dir=args.results_dir, reporter=progress(console),
+                    **{k: v for k, v in overrides.items() if v is not None})
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: every finished search is saved; see the results directory above")
+        console.print(f"[yellow]interrupted[/]: {kept}; see the results directory above")
         return 130
-    render.print_headroom(table, console)
+    show(table, console)
     console.print(f"-> {table.attrs['run_dir']}", highlight=False, soft_wrap=True)
     if not args.no_report:
         auto_report(table.attrs["run_dir"], args.reports_dir, console)
