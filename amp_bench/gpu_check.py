@@ -95,8 +95,8 @@ def failures(data: dict) -> list[str]:
     `unsupported` one whose mode this GPU does not run natively (modes.Mode.cuda_min_capability: fp16
     and bf16 from 8.0 on are required, fp8 from 8.9 on; unknown capability: unsupported is allowed);
     any fidelity or headroom row not ok."""
-    from amp_bench.fidelity import failed_rows as fidelity_failed
-    from amp_bench.headroom import failed_rows as headroom_failed
+    from amp_bench.analysis.fidelity import failed_rows as fidelity_failed
+    from amp_bench.analysis.headroom import failed_rows as headroom_failed
     out = [f"stage {s['stage']}: {s['status']}" + (f" ({s['note']})" if s["note"] else "")
            for s in data["stages"].values() if s["status"] in ("failed", "timeout")]
     suite, cap = data["suite"], capability(data)

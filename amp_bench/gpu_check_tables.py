@@ -149,7 +149,7 @@ def _case(suite: pd.DataFrame, model: str, precision: str, channels_last: bool |
 
 
 def anchors_section(suite: pd.DataFrame, matmul: dict, device_name: str) -> list[str]:
-    from amp_bench.peaks import peak_tflops
+    from amp_bench.platform.peaks import peak_tflops
     lines = ["## Beside the published figures (shared/FIELD_NOTES.md)", ""]
     rows = []
     measured = next((v for k, v in MATMUL_MEASURED.items() if k in device_name), None)
@@ -220,7 +220,7 @@ def fidelity_section(fidelity: pd.DataFrame) -> list[str]:
     lines = ["## Fidelity (suites/fidelity.yaml, short)", ""]
     if fidelity.empty:
         return lines + ["(not run)", ""]
-    from amp_bench.fidelity import load_fidelity
+    from amp_bench.analysis.fidelity import load_fidelity
     verdicts = load_fidelity([Path(d) for d in fidelity["run_dir"].unique()])["verdicts"]
     return lines + [markdown(verdicts.reindex(columns=["precision", "seeds", "status", "test_accuracy",
                                                         "accuracy_diff_pp", "tolerance_pp", "verdict"])), ""]

@@ -118,6 +118,12 @@ def baseline_names() -> tuple[str, ...]:
     return tuple(m.name for m in _REGISTRY.values() if m.baseline)
 
 
+def reference() -> str:
+    """The mode every speedup and memory saving is first given against (the first baseline: fp32);
+    later baselines (tf32) get their own speedup columns."""
+    return baseline_names()[0]
+
+
 def scaler_names() -> tuple[str, ...]:
     return tuple(m.name for m in _REGISTRY.values() if m.grad_scaler)
 
@@ -135,6 +141,18 @@ def order_key(name: str) -> int:
 def label(name: str) -> str:
     mode = _REGISTRY.get(name)
     return (mode.label or mode.name) if mode else name
+
+
+EMULATED = "emulated"
+
+
+def with_emulated(text: str, emulated: bool, why: str = "") -> str:
+    """'amp_bf16 (emulated)', or with why 'bf16 autocast (emulated: no AVX512-BF16)': a figure from a
+    mode the hardware only emulates is never shown without saying so. The one place the label is
+    built (run table, headline, report summary, claims verdict; the speedup chart's bar word)."""
+    if not emulated:
+        return text
+    return f"{text} ({EMULATED}: {why})" if why else f"{text} ({EMULATED})"
 
 
 def colours() -> dict[str, str]:

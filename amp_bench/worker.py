@@ -17,40 +17,42 @@ import sys
 import time
 import traceback
 
-from amp_bench.child import EventChannel, die_with_parent, is_oom, write_json_atomic
+from amp_bench.measure.channel import EventChannel, die_with_parent, is_oom, write_json_atomic
 
 def _case_job(spec: dict, events: EventChannel, rank) -> dict:
-    from amp_bench import distributed
-    from amp_bench.hardware import DeviceInfo
-    from amp_bench.measure import run_case
+    from amp_bench.measure import ddp
+    from amp_bench.measure.case import run_case
+    from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import Case
     case, device = Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"])
-    record = run_case(case, device, events, rank)
+    support = Support(**spec["support"]) if spec.get("support") else None  # the parent's gate decision
+    record = run_case(case, device, events, rank, support=support)
     if rank is not None:  # every rank gets every record; each node's local rank 0 writes the row
-        record = distributed.aggregate(rank.gather(record), case, rank.backend(case, device.type))
+        record = ddp.aggregate(rank.gather(record), case, rank.backend(case, device.type))
     return record
 
 
 def _fidelity_job(spec: dict, events: EventChannel, rank) -> dict:  # one process, never under torchrun
-    from amp_bench.fidelity_train import train_precision
-    from amp_bench.hardware import DeviceInfo
+    from amp_bench.studies.fidelity.train import train_precision
+    from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import FidelitySpec
+    support = Support(**spec["support"]) if spec.get("support") else None  # the parent's gate decision
     return train_precision(FidelitySpec.from_json(spec["spec"]), spec["precision"],
-                           DeviceInfo.from_json(spec["device"]), events)
+                           DeviceInfo.from_json(spec["device"]), events, support)
 
 
 JOBS = {"case": _case_job, "fidelity": _fidelity_job}
 
 
 def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:
-    from amp_bench import distributed
-    from amp_bench.compiling import compile_reason, is_compile_error
-    from amp_bench.step import UnsupportedCase
+    from amp_bench.measure import ddp
+    from amp_bench.measure.compiling import compile_reason, is_compile_error
+    from amp_bench.measure.step import UnsupportedCase
 
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
     started = time.time()
-    rank = distributed.Rank.from_env()
+    rank = ddp.Rank.from_env()
     try:
         record = job(spec, events, rank)
     except UnsupportedCase as exc:  # decided alike on every rank, before any collective
@@ -66,7 +68,7 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
             # this rank's own account, then a non-zero exit: torchrun stops the other ranks (which
             # would wait for this one in the next collective) and the parent reads the account
             record.update(rank=rank.rank, failed_at=time.time())
-            write_json_atomic(distributed.rank_result_path(result_path, rank.rank), record)
+            write_json_atomic(ddp.rank_result_path(result_path, rank.rank), record)
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)  # no interpreter teardown: it could wait on a collective that never ends
@@ -74,13 +76,13 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
     if rank is None or rank.local_rank == 0:
         write_json_atomic(result_path, record)
     if rank is not None:
-        distributed.Rank.teardown()
+        ddp.Rank.teardown()
     return 0
 
 
 def _main_probe(requested: str, result_path: str) -> int:
-    from amp_bench.environment import gpu_facts, software_record, versions
-    from amp_bench.hardware import DeviceUnavailable, describe_support, probe_device
+    from amp_bench.platform.provenance import gpu_facts, software_record, versions
+    from amp_bench.platform.device import DeviceUnavailable, describe_support, probe_device
     try:
         device = probe_device(requested)
     except DeviceUnavailable as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import amp_bench.changepoints as cp  # noqa: E402
+import amp_bench.analysis.gate.changepoints as cp  # noqa: E402
 from nightly_targets import detection_rates  # noqa: E402
 
 CANDIDATES = [  # (Z_TAIL, T_DF, TEST_FLOOR)

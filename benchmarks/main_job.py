@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from amp_bench.hardware import read_cpu_info  # noqa: E402  (torch-free)
+from amp_bench.platform.device import read_cpu_info  # noqa: E402  (torch-free)
 
 
 def run(label: str, env_extra: dict[str, str], burner: bool) -> None:

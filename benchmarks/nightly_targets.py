@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_bench.changepoints import state  # noqa: E402
+from amp_bench.analysis.gate.changepoints import state  # noqa: E402
 
 NIGHTS, AT = 30, 20
 
@@ -108,8 +108,8 @@ def write_tree(root: Path, machines: int, suites: int, cases: int, n_nights: int
 
 def annotation_clears(trees: int = 20, seed: int = 1) -> float:
     """Share of trees whose regression an annotation dated the night of the change clears."""
-    from amp_bench.history import evaluate, load_annotations
-    from amp_bench.results_cache import load_tree
+    from amp_bench.analysis.gate.history import evaluate, load_annotations
+    from amp_bench.store.cache import load_tree
     rng = np.random.default_rng(seed)
     cleared = 0
     for _ in range(trees):
@@ -126,8 +126,8 @@ def annotation_clears(trees: int = 20, seed: int = 1) -> float:
 
 
 def fleet_timing(n_nights: int, cases: int = 15) -> dict[str, float]:
-    from amp_bench.history import evaluate
-    from amp_bench.results_cache import load_tree
+    from amp_bench.analysis.gate.history import evaluate
+    from amp_bench.store.cache import load_tree
     rng = np.random.default_rng(2)
     root = Path(tempfile.mkdtemp(prefix="amp_bench_fleet_"))
     try:

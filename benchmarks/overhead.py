@@ -97,7 +97,7 @@ def plain_loop(precision: str, warmup: int, steps: int, work: Workload = Workloa
 
 def harness_round(precision: str, warmup: int, steps: int, workdir: Path, device: dict,
                   work: Workload = Workload()) -> float:
-    from amp_bench.process import run_worker
+    from amp_bench.workers.process import run_worker
     from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 
     h = work.hyper()
@@ -147,7 +147,7 @@ def main() -> int:
     harness, plain, rows = [], [], []
     # probe once, in a worker, so this process never runs torch work (its thread pool would
     # compete with the measured process for the cores)
-    from amp_bench.session import probe
+    from amp_bench.studies.session import probe
     device = probe(args.device)["device"]
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from amp_bench.hardware import read_cpu_info  # noqa: E402  (torch-free)
+from amp_bench.platform.device import read_cpu_info  # noqa: E402  (torch-free)
 
 
 def readme_test_command() -> str:

@@ -29,7 +29,7 @@ def processes_with(*markers: str) -> list[int]:
 def native_on_this_cpu(precision: str) -> bool:
     """Does this CPU run the mode natively (so a default suite runs it), or only emulated (so the
     gate leaves it out)? Tests that see a default run's rows hold on both kinds of CPU."""
-    from amp_bench.hardware import precision_support, probe_device
+    from amp_bench.platform.device import precision_support, probe_device
     return precision_support(precision, probe_device("cpu")).supported
 
 

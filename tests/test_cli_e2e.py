@@ -6,7 +6,7 @@ import sys
 import pandas as pd
 import pytest
 
-from amp_bench.results import RESULT_COLUMNS
+from amp_bench.store.results import RESULT_COLUMNS
 from conftest import ROOT, native_on_this_cpu
 
 

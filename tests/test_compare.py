@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.compare import Threshold, bootstrap_median_ratio, judge
+from amp_bench.analysis.compare import Threshold, bootstrap_median_ratio, judge
 from amp_bench.errors import UserError
 from conftest import ROOT
 
@@ -133,7 +133,7 @@ def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fing
                   slow_contended=1.0):
     """A run directory written from generated step times (no torch); contended: the repeats marked
     contended (issue 12's column), slow_contended: their step times' factor."""
-    from amp_bench.results import RunStore
+    from amp_bench.store.results import RunStore
     rng = rng or np.random.default_rng(0)
     store = RunStore(root, name)
     for case in cases:
@@ -150,7 +150,7 @@ def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fing
 
 @pytest.mark.parametrize("repeats, steps", [(1, 3), (1, 20), (2, 20)])
 def test_never_passes_for_lack_of_data(tmp_path, repeats, steps):
-    from amp_bench.compare import EXIT_NO_DATA, compare
+    from amp_bench.analysis.compare import EXIT_NO_DATA, compare
     base = generated_run(tmp_path, "base", 100, repeats, steps)
     cand = generated_run(tmp_path, "cand", 105, repeats, steps)  # 5% slower
     result = compare([base], [cand])
@@ -160,7 +160,7 @@ def test_never_passes_for_lack_of_data(tmp_path, repeats, steps):
 
 
 def test_one_case_without_data_is_exit_3(tmp_path):
-    from amp_bench.compare import EXIT_NO_DATA, EXIT_OK, compare
+    from amp_bench.analysis.compare import EXIT_NO_DATA, EXIT_OK, compare
     base = generated_run(tmp_path, "base", 100, 3, 20, cases=("a", "b"))
     cand = generated_run(tmp_path, "cand", 100, 3, 20, cases=("a",))
     assert compare([base], [cand]).exit_code == EXIT_NO_DATA
@@ -170,7 +170,7 @@ def test_one_case_without_data_is_exit_3(tmp_path):
 
 @pytest.mark.parametrize("side", ["baseline", "candidate"])
 def test_wholly_contended_side_is_not_comparable(tmp_path, side):
-    from amp_bench.compare import CONTENDED, EXIT_NO_DATA, compare
+    from amp_bench.analysis.compare import CONTENDED, EXIT_NO_DATA, compare
     busy = {"contended": range(3), "slow_contended": 1.3}
     base = generated_run(tmp_path, "base", 100, 3, 20, **(busy if side == "baseline" else {}))
     cand = generated_run(tmp_path, "cand", 100, 3, 20, **(busy if side == "candidate" else {}))
@@ -183,7 +183,7 @@ def test_wholly_contended_side_is_not_comparable(tmp_path, side):
 def test_contended_repeats_are_left_out(tmp_path):
     """Two of five candidate repeats ran 40% slower on a busy machine and say so: they are left out
     (and the notes say so); the same rows without the column count, as before: no pass."""
-    from amp_bench.compare import EXIT_OK, EXIT_REGRESSION, EXIT_UNSTABLE, compare
+    from amp_bench.analysis.compare import EXIT_OK, EXIT_REGRESSION, EXIT_UNSTABLE, compare
     base = generated_run(tmp_path, "base", 100, 3, 20, rng=np.random.default_rng(1))
     cand = generated_run(tmp_path, "cand", 100, 5, 20, rng=np.random.default_rng(2), contended=(0, 1),
                          slow_contended=1.4)
@@ -199,7 +199,7 @@ def test_contended_repeats_are_left_out(tmp_path):
 def test_history_noise_floor_widens_the_interval(tmp_path):
     """With the series' night-to-night noise (here 3%), one 5% slower night is no verdict of regression;
     without history, one repeat gives no verdict at all."""
-    from amp_bench.compare import compare
+    from amp_bench.analysis.compare import compare
     rng = np.random.default_rng(2)
     tree = tmp_path / "tree"
     for night in range(12):

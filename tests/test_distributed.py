@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 
 import amp_bench
-from amp_bench import distributed
+from amp_bench.measure import ddp
+from amp_bench.workers import torchrun
 from amp_bench.cli import main as cli_main
 from amp_bench.errors import SuiteError
-from amp_bench.process import processes_with_token
+from amp_bench.workers.process import processes_with_token
 from amp_bench.suite import load_suite
-from amp_bench.summary import summarize
+from amp_bench.analysis.speedups import summarize
 from conftest import processes_with
 
 DDP_SUITE = """
@@ -89,32 +90,32 @@ def test_multi_node_settings_reach_the_torchrun_command(write_suite):
     suite = load_suite(write_suite(DDP_SUITE.replace("[1, 2]", "4") + "nnodes: 2\nrdzv_endpoint: 'node0:29500'\n"))
     case = suite.cases("cpu")[0]
     assert case.world_size == 8 and case.case_id == "mlp-bs8-2x4-fp32"
-    command = distributed.launch_command(case, rdzv_id="job-1")
-    assert command[1:4] == ["-m", "amp_bench.distributed", "launch"]
+    command = torchrun.launch_command(case, rdzv_id="job-1")
+    assert command[1:4] == ["-m", "amp_bench.workers.torchrun", "launch"]
     assert {"--nproc-per-node=4", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29500",
             "--rdzv-id=job-1", "--max-restarts=0"} <= set(command)
     assert "--standalone" not in command and command[-2:] == ["-m", "amp_bench.worker"]
-    single = distributed.launch_command(load_suite(write_suite(DDP_SUITE)).cases("cpu")[2], rdzv_id="x")
+    single = torchrun.launch_command(load_suite(write_suite(DDP_SUITE)).cases("cpu")[2], rdzv_id="x")
     assert "--standalone" in single and "--nproc-per-node=2" in single
 
 
 def test_threads_per_rank_share_the_cores_unless_given(write_suite):
     cases = load_suite(write_suite(DDP_SUITE.replace("threads_per_rank: 1\n", ""))).cases("cpu")
-    assert distributed.threads_per_rank(cases[2], cpu_count=16) == 8  # two ranks
-    assert distributed.threads_per_rank(cases[0], cpu_count=16) == 16
-    assert distributed.threads_per_rank(cases[2], cpu_count=1) == 1
+    assert ddp.threads_per_rank(cases[2], cpu_count=16) == 8  # two ranks
+    assert ddp.threads_per_rank(cases[0], cpu_count=16) == 16
+    assert ddp.threads_per_rank(cases[2], cpu_count=1) == 1
     given = load_suite(write_suite(DDP_SUITE)).cases("cpu")[2]
-    assert distributed.threads_per_rank(given, cpu_count=16) == 1
-    assert distributed.launch_env(given)["OMP_NUM_THREADS"] == "1"
+    assert ddp.threads_per_rank(given, cpu_count=16) == 1
+    assert torchrun.launch_env(given)["OMP_NUM_THREADS"] == "1"
 
 
 # --------------------------------------------------------------------------- aggregation
 
 def test_slowest_rank_per_step():
-    assert distributed.slowest_per_step([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
-    assert distributed.slowest_per_step([[4.0, 2.0]]) == [4.0, 2.0]
+    assert ddp.slowest_per_step([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
+    assert ddp.slowest_per_step([[4.0, 2.0]]) == [4.0, 2.0]
     with pytest.raises(ValueError, match="same number of steps"):
-        distributed.slowest_per_step([[1.0, 2.0], [1.0]])
+        ddp.slowest_per_step([[1.0, 2.0], [1.0]])
 
 
 def _record(times, window_s, **extra):
@@ -130,7 +131,7 @@ def test_aggregate_is_the_job_view(write_suite):
     records = [_record([10.0, 30.0, 20.0], 0.065, rss_hwm_bytes=100, energy_j=2.0, sm_clock_mhz_min=1500,
                        warnings="20% of the measured window fell between steps"),
                _record([15.0, 25.0, 20.0], 0.070, rss_hwm_bytes=300, energy_j=3.0, sm_clock_mhz_min=1400)]
-    row = distributed.aggregate(records, case, "gloo")
+    row = ddp.aggregate(records, case, "gloo")
     measured = [s["step_time_ms"] for s in row["samples"] if s["phase"] == "measure"]
     assert measured == [15.0, 30.0, 20.0]
     assert row["step_time_ms_median"] == 20.0 and row["step_time_ms_max"] == 30.0
@@ -143,7 +144,7 @@ def test_aggregate_is_the_job_view(write_suite):
     assert row["scaling"].startswith("weak")
     assert "rank 0: 20% of the measured window" in row["warnings"]
     records[1]["status"], records[1]["reason"] = "nonfinite", "loss is nan at step 2"
-    assert distributed.aggregate(records, case, "gloo")["reason"] == "rank 1: loss is nan at step 2"
+    assert ddp.aggregate(records, case, "gloo")["reason"] == "rank 1: loss is nan at step 2"
 
 
 TORCHRUN_FAILURE = """
@@ -174,14 +175,14 @@ Root Cause (first observed failure):
 
 def test_the_failed_rank_is_named(tmp_path):
     result = tmp_path / "case.result.json"
-    assert distributed.torchrun_exits(TORCHRUN_FAILURE.replace("{code}", "-9")) == {0: 1, 1: -9}
+    assert torchrun.torchrun_exits(TORCHRUN_FAILURE.replace("{code}", "-9")) == {0: 1, 1: -9}
     # rank 0 only lost its peer: the silent rank 1 is the cause
     (tmp_path / "case.result.json.rank0").write_text(json.dumps(
         {"status": "error", "reason": "RuntimeError: Connection closed by peer [127.0.0.1]:1234", "rank": 0,
          "failed_at": 1.0}))
-    status, reason = distributed.explain_failure(result, TORCHRUN_FAILURE.replace("{code}", "-9"), 2)
+    status, reason = torchrun.explain_failure(result, TORCHRUN_FAILURE.replace("{code}", "-9"), 2)
     assert status == "oom" and reason.startswith("rank 1 of 2 was killed by SIGKILL")
-    status, reason = distributed.explain_failure(result, TORCHRUN_FAILURE.replace("{code}", "-11"), 2)
+    status, reason = torchrun.explain_failure(result, TORCHRUN_FAILURE.replace("{code}", "-11"), 2)
     assert status == "error" and "rank 1 of 2 was killed by SIGSEGV" in reason
     # a rank that reported its own failure (an exception, an allocator OOM) is named with its reason
     (tmp_path / "case.result.json.rank0").unlink()
@@ -189,8 +190,8 @@ def test_the_failed_rank_is_named(tmp_path):
         {"status": "oom", "reason": "RuntimeError: can't allocate memory", "rank": 1, "failed_at": 2.0}))
     log = TORCHRUN_FAILURE.replace("{code}", "1").replace("rank      : 0 (local_rank: 0)\n  exitcode  : 1",
                                                           "rank      : 0 (local_rank: 0)\n  exitcode  : -15")
-    assert distributed.explain_failure(result, log, 2) == ("oom", "rank 1 of 2: RuntimeError: can't allocate memory")
-    assert distributed.explain_failure(tmp_path / "other.json", "no summary", 2) is None
+    assert torchrun.explain_failure(result, log, 2) == ("oom", "rank 1 of 2: RuntimeError: can't allocate memory")
+    assert torchrun.explain_failure(tmp_path / "other.json", "no summary", 2) is None
 
 
 def test_scaling_efficiency_pairs_each_world_size_with_one_process():
@@ -306,10 +307,10 @@ def test_no_process_carries_an_unknown_token():
 def test_more_processes_than_gpus_or_nccl_on_the_cpu_is_unsupported(write_suite, monkeypatch):
     import torch
 
-    from amp_bench.hardware import DeviceInfo
-    from amp_bench.step import UnsupportedCase
+    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.measure.step import UnsupportedCase
     case = load_suite(write_suite(DDP_SUITE)).cases("cuda")[2]  # np2
-    rank = distributed.Rank(rank=0, local_rank=0, world_size=2, local_world_size=2, nnodes=1)
+    rank = ddp.Rank(rank=0, local_rank=0, world_size=2, local_world_size=2, nnodes=1)
     gpu = DeviceInfo(type="cuda", name="Fake GPU", index=0, capability=(9, 0))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(UnsupportedCase, match="nproc_per_node=2 from cuda:0 needs 2 GPUs on this node, 1 visible"):
@@ -326,6 +327,6 @@ def test_a_rank_knows_its_place_only_under_our_launcher(monkeypatch):
                        "GROUP_WORLD_SIZE": "2"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AMP_BENCH_DDP", raising=False)
-    assert distributed.Rank.from_env() is None  # someone else's torchrun job
+    assert ddp.Rank.from_env() is None  # someone else's torchrun job
     monkeypatch.setenv("AMP_BENCH_DDP", "1")
-    assert distributed.Rank.from_env() == distributed.Rank(1, 1, 4, 2, 2)
+    assert ddp.Rank.from_env() == ddp.Rank(1, 1, 4, 2, 2)

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.datasets import load
-from amp_bench.fidelity import run_fidelity, verdicts
-from amp_bench.fidelity_train import train_one
+from amp_bench.studies.fidelity.datasets import load
+from amp_bench.studies.fidelity.run import run_fidelity
+from amp_bench.analysis.fidelity import verdicts
+from amp_bench.studies.fidelity.train import train_one
 from amp_bench.suite import load_suite
 from conftest import ROOT
 
@@ -209,7 +210,7 @@ def test_a_fidelity_only_suite_refuses_run_with_a_clear_line(write_suite, tmp_pa
 
 
 def test_failed_rows_name_precision_seed_and_reason():
-    from amp_bench.fidelity import failed_rows
+    from amp_bench.analysis.fidelity import failed_rows
     runs = _runs([{"precision": "fp32", "seed": 0, "test_accuracy": 0.9},
                   {"precision": "amp_fp16", "seed": 1, "status": "unsupported", "reason": "no fp16 here"},
                   {"precision": "amp_bf16", "seed": 2, "status": "timeout", "reason": "worker ran past 60 s\nmore"},

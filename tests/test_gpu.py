@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import amp_bench
-from amp_bench.precision import get_mode, autocast_region, set_fp32_math
-from amp_bench.step import TrainStep, build_optimizer
+from amp_bench.measure.precision import get_mode, autocast_region, set_fp32_math
+from amp_bench.measure.step import TrainStep, build_optimizer
 from amp_bench.suite import OptimizerSpec
-from amp_bench.timing import CudaStepTimer
+from amp_bench.measure.window import CudaStepTimer
 from conftest import ROOT
 
 pytestmark = pytest.mark.gpu
@@ -40,7 +40,7 @@ CONV_SHAPES = ((8, 64, 56, 56), (64, 64, 3, 3))
 
 
 def test_fp32_is_strict_ieee_and_tf32_is_tf32(strict_fp32_after):
-    from amp_bench.precision import fp32_math_problems, read_fp32_math_flags
+    from amp_bench.measure.precision import fp32_math_problems, read_fp32_math_flags
     set_fp32_math("ieee")
     assert fp32_math_problems("ieee", read_fp32_math_flags(), os.environ) == []  # as resolved
     if hasattr(torch.backends.cudnn, "conv"):  # torch >= 2.9: conv and RNN set explicitly, not inherited
@@ -129,7 +129,7 @@ def test_ddp_world_size_one_runs_nccl_on_cuda(tmp_path):
 
 
 def _nvml_reader():
-    from amp_bench.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
+    from amp_bench.platform.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
     nvml = load_nvml()
     handle, note = device_handle(nvml, *cuda_identity(0))
     assert note == "", note  # the UUID (or PCI bus id) matched: NVML reads this very GPU
@@ -137,7 +137,7 @@ def _nvml_reader():
 
 
 def test_a_known_allocation_shows_in_torch_and_nvml_peaks():
-    from amp_bench.nvml import NvmlSampler
+    from amp_bench.platform.nvml import NvmlSampler
     torch.cuda.init()
     reader = _nvml_reader()
     torch.cuda.synchronize()
@@ -158,7 +158,7 @@ def test_a_known_allocation_shows_in_torch_and_nvml_peaks():
 
 
 def test_energy_and_clocks_are_read_during_real_work():
-    from amp_bench.nvml import NvmlSampler
+    from amp_bench.platform.nvml import NvmlSampler
     reader = _nvml_reader()
     sampler = NvmlSampler(reader, interval_s=0.01)
     x = torch.randn(8192, 8192, device="cuda")

@@ -137,8 +137,8 @@ def test_summary_files_are_flat_few_and_whole(tmp_path):
 
 
 def test_the_summary_path_imports_neither_torch_nor_plotly_nor_sklearn():
-    code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check_tables, amp_bench.fidelity, "
-            "amp_bench.headroom; "
+    code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check_tables, amp_bench.studies.fidelity.run, "
+            "amp_bench.studies.headroom; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'plotly', 'sklearn'})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          check=True)

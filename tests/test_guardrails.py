@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.contention import HostTimes, cpu_contention, gpu_contention, read_host_times
-from amp_bench.hardware import DeviceInfo, effective_cpu_flags, may_run, precision_support, probe_device
-from amp_bench.headline import headlines
-from amp_bench.timing import CpuStepTimer, StopRule, measure_window, median_ci, relative_half_width
+from amp_bench.measure.telemetry.contention import HostTimes, cpu_contention, gpu_contention, read_host_times
+from amp_bench.platform.device import (DeviceInfo, effective_cpu_flags, may_run, precision_support, probe_device)
+from amp_bench.analysis.headline import headlines
+from amp_bench.measure.window import CpuStepTimer, StopRule, measure_window
+from amp_bench.stats import median_ci, relative_half_width
 
 
 # --------------------------------------------------------------------------- the adaptive window
@@ -196,7 +197,7 @@ def _burner() -> subprocess.Popen:
 def test_a_worker_beside_cpu_burners_is_flagged_and_a_quiet_one_is_not(write_suite, tmp_path, monkeypatch):
     """One-thread worker: beside burners on every core it is contended; alone, with one core free
     even if something else holds the other, it is not."""
-    from amp_bench.runner import run_suite
+    from amp_bench.studies.benchmark import run_suite
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     suite = write_suite(CPU_SUITE.format(model="mlp", budget=3.0))
     quiet = run_suite(suite, device="cpu", results_dir=tmp_path / "quiet").iloc[0]
@@ -216,7 +217,7 @@ def test_a_worker_beside_cpu_burners_is_flagged_and_a_quiet_one_is_not(write_sui
 
 @pytest.mark.slow
 def test_adaptive_window_records_why_it_stopped_with_a_fake_clock(write_suite, tmp_path):
-    from amp_bench.runner import run_suite
+    from amp_bench.studies.benchmark import run_suite
     suite = write_suite(CPU_SUITE.format(model="clocked", budget=0.5).replace("target_ci: 0.0001", "target_ci: 0.01"))
     row = run_suite(suite, device="cpu", results_dir=tmp_path / "r").iloc[0]
     assert row["status"] == "ok" and row["stop_reason"] in ("precision reached", "budget")
@@ -256,7 +257,7 @@ def test_steps_override_switches_an_adaptive_window_off(write_suite):
 
 
 def test_budget_planner_shares_what_is_left_less_the_learnt_overhead(write_suite):
-    from amp_bench.runner import BudgetPlanner
+    from amp_bench.studies.benchmark import BudgetPlanner
     from amp_bench.suite import load_suite
     case = load_suite(write_suite(ADAPTIVE)).cases("cpu")[0]
     clock = FakeClock()

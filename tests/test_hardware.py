@@ -1,7 +1,7 @@
 """Hardware gating, tested with fakes that replay what real GPUs and CPUs report."""
 import pytest
 
-from amp_bench.hardware import DeviceInfo, DeviceUnavailable, may_run, precision_support, probe_device, read_cpu_info
+from amp_bench.platform.device import (DeviceInfo, DeviceUnavailable, may_run, precision_support, probe_device, read_cpu_info)
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_bench.headroom import ratios_vs_fp32, run_headroom, search_max_batch
+from amp_bench.analysis.headroom import ratios_vs_fp32
+
+from amp_bench.studies.headroom import run_headroom, search_max_batch
 from conftest import ROOT
 
 
@@ -111,9 +113,9 @@ headroom: {memory_cap_gb: 0.5, max_batch_size: 1024, resolution: 1, measure: fal
 
 @pytest.mark.slow
 def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_suite, tmp_path):
-    from amp_bench.hardware import DeviceInfo
-    from amp_bench.launch import run_one
-    from amp_bench.session import probe
+    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.workers.launch import run_one
+    from amp_bench.studies.session import probe
     from amp_bench.suite import load_suite
 
     suite_path = write_suite(CAPPED)
@@ -133,7 +135,7 @@ def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_sui
     device = DeviceInfo.from_json(probed["device"])
     case = load_suite(suite_path).cases("cpu")[0]
     case = dataclasses.replace(case, memory_cap_bytes=2**29, instrument=False)
-    from amp_bench.results import RunStore
+    from amp_bench.store.results import RunStore
     store = RunStore(tmp_path / "check", "check")
     fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store)
     over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store)
@@ -181,7 +183,7 @@ def test_probes_killed_like_the_oom_killer_do_not_end_the_run(write_suite, tmp_p
 
 
 def test_failed_rows_name_model_precision_and_why():
-    from amp_bench.headroom import failed_rows
+    from amp_bench.analysis.headroom import failed_rows
     base = {"model_label": "resnet18", "max_batch_size": 512, "reason": "", "measure_status": None}
     table = pd.DataFrame([
         {**base, "precision": "fp32", "status": "ok", "measure_status": "ok"},

@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.changepoints import detect, state
+from amp_bench.analysis.gate.changepoints import detect, state
 from amp_bench.errors import UserError
-from amp_bench.history import alerts, analyse, evaluate, load_annotations
-from amp_bench.results import RunStore
+from amp_bench.analysis.gate.history import alerts, analyse, evaluate, load_annotations
+from amp_bench.store.results import RunStore
 from conftest import ROOT
 
 
@@ -171,8 +171,8 @@ def test_report_draws_the_history(tmp_path):
 def test_contended_runs_are_not_points_of_a_series(tmp_path):
     """Contended nights (issue 12) are left out of the series and listed; results without the column
     behave as before."""
-    from amp_bench.history import to_json, to_markdown
-    from amp_bench.results_cache import load_tree
+    from amp_bench.analysis.gate.history import to_json, to_markdown
+    from amp_bench.store.cache import load_tree
     rng = np.random.default_rng(6)
     values = list(rng.normal(800, 4, 14))
     values[6] = values[7] = values[8] = values[13] = 960  # +20% on four nights, all of them contended

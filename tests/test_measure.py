@@ -6,9 +6,9 @@ import inspect
 
 import pytest
 
-from amp_bench import measure
-from amp_bench.hardware import DeviceInfo
-from amp_bench.precision import Fp32MathError, get_mode, set_fp32_math
+from amp_bench.measure import case as measure
+from amp_bench.platform.device import DeviceInfo
+from amp_bench.measure.precision import Fp32MathError, get_mode, set_fp32_math
 from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 from conftest import ROOT
 

@@ -1,7 +1,8 @@
 """Model references build real models offline and produce trainable batches."""
 import torch
 
-from amp_bench.models import build_workload, forward, short_name
+from amp_bench.measure.models import build_workload, forward
+from amp_bench.suite.model_refs import short_name
 
 
 def train_once(workload, batch_size=2):

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from amp_bench.results import RunStore
+from amp_bench.store.results import RunStore
 from conftest import ROOT
 
 MACHINES = {"node-a": "fp-aaaa", "node-b": "fp-bbbb"}
@@ -133,7 +133,7 @@ def test_bad_input_is_one_line(tree, tmp_path):
 
 
 def test_cache_follows_the_csvs(tree):
-    from amp_bench.results_cache import load_tree
+    from amp_bench.store.cache import load_tree
     first = load_tree(tree)
     assert (tree / ".amp_bench_cache" / "results.pkl").is_file()
     assert load_tree(tree).equals(first)
@@ -143,6 +143,6 @@ def test_cache_follows_the_csvs(tree):
 
 
 def test_gate_modules_do_not_import_torch():
-    code = ("import sys, amp_bench.history, amp_bench.compare, amp_bench.nightly, amp_bench.cli.gate, "
-            "amp_bench.results_cache, amp_bench.report.dashboard; assert 'torch' not in sys.modules")
+    code = ("import sys, amp_bench.analysis.gate.history, amp_bench.analysis.compare, amp_bench.analysis.gate.nightly, amp_bench.cli.gate, "
+            "amp_bench.store.cache, amp_bench.report.dashboard; assert 'torch' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

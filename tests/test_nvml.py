@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from amp_bench.nvml import ENERGY_WRAP, NvmlReader, NvmlSampler, decode_clock_events, device_handle, load_nvml
+from amp_bench.platform.nvml import (ENERGY_WRAP, NvmlReader, NvmlSampler, decode_clock_events, device_handle, load_nvml)
 from fake_nvml import FakeNvml
 
 GIB = 2**30

@@ -1,10 +1,11 @@
 """Each precision mode really changes dtypes and the TF32 flags; autocast proof catches a silent no-op."""
+import dataclasses
+
 import pytest
 import torch
 
 from amp_bench import modes
-from amp_bench.precision import (autocast_engages, autocast_region, get_mode, make_grad_scaler,
-                                 read_fp32_math_flags, set_fp32_math)
+from amp_bench.measure.precision import (autocast_engages, autocast_region, get_mode, make_grad_scaler, read_fp32_math_flags, set_fp32_math)
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +60,7 @@ def test_grad_scaler_only_for_fp16():
 
 
 def test_autocast_proof_detects_a_silently_disabled_region():
-    fake = get_mode("amp_bf16").__class__("amp_f64", torch.float64, False, "ieee")  # CPU autocast ignores float64
+    fake = dataclasses.replace(get_mode("amp_bf16"), autocast_dtype=torch.float64)  # CPU autocast ignores float64
     engaged, why = autocast_engages(fake, "cpu")
     assert not engaged
     assert "did not engage" in why or "failed" in why
@@ -75,7 +76,7 @@ def test_unknown_mode():
 def test_strict_fp32_holds_for_conv_and_rnn_when_a_higher_level_says_tf32(level):
     """The legacy allow_tf32=False writes "none" for cuDNN conv/RNN, which inherits a backend- or
     generic-level tf32 (a library may set one): set_fp32_math sets both explicitly."""
-    from amp_bench.precision import fp32_math_problems
+    from amp_bench.measure.precision import fp32_math_problems
     if level == "generic":
         torch.backends.fp32_precision = "tf32"
     else:
@@ -101,7 +102,7 @@ def test_strict_fp32_holds_for_conv_and_rnn_when_a_higher_level_says_tf32(level)
     ("tf32", {"tf32_matmul": False, "tf32_cudnn": True}, {}, "matmul (cuBLAS) resolves to IEEE FP32"),
 ])
 def test_fp32_math_problems_name_what_would_change_the_math(fp32_math, flags, env, expected):
-    from amp_bench.precision import fp32_math_problems
+    from amp_bench.measure.precision import fp32_math_problems
     problems = fp32_math_problems(fp32_math, flags, env)
     assert len(problems) == 1 and expected in problems[0], problems
     clean = {"tf32_matmul": fp32_math == "tf32", "tf32_cudnn": fp32_math == "tf32"}
@@ -111,9 +112,9 @@ def test_fp32_math_problems_name_what_would_change_the_math(fp32_math, flags, en
 def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
     """prepare_case checks the flags as they resolved; here the write is lost (as if a library
     turned cuDNN's TF32 back on) and the fp32 case must fail with a one-line reason."""
-    from amp_bench import precision
-    from amp_bench.hardware import DeviceInfo
-    from amp_bench.measure import prepare_case
+    from amp_bench.measure import precision
+    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.measure.case import prepare_case
     from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 
     case = Case(suite="s", model=ModelSpec(ref="python:toy_models:mlp", label="mlp"), batch_size=2, precision="fp32",

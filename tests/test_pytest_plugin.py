@@ -8,7 +8,7 @@ import pytest
 
 import amp_bench
 from amp_bench.errors import UserError
-from amp_bench.ingest import ingest
+from amp_bench.store.ingest import ingest
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def bench_session(workdir, ms, *args):
     # the model advances amp_bench's host clock by `ms` a step and pytest-benchmark reads that clock:
     # the gate below is tested on exact step times, whatever else the machine is doing
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_amp.py",
-                           "--benchmark-timer=amp_bench.timing.host_clock",
+                           "--benchmark-timer=amp_bench.measure.window.host_clock",
                            f"--benchmark-storage=file://{workdir / 'storage'}", *args],
                           cwd=workdir, capture_output=True, text=True, timeout=300, env=_own_session_env())
 

@@ -80,7 +80,7 @@ def test_merging_a_machine_without_any_ratio_draws_every_row(two_machines, tmp_p
     crosses for missing baselines land in their own machine's row."""
     import json
     from amp_bench.report import build_report
-    from amp_bench.results import RunStore
+    from amp_bench.store.results import RunStore
     cpu = RunStore(tmp_path / "results", "20261129T010000Z-node-c-cpu")
     cpu.write_manifest(run_id=cpu.run_id)
     for precision, status in (("fp32", "ok"), ("tf32", "unsupported"), ("amp_bf16", "ok")):

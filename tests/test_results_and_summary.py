@@ -7,8 +7,8 @@ import pytest
 
 from amp_bench import load_results
 from amp_bench.errors import UserError
-from amp_bench.results import RESULT_COLUMNS, RunStore, make_run_id
-from amp_bench.summary import summarize
+from amp_bench.store.results import RESULT_COLUMNS, RunStore, make_run_id
+from amp_bench.analysis.speedups import summarize
 
 
 def test_run_id_is_utc_time_host_device():

@@ -69,14 +69,71 @@ def test_the_circle_check_can_fail():
 
 def test_no_import_circle_in_the_package():
     graph = _import_graph()
-    assert "amp_bench.distributed" in graph["amp_bench.worker"]  # the graph was really read
+    assert "amp_bench.measure.ddp" in graph["amp_bench.worker"]  # the graph was really read
     assert not _cycles(graph), "import circles: " + "; ".join(" -> ".join(c) for c in _cycles(graph))
 
 
-@pytest.mark.parametrize("module", ["amp_bench.compare", "amp_bench.history", "amp_bench.summary",
-                                    "amp_bench.report", "amp_bench.report.data", "amp_bench.report.charts",
-                                    "amp_bench.report.render", "amp_bench.report.studies", "amp_bench.results",
-                                    "amp_bench.modes", "amp_bench.fidelity", "amp_bench.headroom"])
+# The layers, top to bottom; a layer imports only from the layers it names (and the shared base).
+BASE = {"amp_bench", "amp_bench.errors", "amp_bench.modes", "amp_bench.stats"}
+LAYERS = {  # layer -> the layers it may import
+    "cli": {"studies", "workers", "measure", "platform", "suite", "report", "analysis", "store"},
+    "worker": {"studies", "measure", "platform", "suite"},
+    "studies": {"workers", "measure", "platform", "suite", "analysis", "store"},
+    "workers": {"measure", "platform", "suite", "store"},
+    "measure": {"platform", "suite"},
+    "platform": set(),
+    "suite": set(),
+    "report": {"analysis", "store"},
+    "analysis": {"store"},
+    "store": {"platform.nvml"},  # the NVML column names only (a torch-free constant)
+    "gpu_check": {"report", "analysis", "store", "platform.peaks"},
+}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in graph.items():
+        layer = _layer(module)
+        if layer is None:
+            continue
+        allowed = LAYERS[layer]
+        for target in targets:
+            other = _layer(target)
+            if target in BASE or other is None or other == layer:
+                continue
+            rest = target.split(".", 1)[1]
+            if other in allowed or any(rest == a or rest.startswith(a + ".") for a in allowed):
+                continue
+            bad.append(f"{module} -> {target}")
+    return sorted(bad)
+
+
+def test_the_layer_check_can_fail():
+    graph = {"amp_bench.analysis.compare": {"amp_bench.measure.case", "amp_bench.store.results", "amp_bench.stats"},
+             "amp_bench.measure.case": {"amp_bench.platform.device"}}
+    assert _layer_violations(graph) == ["amp_bench.analysis.compare -> amp_bench.measure.case"]
+
+
+def test_imports_go_down_the_layers():
+    """cli and worker -> studies -> workers -> measure -> platform, suite, stats; report -> analysis ->
+    store -> stats, modes, errors. Analysis, store and report never import measure, workers or studies."""
+    violations = _layer_violations(_import_graph())
+    assert not violations, "imports against the layers: " + "; ".join(violations)
+
+
+@pytest.mark.parametrize("module", ["amp_bench.analysis.compare", "amp_bench.analysis.gate.history",
+                                    "amp_bench.analysis.gate.nightly", "amp_bench.analysis.speedups",
+                                    "amp_bench.analysis.headline", "amp_bench.analysis.fidelity",
+                                    "amp_bench.analysis.headroom", "amp_bench.report", "amp_bench.report.data",
+                                    "amp_bench.report.charts", "amp_bench.report.render", "amp_bench.report.studies",
+                                    "amp_bench.store.results", "amp_bench.store.cache", "amp_bench.store.ingest",
+                                    "amp_bench.stats", "amp_bench.modes", "amp_bench.studies.fidelity.run",
+                                    "amp_bench.studies.headroom"])
 def test_reading_and_analysing_results_does_not_import_torch(module):
     code = f"import sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
     out = subprocess.run([sys.executable, "-c", "import json; " + code], cwd=ROOT, capture_output=True,
@@ -102,11 +159,11 @@ def fake_mode():
 
 
 def test_a_registered_mode_flows_to_gate_suite_summary_and_charts(fake_mode, tmp_path):
-    from amp_bench.hardware import DeviceInfo, precision_support
+    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.report.charts import speedup_chart
     from amp_bench.report.data import claims_table, machine_label
     from amp_bench.suite import load_suite
-    from amp_bench.summary import summarize
+    from amp_bench.analysis.speedups import summarize
 
     h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", index=0, capability=(9, 0))
     a100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", index=0, capability=(8, 0))
@@ -138,11 +195,11 @@ def test_a_registered_mode_flows_to_gate_suite_summary_and_charts(fake_mode, tmp
 # --------------------------------------------------------------------------- one throughput formula
 
 def test_one_throughput_formula_for_worker_ddp_ingest_and_compare(tmp_path):
-    from amp_bench import distributed
-    from amp_bench.compare import compare
-    from amp_bench.ingest import ingest
-    from amp_bench.results import RunStore
-    from amp_bench.timing import Window
+    from amp_bench.measure import ddp as distributed
+    from amp_bench.analysis.compare import compare
+    from amp_bench.store.ingest import ingest
+    from amp_bench.store.results import RunStore
+    from amp_bench.stats import Window
 
     times_ms = [9.0, 10.0, 11.0, 10.0, 9.5, 10.5]  # symmetric: median == mean, so every path agrees
     batch = 16
@@ -181,7 +238,7 @@ def test_one_throughput_formula_for_worker_ddp_ingest_and_compare(tmp_path):
 
 
 def test_measured_samples_are_one_definition():
-    from amp_bench.timing import measured
+    from amp_bench.stats import measured
     rows = [{"phase": "warmup", "step": 0, "step_time_ms": None}, {"phase": "measure", "step": 1, "step_time_ms": 2.0},
             {"phase": "measure", "step": 2, "step_time_ms": None}]
     assert [r["step"] for r in measured(rows)] == [1]
@@ -196,8 +253,9 @@ def test_pytest_fixture_sets_a_case_up_through_the_workers_function(monkeypatch,
     mark the worker's case unsupported; and the cuDNN setting is applied and recorded."""
     import torch
 
-    from amp_bench import measure, precision
-    from amp_bench.pytest_plugin import run_case_in_benchmark
+    from amp_bench.measure import case as measure
+    from amp_bench.measure import precision
+    from amp_bench.studies.pytest_plugin import run_case_in_benchmark
 
     suite = tmp_path / "s.yaml"
     (tmp_path / "toy_models.py").write_text((ROOT / "tests" / "fixtures" / "toy_models.py").read_text())

@@ -6,12 +6,12 @@ import sys
 import pytest
 import torch
 
-from amp_bench.environment import fingerprint_columns
-from amp_bench.flops import count_step_flops, flops_columns
-from amp_bench.peaks import peak_tflops
-from amp_bench.phases import PHASES, CpuPhaseProbe, CudaPhaseProbe, phase_columns
-from amp_bench.precision import get_mode
-from amp_bench.step import TrainStep, build_optimizer
+from amp_bench.store.fingerprint import fingerprint_columns
+from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
+from amp_bench.platform.peaks import peak_tflops
+from amp_bench.measure.telemetry.phase_memory import PHASES, CpuPhaseProbe, CudaPhaseProbe, phase_columns
+from amp_bench.measure.precision import get_mode
+from amp_bench.measure.step import TrainStep, build_optimizer
 from amp_bench.suite import OptimizerSpec
 from conftest import ROOT
 
@@ -132,7 +132,7 @@ def test_env_json_has_the_record():
 
 
 def test_environment_record_has_allocator_module_loading_device_order_and_nccl(monkeypatch):
-    from amp_bench.environment import host_facts
+    from amp_bench.platform.provenance import host_facts
     for key in ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER", "NCCL_P2P_DISABLE",
                 "NCCL_DEBUG", "NCCLX_UNRELATED", "HOME_NCCL_"):
         monkeypatch.setenv(key, "x")

@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amp_bench.timing import CpuStepTimer, CudaStepTimer, StepStats
+from amp_bench.measure.window import CpuStepTimer, CudaStepTimer
+
+from amp_bench.stats import StepStats
 
 
 def test_stats_of_known_samples():

@@ -2,10 +2,10 @@
 
 This module builds the parser and dispatches; each command group is a module holding its commands'
 options (add_parsers) and their cmd_* functions: run.py, studies.py (fidelity, headroom), analysis.py
-(report, compare, ingest), gate.py (history, nightly) and machine.py (validate, list-models, env). render.py draws
-every table and progress display. The work itself is in runner.py, fidelity.py, headroom.py and the
-other amp_bench modules, imported inside the commands, so `--help` and the analysis commands never
-import torch."""
+(report, compare, ingest), gate.py (history, nightly) and machine.py (validate, list-models, env). console.py draws
+every table and progress display. The work itself is in the layers below (studies/, analysis/,
+store/, report/), imported inside the commands, so `--help` and the analysis commands never import
+torch."""
 from __future__ import annotations
 
 import argparse

@@ -1,11 +1,11 @@
 """The commands that read results and never run a model: `report`, `compare`, `history` and `ingest`,
-with their options. None of them imports torch (the work is in report/, compare.py, history.py and
-ingest.py, imported inside each command), so they run on a machine without it."""
+with their options. None of them imports torch (the work is in report/, analysis/ and store/,
+imported inside each command), so they run on a machine without it."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from amp_bench.cli import render
+from amp_bench.cli import console as render_console
 from amp_bench.errors import UserError
 
 
@@ -57,13 +57,13 @@ def cmd_report(args, console) -> int:
 
 
 def cmd_compare(args, console) -> int:
-    from amp_bench.compare import Threshold, compare, write_outputs
+    from amp_bench.analysis.compare import Threshold, compare, write_outputs
     comparison = compare(
         args.baseline, args.candidate, force=args.force, seed=args.seed, history=args.history,
         threshold_time=Threshold.parse(args.threshold_time, "time"),
         threshold_throughput=Threshold.parse(args.threshold_throughput or args.threshold_time, "throughput"),
         threshold_memory=Threshold.parse(args.threshold_memory, "memory", allow_bytes=True))
-    render.print_comparison(comparison, console)
+    render_console.print_comparison(comparison, console)
     stem = args.output or Path("reports") / f"compare-{Path(args.candidate[0]).name}-vs-{Path(args.baseline[0]).name}"
     try:
         paths = write_outputs(comparison, Path(stem))
@@ -74,7 +74,7 @@ def cmd_compare(args, console) -> int:
 
 
 def cmd_ingest(args, console) -> int:
-    from amp_bench.ingest import ingest
+    from amp_bench.store.ingest import ingest
     for path in args.files:
         run_dir = ingest(path, args.results_dir)
         console.print(f"{path} -> {run_dir}", highlight=False, soft_wrap=True)

@@ -10,7 +10,7 @@ from amp_bench.errors import UserError
 
 
 def _thresholds(args) -> dict[str, float]:
-    from amp_bench.compare import Threshold
+    from amp_bench.analysis.compare import Threshold
     time = Threshold.parse(args.threshold_time, "time").relative
     return {"step_time_ms": time, "throughput": time,
             "peak_mem_bytes": Threshold.parse(args.threshold_memory, "memory").relative}
@@ -18,7 +18,7 @@ def _thresholds(args) -> dict[str, float]:
 
 def _print_contended(console, contended) -> None:
     """Contended runs are left out of the series: say so, and which series were not judged tonight."""
-    from amp_bench.history import TONIGHT_CONTENDED
+    from amp_bench.analysis.gate.history import TONIGHT_CONTENDED
     if contended.empty:
         return
     latest = contended[contended["latest"].astype(bool)]
@@ -33,9 +33,9 @@ def _print_contended(console, contended) -> None:
 def cmd_history(args, console) -> int:
     from rich.table import Table
 
-    from amp_bench.history import evaluate, load_annotations, to_json, to_markdown
-    from amp_bench.results_cache import load_results
-    results = load_results(args.results, use_cache=not getattr(args, "no_cache", False))
+    from amp_bench.analysis.gate.history import evaluate, load_annotations, to_json, to_markdown
+    from amp_bench.store.cache import load_cached
+    results = load_cached(args.results, use_cache=not getattr(args, "no_cache", False))
     annotations_path = args.annotations
     if annotations_path is None and len(args.results) == 1 and Path(args.results[0]).is_dir():
         default = Path(args.results[0]) / "annotations.yaml"
@@ -109,7 +109,7 @@ def cmd_nightly(args, console) -> int:
 
     from rich.table import Table
 
-    from amp_bench import nightly as gate
+    from amp_bench.analysis.gate import nightly as gate
     if (args.machine or args.suite) and not args.accept:
         raise UserError("--machine and --suite select what --accept moves; pass --accept")
     if args.accept:

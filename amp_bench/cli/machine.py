@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amp_bench.cli import render
+from amp_bench.cli import console as render_console
 from amp_bench.errors import UserError
 
 
@@ -50,7 +50,7 @@ def cmd_validate(args, console) -> int:
 
 
 def cmd_list_models(args, console) -> int:
-    from amp_bench.models import torchvision_names, transformers_types
+    from amp_bench.suite.model_refs import torchvision_names, transformers_types
     if args.kind in (None, "torchvision"):
         names = torchvision_names()
         console.print(f"[bold]torchvision/<name>[/] ({len(names)}, weights=None):")
@@ -68,8 +68,9 @@ def cmd_list_models(args, console) -> int:
 def cmd_env(args, console) -> int:
     import json
 
-    from amp_bench.environment import fingerprint_columns, host_facts
-    from amp_bench.session import probe  # probes in a throwaway worker: this process never touches CUDA
+    from amp_bench.platform.provenance import host_facts
+    from amp_bench.store.fingerprint import fingerprint_columns
+    from amp_bench.studies.session import probe  # probes in a throwaway worker: this process never touches CUDA
     info = probe(args.device)
     info["host"] = host_facts()
     info["fingerprint"] = fingerprint_columns(info["device"], info["versions"], info.get("gpu", {}),
@@ -77,5 +78,5 @@ def cmd_env(args, console) -> int:
     if args.json:
         print(json.dumps(info, indent=2, default=str))
         return 0
-    render.print_env(info, console)
+    render_console.print_env(info, console)
     return 0

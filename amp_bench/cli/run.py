@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from amp_bench.cli import render
+from amp_bench.cli import console as render_console
 from amp_bench.errors import UserError
 
 
@@ -60,7 +60,7 @@ def _refuse_outer_torchrun() -> None:
 
 
 def cmd_run(args, console) -> int:
-    from amp_bench.runner import run_suite
+    from amp_bench.studies.benchmark import run_suite
     _refuse_outer_torchrun()
     overrides = {"nproc_per_node": args.nproc_per_node, "steps": args.steps, "warmup_steps": args.warmup_steps,
                  "repeats": args.repeats, "batch_sizes": args.batch_size, "precisions": args.precision,
@@ -70,7 +70,7 @@ def cmd_run(args, console) -> int:
                  "compile": args.compile, "compile_backend": args.compile_backend,
                  "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
                  "compile_cache": args.compile_cache}
-    reporter = render.rich_reporter(console)
+    reporter = render_console.rich_reporter(console)
     try:
         results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,
                             **{k: v for k, v in overrides.items() if v is not None})
@@ -82,7 +82,7 @@ def cmd_run(args, console) -> int:
         reporter.close()
     counts = results["status"].value_counts().to_dict()
     console.print(f"finished: {', '.join(f'{v} {k}' for k, v in counts.items())} -> {results.attrs['run_dir']}")
-    render.print_summary(results, console)
+    render_console.print_summary(results, console)
     if not args.no_report:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
     return 0

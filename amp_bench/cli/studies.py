@@ -1,5 +1,5 @@
 """`amp_bench fidelity` and `amp_bench headroom`, the two studies beside the benchmark: their options
-and commands. Each runs its study with a progress reporter, prints its table (render.py) and writes
+and commands. Each runs its study with a progress reporter, prints its table (console.py) and writes
 the run's report like `run` does."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from amp_bench.cli import render
+from amp_bench.cli import console as render_console
 from amp_bench.cli.run import auto_report
 
 
@@ -43,20 +43,22 @@ def add_parsers(sub) -> None:
 
 
 def cmd_fidelity(args, console) -> int:
-    from amp_bench.fidelity import failed_rows, run_fidelity
+    from amp_bench.analysis.fidelity import failed_rows
+    from amp_bench.studies.fidelity.run import run_fidelity
     overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
                  "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
-    return _study(args, console, run_fidelity, overrides, render.fidelity_progress, render.print_fidelity,
+    return _study(args, console, run_fidelity, overrides, render_console.fidelity_progress, render_console.print_fidelity,
                   failed_rows, "every finished precision is saved")
 
 
 def cmd_headroom(args, console) -> int:
-    from amp_bench.headroom import failed_rows, run_headroom
+    from amp_bench.analysis.headroom import failed_rows
+    from amp_bench.studies.headroom import run_headroom
     overrides = {"memory_cap_gb": args.memory_cap_gb, "max_batch_size": args.max_batch_size,
                  "start_batch_size": args.start_batch_size, "resolution": args.resolution,
                  "precisions": args.precision, "measure": False if args.no_measure else None,
                  "timeout_s": args.timeout_s}
-    return _study(args, console, run_headroom, overrides, render.headroom_progress, render.print_headroom,
+    return _study(args, console, run_headroom, overrides, render_console.headroom_progress, render_console.print_headroom,
                   failed_rows, "every finished search is saved")
 
 

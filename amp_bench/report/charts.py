@@ -7,6 +7,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.report.data import ARCH_ORDER, machine_label, precision_sort_key
+from amp_bench.store.flags import is_true, true_rows
 
 TEMPLATE = "plotly_white"
 
@@ -49,11 +50,12 @@ def _finish(fig, title: str, y_title: str, height_per_row: int = 360):
     return fig
 
 
-def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
+def speedup_chart(summary: pd.DataFrame, base: str | None = None):
     """Speedup of each mode over the baseline, per model and batch size, error bars = repeat spread.
     Cases that were not measured are drawn as labelled crosses on the parity line, never as zero."""
+    base = base or modes.reference()
     frame = summary[summary["precision"] != base].copy()
-    frame = frame[frame["precision"].isin(modes.amp_names() + tuple(b for b in modes.baseline_names() if base == "fp32" and b != base))]
+    frame = frame[frame["precision"].isin(modes.amp_names() + tuple(b for b in modes.baseline_names() if base == modes.reference() and b != base))]
     if frame.empty or frame[f"speedup_vs_{base}"].notna().sum() == 0:
         return None
     frame["x"] = _x_label(frame)
@@ -65,8 +67,8 @@ def speedup_chart(summary: pd.DataFrame, base: str = "fp32"):
     # a figure that needs care says so on its bar: emulated dtype, or a machine shared in the window
     def flag(column: str) -> pd.Series:
         values = measured[column] if column in measured else pd.Series(False, index=measured.index)
-        return values.astype(str).str.lower() == "true"
-    measured["caveat"] = [" · ".join(word for word, on in (("emulated", e), ("contended", c)) if on)
+        return true_rows(values)
+    measured["caveat"] = [" · ".join(word for word, on in ((modes.EMULATED, e), ("contended", c)) if on)
                           for e, c in zip(flag("emulated"), flag(f"contended_vs_{base}"))]
     fig = _px().bar(measured, x="x", y=f"speedup_vs_{base}", color="precision", barmode="group",
                     text="caveat" if (measured["caveat"] != "").any() else None,
@@ -109,7 +111,7 @@ def memory_chart(summary: pd.DataFrame):
     """Memory saving against fp32 for every memory metric the results hold."""
     metrics = [c for c in summary.columns if c.startswith("mem_saving_") and c.endswith("_vs_fp32")
                and c not in ("mem_saving_vs_fp32", "mem_saving_above_baseline_vs_fp32") and summary[c].notna().any()]
-    frame = summary[summary["precision"] != "fp32"]
+    frame = summary[summary["precision"] != modes.reference()]
     if frame.empty or not metrics:
         return None
     long = frame.melt(id_vars=["model_label", "machine", "batch_size", "channels_last", "precision", "status"],
@@ -248,7 +250,7 @@ def machines_chart(summary: pd.DataFrame):
 
 def history_chart(results: pd.DataFrame):
     """Step time per run for every case and machine with at least three runs; confirmed changes marked."""
-    from amp_bench.history import analyse
+    from amp_bench.analysis.gate.history import analyse
     series, changes = analyse(results)
     counts = series.groupby(["case_id", "fingerprint"])["run_id"].transform("size") if not series.empty else None
     if series.empty or counts.max() < 3:
@@ -321,7 +323,7 @@ def loss_scale_chart(steps: pd.DataFrame):
         group = group.sort_values("step")
         fig.add_scatter(x=group["step"], y=group["scale"], mode="lines", name=f"{precision} seed {seed}",
                         line=dict(width=1.5, shape="hv"))
-        skipped = group[group["skipped"].astype(str).str.lower() == "true"]
+        skipped = group[true_rows(group["skipped"])]
         if not skipped.empty:
             fig.add_scatter(x=skipped["step"], y=skipped["scale"], mode="markers", name=f"skipped (seed {seed})",
                             marker=dict(symbol="x", size=9, color=modes.colours().get(precision)))
@@ -362,7 +364,7 @@ def headroom_chart(headroom: pd.DataFrame):
     fig = make_subplots(rows=1, cols=2, subplot_titles=("largest batch that trains", "samples/s at that batch"))
     frame = frame.sort_values("precision", key=precision_sort_key, kind="stable")
     for precision, group in frame.groupby("precision", sort=False):
-        text = [("" if r != r else f"{r:.2f}x") + (" (limit)" if str(lim).lower() == "true" else "")
+        text = [("" if r != r else f"{r:.2f}x") + (" (limit)" if is_true(lim) else "")
                 for r, lim in zip(group["batch_ratio_vs_fp32"], group["limit_reached"])]
         fig.add_bar(x=group["model_label"], y=group["max_batch_size"], name=precision, legendgroup=precision,
                     marker_color=modes.colours().get(precision), text=text, textposition="outside", row=1, col=1)

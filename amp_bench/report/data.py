@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 from amp_bench.errors import UserError
-from amp_bench.results import (RESULT_COLUMNS, RESULTS_FILE, SAMPLE_COLUMNS, SAMPLES_FILE, find_run_dirs,
-                               read_manifests, read_table)
+from amp_bench.store.results import (RESULT_COLUMNS, RESULTS_FILE, SAMPLE_COLUMNS, SAMPLES_FILE, find_run_dirs, read_manifests, read_table)
 from amp_bench import modes
-from amp_bench.summary import summarize
-from amp_bench.timing import measured as measured_samples
+from amp_bench.analysis.speedups import summarize
+from amp_bench.stats import measured as measured_samples
+from amp_bench.store.flags import is_true
 
 # The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
 CLAIMED_SPEEDUP = (1.5, 3.0)
@@ -56,8 +56,8 @@ class ReportData:
 
 
 def collect(inputs: list[str | Path]) -> ReportData:
-    from amp_bench.fidelity import load_fidelity
-    from amp_bench.headroom import load_headroom
+    from amp_bench.analysis.fidelity import load_fidelity
+    from amp_bench.analysis.headroom import load_headroom
     run_dirs = find_run_dirs(inputs)
     frame = read_table(run_dirs, RESULTS_FILE[: -len(".csv")], RESULT_COLUMNS)
     samples = read_table(run_dirs, SAMPLES_FILE[: -len(".csv")], SAMPLE_COLUMNS)
@@ -93,34 +93,33 @@ def verdict(value: float, band: tuple[float, float], missing: str = "not measure
 
 def _qualified(text: str, case: pd.Series, base: str) -> str:
     """A verdict on an emulated or contended figure says so: it does not test the claim."""
-    if str(case.get(f"contended_vs_{base}")).lower() == "true":
+    if is_true(case.get(f"contended_vs_{base}")):
         return f"{text} (contended: not a test of the claim)"
-    if str(case.get("emulated")).lower() == "true":
-        return f"{text} (emulated: no native {case['precision']} hardware)"
-    return text
+    return modes.with_emulated(text, is_true(case.get("emulated")), f"no native {case['precision']} hardware")
 
 
 def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozenset()) -> pd.DataFrame:
     """Each AMP case's speedup and memory saving next to the seed articles' claims, against fp32 and,
     where it was run, against tf32 (the picture changes on Ampere and later). Headroom runs measure
     each precision at its own largest batch, so there is no same-batch baseline to claim against."""
-    from amp_bench.summary import GROUP_KEYS
+    from amp_bench.analysis.speedups import GROUP_KEYS
     rows = []
     amp = summary[summary["precision"].isin(modes.amp_names()) & ~summary["run_id"].isin(headroom_runs)]
-    # a tf32 baseline is worth a row where tf32 could run (measured, or failed for a reason worth seeing)
-    tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] != "unsupported")]
-    tf32_groups = set(map(tuple, tf32[GROUP_KEYS].astype(str).values))
+    # a later baseline (tf32) is worth a row where it could run (measured, or failed for a reason worth seeing)
+    ref = modes.reference()
+    later = summary[(summary["precision"].isin(modes.baseline_names()[1:])) & (summary["status"] != "unsupported")]
+    later_groups = set((*map(str, r[GROUP_KEYS]), r["precision"]) for _, r in later.iterrows())
     baselines = summary[summary["precision"].isin(modes.baseline_names())]
     baseline_status = {(*map(str, r[GROUP_KEYS]), r["precision"]): r["status"] for _, r in baselines.iterrows()}
     for _, case in amp.iterrows():
         for base in modes.baseline_names():
-            if base != "fp32" and tuple(case[GROUP_KEYS].astype(str)) not in tf32_groups:
+            if base != ref and (*map(str, case[GROUP_KEYS]), base) not in later_groups:
                 continue
             speedup = case[f"speedup_vs_{base}"]
             cpu = case["device"] == "cpu"
             # on a CPU the claim is about the model's memory: leave out the torch runtime's own RSS
-            saving_column = "mem_saving_above_baseline_vs_fp32" if cpu else "mem_saving_vs_fp32"
-            saving = case[saving_column] if base == "fp32" else np.nan
+            saving_column = f"mem_saving_above_baseline_vs_{ref}" if cpu else f"mem_saving_vs_{ref}"
+            saving = case[saving_column] if base == ref else np.nan
             base_status = baseline_status.get((*map(str, case[GROUP_KEYS]), base), "absent")
             missing = f"{base} baseline {base_status}" if base_status != "ok" else "not measured"
             rows.append({
@@ -132,8 +131,8 @@ def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozens
                 if case["status"] == "ok" else case["status"],
                 "memory_saving": saving,
                 "memory_claim": f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%}",
-                "memory_verdict": (verdict(saving, CLAIMED_MEMORY_SAVING, missing) if base == "fp32"
-                                   else "n/a (vs fp32 only)") if case["status"] == "ok" else case["status"],
+                "memory_verdict": (verdict(saving, CLAIMED_MEMORY_SAVING, missing) if base == ref
+                                   else f"n/a (vs {ref} only)") if case["status"] == "ok" else case["status"],
                 "memory_metric": "peak RSS above pre-model RSS" if cpu else "peak allocated",
             })
     return pd.DataFrame(rows, columns=[

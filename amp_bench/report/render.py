@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from amp_bench.headline import headlines
+from amp_bench import modes
+from amp_bench.analysis.headline import headlines
 from amp_bench.report import charts, compile_section
 from amp_bench.report.data import (CLAIMED_MEMORY_SAVING, CLAIMED_SPEEDUP, ReportData, claims_table,
                                    environment_table, not_measured, step_samples)
+from amp_bench.store.flags import is_true, true_rows
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -84,7 +86,7 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
 def precision_labels(summary: pd.DataFrame) -> pd.Series:
     """'amp_bf16 (emulated)': an emulated mode is never shown without saying so."""
     flags = summary["emulated"] if "emulated" in summary else pd.Series(False, index=summary.index)
-    return pd.Series([f"{p} (emulated)" if str(e).lower() == "true" else p
+    return pd.Series([modes.with_emulated(p, is_true(e))
                       for p, e in zip(summary["precision"], flags)], index=summary.index, dtype=object)
 
 
@@ -92,9 +94,9 @@ def caveats(summary: pd.DataFrame) -> pd.Series:
     """Why a row's figure needs care: emulated (and why), contended (and how)."""
     def text(row) -> str:
         notes = []
-        if str(row.get("emulated")).lower() == "true":
+        if is_true(row.get("emulated")):
             notes.append(f"emulated: {row.get('emulated_reason') or 'no native hardware for this dtype'}")
-        if str(row.get("contended")).lower() == "true":
+        if is_true(row.get("contended")):
             notes.append(f"contended: {row.get('contention')}")
         return "; ".join(notes)
     return summary.apply(text, axis=1) if not summary.empty else pd.Series(dtype=object)
@@ -129,8 +131,8 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         return studies.figures(data)
     scaling = charts.scaling_chart(summary)  # a section only when the results hold DDP runs
     return [
-        ("speedup", "Speedup over FP32", charts.speedup_chart(summary, "fp32")),
-        ("speedup-tf32", "Speedup over TF32", charts.speedup_chart(summary, "tf32")),
+        *[("speedup" if base == modes.reference() else f"speedup-{base}", f"Speedup over {base.upper()}",
+           charts.speedup_chart(summary, base)) for base in modes.baseline_names()],
         ("memory", "Memory saving", charts.memory_chart(summary)),
         ("phases", "Memory per phase", charts.phase_memory_chart(results)),
         ("throughput", "Throughput against batch size", charts.throughput_chart(summary)),
@@ -172,7 +174,7 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
         sentences = headlines(summary)
         if sentences:
             parts.append("<div class='headline'>" + "".join(f"<p>{html.escape(s)}</p>" for s in sentences) + "</div>")
-        contended = summary[summary["contended"].astype(str).str.lower() == "true"] if "contended" in summary \
+        contended = summary[true_rows(summary["contended"])] if "contended" in summary \
             else summary.iloc[0:0]
         if not contended.empty:
             parts.append("<p class='warn'>Contended: " + html.escape(
@@ -248,7 +250,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
         table = table.rename(columns=telemetry)
     if data.has_benchmarks:
         lines += ["## Step time, speedup and memory saving", "", markdown_table(table), ""]
-        synced = data.results.get("scaler_host_sync", pd.Series(dtype=object)).astype(str).str.lower() == "true"
+        synced = true_rows(data.results.get("scaler_host_sync"), data.results.index)
         if synced.any():  # the fp16 step pays a host sync the others don't: say so beside the speedups
             lines += ["GradScaler host sync: " + ", ".join(sorted(set(data.results.loc[synced, "case_id"]))) +
                       " ran a non-fused optimizer, so GradScaler read found_inf with .item() every step (a "
@@ -268,7 +270,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
 def _case_medians(results: pd.DataFrame, summary: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Median across ok repeats of per-row telemetry, aligned with the summary's rows (same case
     keys: run, model, batch, sizes, layout, device, precision)."""
-    from amp_bench.summary import GROUP_KEYS
+    from amp_bench.analysis.speedups import GROUP_KEYS
     present = [c for c in columns if c in results and results[c].notna().any()]
     if not present:
         return pd.DataFrame()

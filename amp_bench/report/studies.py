@@ -9,6 +9,7 @@ from amp_bench import modes
 
 from amp_bench.report import charts
 from amp_bench.report.data import ReportData
+from amp_bench.store.flags import is_true
 
 VERDICT_CLASS = {"parity": "within", "worse": "below", "better": "above"}
 
@@ -79,7 +80,7 @@ def headroom_for_reading(headroom: pd.DataFrame) -> pd.DataFrame:
         "status": headroom["status"], "largest batch": headroom["max_batch_size"],
         "first OOM": headroom["first_oom_batch_size"],
         "limit reached": headroom["limit_reached"].map(lambda v: "yes" if v in (True, "True") else ""),
-        "x fp32's batch": [("-" if v != v else ("≥" if str(lb).lower() == "true" else "") + f"{v:.2f}x")
+        "x fp32's batch": [("-" if v != v else ("≥" if is_true(lb) else "") + f"{v:.2f}x")
                            for v, lb in zip(headroom["batch_ratio_vs_fp32"],
                                             headroom.get("batch_ratio_is_lower_bound",
                                                          pd.Series(False, index=headroom.index)))],

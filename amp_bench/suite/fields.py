@@ -5,7 +5,7 @@ mapping, the `fidelity:` and `headroom:` sections, and the keys only the top lev
 limits and choices they check against. Defaults are not here: they are in schema.DEFAULTS.
 
 The precision list is amp_bench.modes', read when a check is built, never copied at import. Model
-references are checked through amp_bench.models, imported at call time because it imports torch.
+references are checked through amp_bench.measure.models, imported at call time because it imports torch.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from amp_bench.suite.checks import (
     Problems, _axis, _bool, _check_keys, _checked_fields, _choice, _int, _join, _mapping, _number, _optional,
     _str, _validate_section,
 )
-from amp_bench.suite.schema import COMPILE_MODES, DEFAULTS, EAGER, FP8_RECIPES, ModelSpec, OptimizerSpec, compile_mode_name
+from amp_bench.suite.schema import COMPILE_MODES, DATASETS, DEFAULT_MODELS, DEFAULTS, EAGER, FP8_RECIPES, ModelSpec, OptimizerSpec, compile_mode_name
 
 MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -91,7 +91,7 @@ _nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
 
 def _model(search_dirs: tuple[str, ...]) -> Callable:
     def check(value, path, problems):
-        from amp_bench import models as model_refs  # at call time: it imports torch
+        from amp_bench.suite import model_refs
         defaults = DEFAULTS["model"]
         if isinstance(value, str):
             value = {"ref": value}
@@ -261,7 +261,7 @@ def _fidelity_model(value, path, problems):
         return None
     if value in FIDELITY_MODELS:
         return value
-    from amp_bench import models as model_refs  # at call time: it imports torch
+    from amp_bench.suite import model_refs
     if model_refs.kind_of(value) == "torchvision":
         found = model_refs.check_model(value)
         problems.extend(f"{path}{sub}: {message}" for sub, message in found)
@@ -271,7 +271,6 @@ def _fidelity_model(value, path, problems):
 
 
 def _fidelity_fields() -> dict[str, Callable]:
-    from amp_bench.datasets import DATASETS  # at call time: amp_bench.datasets imports torch
     return {
         "dataset": _choice(DATASETS), "model": _fidelity_model, "epochs": _int(1, 100_000),
         "batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "seeds": _axis(_int(0, 2**32 - 1, "a seed"), "seed"),
@@ -299,13 +298,11 @@ def _validate_headroom(value, path: str, problems: Problems) -> dict | None:
 
 def _fidelity_dataset_and_model(section: dict) -> tuple[str, str]:
     """A validated fidelity section's dataset and model, defaults filled in (the model follows the dataset)."""
-    from amp_bench.datasets import DEFAULT_MODELS  # at call time: amp_bench.datasets imports torch
     dataset = section.get("dataset", DEFAULTS["fidelity"]["dataset"])
     return dataset, section.get("model") or DEFAULT_MODELS[dataset]
 
 
 def _check_fidelity_combination(section: dict, path: str, problems: Problems) -> None:
-    from amp_bench.datasets import DEFAULT_MODELS
     dataset, model = _fidelity_dataset_and_model(section)
     image_data = dataset == "digits"
     takes = {"tabular_transformer": (False,), "mlp": (True, False)}.get(model, (True,))  # image data?

@@ -18,6 +18,11 @@ from typing import Any
 
 _OPTIMIZER: dict[str, Any] = {"name": "sgd", "impl": "foreach", "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0}
 
+# fidelity: the shipped datasets a suite may name (amp_bench.studies.fidelity.datasets loads them), and
+# the model each trains when the suite names none
+DATASETS = ("digits", "breast_cancer")
+DEFAULT_MODELS = {"digits": "small_cnn", "breast_cancer": "tabular_transformer"}
+
 DEFAULTS: dict[str, dict[str, Any]] = {
     # the file's own fields (top level only)
     "suite": {
@@ -124,12 +129,28 @@ class ModelSpec:
 
     @property
     def kind(self) -> str:
-        from amp_bench import models as model_refs  # at call time: amp_bench.models imports torch
+        from amp_bench.suite import model_refs
         return model_refs.kind_of(self.ref) or ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainingSettings:
+    """How the model trains, beside its precision: eager or a torch.compile mode, and the fp8 recipe.
+    One definition for a benchmark case and the fidelity study (both inherit it, so a row, a worker
+    spec and the JSON between them carry the same flat fields)."""
+    compile_mode: str = EAGER  # eager, or one value of the settings' compile axis, normalised (compiling.py)
+    compile_backend: str = _SETTINGS["compile_backend"]
+    compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
+    fp8_recipe: str = _SETTINGS["fp8_recipe"]
+    fp8_skip_first_last: bool = _SETTINGS["fp8_skip_first_last"]
+
+    @property
+    def compiled(self) -> bool:
+        return self.compile_mode != EAGER
+
+
 @dataclass(frozen=True)
-class Case:
+class Case(TrainingSettings):
     """One cell of the matrix: everything a worker needs to run it.
 
     The defaults (the settings' defaults) let code build a Case by hand and read records written before a
@@ -166,18 +187,9 @@ class Case:
     threads_per_rank: int | None = _SETTINGS["threads_per_rank"]
     rdzv_endpoint: str | None = _SETTINGS["rdzv_endpoint"]
     rdzv_id: str | None = _SETTINGS["rdzv_id"]
-    compile_mode: str = EAGER  # one value of the settings' compile axis, normalised (compiling.py)
-    compile_backend: str = _SETTINGS["compile_backend"]
-    compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
     compile_optimizer: bool = _SETTINGS["compile_optimizer"]
     compile_cache: str = _SETTINGS["compile_cache"]
     compile_note: str = ""  # why the case is compiled when the suite's axis said eager (fp8_compile)
-    fp8_recipe: str = _SETTINGS["fp8_recipe"]
-    fp8_skip_first_last: bool = _SETTINGS["fp8_skip_first_last"]
-
-    @property
-    def compiled(self) -> bool:
-        return self.compile_mode != EAGER
 
     @property
     def distributed(self) -> bool:
@@ -236,7 +248,7 @@ class Case:
 
 
 @dataclass(frozen=True)
-class FidelitySpec:
+class FidelitySpec(TrainingSettings):
     """The fidelity study: train on real shipped data under each precision, compare with fp32."""
     suite: str
     dataset: str
@@ -252,15 +264,6 @@ class FidelitySpec:
     probe_every: int  # gradient-underflow probe every N steps (0: at the start of every epoch)
     timeout_s: float
     allow_emulated: bool
-    compile_mode: str = EAGER  # eager, or the torch.compile mode the model trains under
-    compile_backend: str = _SETTINGS["compile_backend"]
-    compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
-    fp8_recipe: str = _SETTINGS["fp8_recipe"]
-    fp8_skip_first_last: bool = _SETTINGS["fp8_skip_first_last"]
-
-    @property
-    def compiled(self) -> bool:
-        return self.compile_mode != EAGER
 
     def to_json(self) -> dict:
         return asdict(self)

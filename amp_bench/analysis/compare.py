@@ -1,0 +1,356 @@
+"""`amp_bench compare BASELINE CANDIDATE`: is the candidate slower, or does it use more memory?
+
+For each case both sides ran, the ratio of medians (candidate / baseline) for step time, throughput
+and peak memory, with a bootstrap confidence interval that resamples repeats and the per-step
+samples within them, and a Mann-Whitney U test on the step times. A regression is called only when
+the whole interval lies beyond the threshold, so noise alone does not alert.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
+
+import numpy as np
+import pandas as pd
+
+from amp_bench import stats
+from amp_bench.errors import UserError
+from amp_bench.store.results import contended, contention_reason
+from amp_bench.analysis.speedups import headline_memory
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 4
+MIN_SAMPLES = 5  # per side, for a time comparison
+MIN_REPEATS = 3  # per side: fewer cannot show run-to-run variance (unless history gives the noise floor)
+BOOTSTRAP = 2000
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """'3%' (relative) or '0B' / '64MiB' (absolute bytes, memory only)."""
+    relative: float | None = None
+    absolute_bytes: int | None = None
+
+    @classmethod
+    def parse(cls, text: str, what: str, allow_bytes: bool = False) -> Threshold:
+        text = str(text).strip()
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
+        if match:
+            return cls(relative=float(match.group(1)) / 100)
+        units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+        match = re.fullmatch(r"(\d+)\s*(B|KiB|MiB|GiB)", text)
+        if match and allow_bytes:
+            return cls(absolute_bytes=int(match.group(1)) * units[match.group(2)])
+        expected = "a percentage like 3%" + (" or a size like 0B / 64MiB" if allow_bytes else "")
+        raise UserError(f"--threshold-{what}: expected {expected}, got {text!r}")
+
+    def __str__(self) -> str:
+        return f"{self.relative:.1%}" if self.relative is not None else f"{self.absolute_bytes} B"
+
+
+@dataclass
+class MetricResult:
+    case_id: str
+    metric: str  # step_time | throughput | peak_memory
+    baseline: float | None
+    candidate: float | None
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    verdict: str  # regression | improvement | no change | unstable | not enough data | not comparable (contended)
+    detail: str = ""
+
+
+CONTENDED = "not comparable (contended)"  # every repeat of a case on one side ran on a busy machine (issue 12)
+
+
+@dataclass
+class Comparison:
+    baseline: list[str]
+    candidate: list[str]
+    thresholds: dict[str, str]
+    results: list[MetricResult] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        verdicts = {r.verdict for r in self.results}
+        if "regression" in verdicts:
+            return EXIT_REGRESSION
+        if "not enough data" in verdicts or CONTENDED in verdicts or not verdicts:  # never a pass for lack of data
+            return EXIT_NO_DATA
+        if "unstable" in verdicts:
+            return EXIT_UNSTABLE
+        return EXIT_OK
+
+    @property
+    def summary(self) -> str:
+        verdicts = {r.verdict for r in self.results}
+        if self.exit_code == EXIT_NO_DATA and CONTENDED in verdicts and "not enough data" not in verdicts:
+            return CONTENDED
+        return {EXIT_OK: "no regression", EXIT_REGRESSION: "regression", EXIT_NO_DATA: "not enough data",
+                EXIT_UNSTABLE: "too unstable to decide"}[self.exit_code]
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def bootstrap_median_ratio(base: list[np.ndarray], cand: list[np.ndarray], rng: np.random.Generator,
+                           iterations: int = BOOTSTRAP, level: float = 0.95) -> tuple[float, float, float]:
+    """Ratio of medians (cand / base) and its percentile interval. Each side is a list of per-repeat
+    sample arrays: each iteration resamples the repeats (from three on: a bootstrap over two
+    clusters only flips between them), then the samples within each chosen repeat."""
+    def medians(side: list[np.ndarray]) -> np.ndarray:
+        out = np.empty(iterations)
+        for i in range(iterations):
+            chosen = rng.integers(0, len(side), len(side)) if len(side) >= 3 else range(len(side))
+            pooled = np.concatenate([rng.choice(side[j], size=len(side[j]), replace=True) for j in chosen])
+            out[i] = np.median(pooled)
+        return out
+    point = np.median(np.concatenate(cand)) / np.median(np.concatenate(base))
+    ratios = medians(cand) / medians(base)
+    alpha = (1 - level) / 2
+    return float(point), float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha))
+
+
+def mann_whitney_p(base: np.ndarray, cand: np.ndarray) -> float:
+    from scipy.stats import mannwhitneyu
+    return float(mannwhitneyu(cand, base, alternative="two-sided").pvalue)
+
+
+def judge(ratio_low: float, ratio_high: float, threshold: float, worse_when_higher: bool) -> str:
+    """Regression only when the whole interval is beyond the threshold in the bad direction."""
+    if not worse_when_higher:  # throughput: lower is worse; flip to "higher is worse"
+        ratio_low, ratio_high = 1 / ratio_high, 1 / ratio_low
+    if ratio_low > 1 + threshold:
+        return "regression"
+    if ratio_high < 1 - threshold:
+        return "improvement"
+    if ratio_high - ratio_low > 4 * threshold:
+        return "unstable"  # the interval is too wide to rule a change of the threshold's size in or out
+    return "no change"
+
+
+# ----------------------------------------------------------------------------- loading and matching
+
+def _load_side(inputs: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from amp_bench.store.results import RESULT_COLUMNS, SAMPLE_COLUMNS, find_run_dirs, read_table
+    run_dirs = find_run_dirs(inputs)
+    results = read_table(run_dirs, "results", RESULT_COLUMNS)
+    if results.empty:
+        raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
+    return results, read_table(run_dirs, "samples", SAMPLE_COLUMNS)
+
+
+def _fingerprints(results: pd.DataFrame) -> set[str]:
+    if "fingerprint" not in results:
+        return set()
+    return set(results["fingerprint"].dropna().astype(str))
+
+
+def compare(baseline: list[str], candidate: list[str], *, threshold_time: Threshold = Threshold(0.03),
+            threshold_throughput: Threshold | None = None, threshold_memory: Threshold = Threshold(0.02),
+            force: bool = False, seed: int = 0, noise_floor: dict[str, float] | None = None,
+            history: str | Path | None = None) -> Comparison:
+    """noise_floor: case id -> night-to-night noise of its series (log units), or history: a results
+    tree to take it from (the candidate's machine): widens each interval by that run-to-run
+    variance, and lets fewer than MIN_REPEATS repeats decide."""
+    threshold_throughput = threshold_throughput or threshold_time
+    base_rows, base_samples = _load_side(baseline)
+    cand_rows, cand_samples = _load_side(candidate)
+    base_fp, cand_fp = _fingerprints(base_rows), _fingerprints(cand_rows)
+    comparison = Comparison([str(b) for b in baseline], [str(c) for c in candidate],
+                            {"step_time": str(threshold_time), "throughput": str(threshold_throughput),
+                             "peak_memory": str(threshold_memory)})
+    if base_fp and cand_fp and base_fp != cand_fp:
+        message = (f"machine fingerprints differ (baseline {', '.join(sorted(base_fp))}, candidate "
+                   f"{', '.join(sorted(cand_fp))}): different hardware or software")
+        if not force:
+            raise UserError(message + "; pass --force to compare anyway")
+        comparison.notes.append(message + " (compared anyway: --force)")
+    elif not base_fp or not cand_fp:
+        comparison.notes.append("results without a machine fingerprint: could not check they come from the same "
+                                "machine and software")
+    if history is not None:
+        noise_floor = {**history_noise(history, cand_fp), **(noise_floor or {})}
+        comparison.notes.append(f"night-to-night noise of {len(noise_floor)} series from {history} added to the intervals")
+    rng = np.random.default_rng(seed)
+    base_ok = base_rows[base_rows["status"] == "ok"]
+    cand_ok = cand_rows[cand_rows["status"] == "ok"]
+    base_busy, cand_busy = contended(base_ok), contended(cand_ok)
+    cases = list(dict.fromkeys(list(base_rows["case_id"]) + list(cand_rows["case_id"])))
+    excluded: dict[str, tuple[int, int]] = {}
+    for case_id in cases:
+        b, c = base_ok[base_ok["case_id"] == case_id], cand_ok[cand_ok["case_id"] == case_id]
+        # contended repeats are not comparable: a side with nothing else has no verdict (exit 3),
+        # otherwise they are left out (and the notes say how many)
+        b_busy, c_busy = base_busy[b.index], cand_busy[c.index]
+        whole = [side for side, rows, busy in (("baseline", b, b_busy), ("candidate", c, c_busy))
+                 if not rows.empty and busy.all()]
+        if whole:
+            reasons = sorted({x for rows in (b, c) for x in contention_reason(rows) if x})
+            detail = (" and ".join(whole) + ": every repeat contended"
+                      + (f" ({'; '.join(reasons)})" if reasons else ""))
+            for metric in ("step_time", "throughput", "peak_memory"):
+                comparison.results.append(MetricResult(case_id, metric, None, None, None, None, None, None,
+                                                       CONTENDED, detail))
+            continue
+        if b_busy.any() or c_busy.any():
+            excluded[case_id] = (int(b_busy.sum()), int(c_busy.sum()))
+            b, c = b[~b_busy], c[~c_busy]
+        if b.empty or c.empty:
+            side = "baseline" if b.empty else "candidate"
+            statuses = (base_rows if b.empty else cand_rows)
+            status = ", ".join(sorted(set(statuses.loc[statuses["case_id"] == case_id, "status"]))) or "absent"
+            comparison.unmatched.append(f"{case_id}: no ok result in the {side} ({status})")
+            comparison.results.append(MetricResult(case_id, "step_time", None, None, None, None, None, None,
+                                                   "not enough data", f"{side}: {status}"))
+            continue
+        comparison.results.extend(_compare_case(case_id, b, c, base_samples, cand_samples, rng,
+                                                threshold_time, threshold_throughput, threshold_memory,
+                                                (noise_floor or {}).get(case_id)))
+    if excluded:
+        comparison.notes.append("contended repeats left out (baseline, candidate): " + ", ".join(
+            f"{case} ({nb}, {nc})" for case, (nb, nc) in excluded.items()))
+    return comparison
+
+
+def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> list[np.ndarray]:
+    measured = stats.measured(samples[samples["case_id"] == case_id])
+    measured = measured[measured["run_id"].isin(rows["run_id"]) & measured["repeat"].isin(rows["repeat"])]
+    return [g["step_time_ms"].dropna().to_numpy(float) for _, g in measured.groupby(["run_id", "repeat"])
+            if g["step_time_ms"].notna().any()]
+
+
+def _widen(ratio: float, low: float, high: float, floor: float | None) -> tuple[float, float]:
+    """Add a series' night-to-night noise (log sd per night; two nights differ by sqrt(2) of it) to
+    the interval, in quadrature in log space."""
+    if not floor:
+        return low, high
+    extra = 1.96 * np.sqrt(2) * floor
+    lo = np.log(ratio) - np.hypot(np.log(ratio) - np.log(low), extra)
+    hi = np.log(ratio) + np.hypot(np.log(high) - np.log(ratio), extra)
+    return float(np.exp(lo)), float(np.exp(hi))
+
+
+def history_noise(tree: str | Path, fingerprints: set[str]) -> dict[str, float]:
+    """Night-to-night noise of each case's step-time series in a results tree (same machine)."""
+    from amp_bench.analysis.gate.changepoints import noise_scale
+    from amp_bench.analysis.gate.history import run_series
+    from amp_bench.store.cache import load_cached
+    series = run_series(load_cached([tree]))
+    if fingerprints:
+        series = series[series["fingerprint"].isin(fingerprints)]
+    out = {}
+    for case_id, g in series.groupby("case_id"):
+        values = g["step_time_ms"].dropna().to_numpy(float)
+        if len(values) >= 6:
+            out[case_id] = noise_scale(np.log(values[values > 0]), 0.0)
+    return out
+
+
+def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput, t_mem,
+                  floor: float | None = None) -> list[MetricResult]:
+    out = []
+    base_steps, cand_steps = _step_samples(base_samples, b, case_id), _step_samples(cand_samples, c, case_id)
+    n_base, n_cand = sum(map(len, base_steps)), sum(map(len, cand_steps))
+    if n_base < MIN_SAMPLES or n_cand < MIN_SAMPLES:
+        out.append(MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
+                                f"{n_base} baseline and {n_cand} candidate step samples (need {MIN_SAMPLES} each)"))
+        out.append(MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
+                                "as step time"))
+    elif min(len(base_steps), len(cand_steps)) < MIN_REPEATS and not floor:
+        detail = (f"{len(base_steps)} baseline and {len(cand_steps)} candidate repeats: run-to-run variance unknown "
+                  f"(need {MIN_REPEATS} each, or --history for the series' noise floor)")
+        for metric in ("step_time", "throughput"):
+            out.append(MetricResult(case_id, metric, None, None, None, None, None, None, "not enough data", detail))
+    else:
+        ratio, low, high = bootstrap_median_ratio(base_steps, cand_steps, rng)
+        low, high = _widen(ratio, low, high, floor)
+        p = mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
+        base_median, cand_median = np.median(np.concatenate(base_steps)), np.median(np.concatenate(cand_steps))
+        out.append(MetricResult(case_id, "step_time", base_median, cand_median, ratio, low, high, p,
+                                judge(low, high, t_time.relative, worse_when_higher=True),
+                                f"{n_base} vs {n_cand} steps" + (f"; night noise {floor:.2%} from history"
+                                                                 if floor else "")))
+        # throughput at the median step: its ratio and interval are the step-time ones inverted
+        batch = float(b["batch_size"].iloc[0]) * float(b["world_size"].fillna(1).iloc[0] if "world_size" in b else 1)
+        out.append(MetricResult(case_id, "throughput", stats.samples_per_second(batch, base_median / 1e3),
+                                stats.samples_per_second(batch, cand_median / 1e3),
+                                1 / ratio, 1 / high, 1 / low, p,
+                                judge(1 / high, 1 / low, t_tput.relative, worse_when_higher=False)))
+    base_mem, cand_mem = headline_memory(b).dropna(), headline_memory(c).dropna()
+    if base_mem.empty or cand_mem.empty:
+        out.append(MetricResult(case_id, "peak_memory", None, None, None, None, None, None, "not enough data",
+                                "no peak-memory figure on one side"))
+        return out
+    bm, cm = float(base_mem.median()), float(cand_mem.median())
+    # memory is near-deterministic: the interval is the range across repeats
+    low, high = float(cand_mem.min()) / float(base_mem.max()), float(cand_mem.max()) / float(base_mem.min())
+    if t_mem.absolute_bytes is not None:
+        verdict = "regression" if cand_mem.min() - base_mem.max() > t_mem.absolute_bytes else (
+            "improvement" if base_mem.min() - cand_mem.max() > t_mem.absolute_bytes else "no change")
+    else:
+        verdict = judge(low, high, t_mem.relative, worse_when_higher=True)
+    out.append(MetricResult(case_id, "peak_memory", bm, cm, cm / bm if bm else None, low, high, None, verdict,
+                            f"{len(base_mem)} vs {len(cand_mem)} repeats"))
+    return out
+
+
+# ----------------------------------------------------------------------------- outputs
+
+def to_frame(comparison: Comparison) -> pd.DataFrame:
+    return pd.DataFrame([asdict(r) for r in comparison.results],
+                        columns=list(MetricResult.__dataclass_fields__))
+
+
+def _fmt(value, spec=".3f") -> str:
+    return "-" if value is None or (isinstance(value, float) and not np.isfinite(value)) else format(value, spec)
+
+
+def to_markdown(comparison: Comparison) -> str:
+    lines = [f"# amp_bench compare: {comparison.summary}", "",
+             f"baseline: {', '.join(comparison.baseline)}  ", f"candidate: {', '.join(comparison.candidate)}  ",
+             "thresholds: " + ", ".join(f"{k} {v}" for k, v in comparison.thresholds.items()), "",
+             "| case | metric | baseline | candidate | ratio | 95% CI | p (MWU) | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for r in comparison.results:
+        verdict = f"**{r.verdict}**" if r.verdict == "regression" else r.verdict
+        lines.append(f"| {r.case_id} | {r.metric} | {_fmt(r.baseline, '.4g')} | {_fmt(r.candidate, '.4g')} | "
+                     f"{_fmt(r.ratio)} | {_fmt(r.ci_low)}-{_fmt(r.ci_high)} | {_fmt(r.p_value, '.2g')} | {verdict} |")
+    lines += [""] + [f"- {note}" for note in comparison.notes + comparison.unmatched]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(comparison: Comparison) -> str:
+    return json.dumps({"verdict": comparison.summary, "exit_code": comparison.exit_code,
+                       "baseline": comparison.baseline, "candidate": comparison.candidate,
+                       "thresholds": comparison.thresholds, "notes": comparison.notes,
+                       "unmatched": comparison.unmatched, "results": [asdict(r) for r in comparison.results]},
+                      indent=2, default=float)
+
+
+def to_junit(comparison: Comparison) -> str:
+    cases = []
+    failures = 0
+    for r in comparison.results:
+        name = xml_escape(f"{r.case_id}.{r.metric}", {'"': "&quot;"})
+        body = ""
+        message = xml_escape(f"ratio {_fmt(r.ratio)} (95% CI {_fmt(r.ci_low)}-{_fmt(r.ci_high)}); {r.detail}",
+                             {'"': "&quot;"})
+        if r.verdict == "regression":
+            failures += 1
+            body = f'<failure message="{message}">{r.verdict}</failure>'
+        elif r.verdict in ("not enough data", "unstable", CONTENDED):
+            body = f'<skipped message="{xml_escape(r.verdict)}: {message}"/>'
+        cases.append(f'  <testcase classname="amp_bench.analysis.compare" name="{name}">{body}</testcase>')
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="amp_bench compare" '
+            f'tests="{len(cases)}" failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def write_outputs(comparison: Comparison, stem: Path) -> dict[str, Path]:
+    from amp_bench.store.results import write_reports
+    return write_reports(stem, {"md": (".md", to_markdown(comparison)), "json": (".json", to_json(comparison)),
+                                "junit": (".junit.xml", to_junit(comparison))})

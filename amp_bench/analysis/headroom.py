@@ -1,0 +1,77 @@
+"""Headroom results, torch-free: the tables' columns, each precision's largest batch and throughput
+as multiples of fp32's, which rows failed, and the loader the report uses. The search itself runs
+in amp_bench.studies.headroom."""
+from __future__ import annotations
+
+import pandas as pd
+
+from amp_bench.store.flags import is_true
+
+
+FITS = ("ok", "nonfinite")  # memory held; a non-finite loss in a 2-step probe is not a memory verdict
+
+
+HEADROOM_COLUMNS = [
+    "run_id", "suite", "model_label", "image_size", "seq_len", "channels_last", "world_size", "nproc_per_node",
+    "precision", "device", "device_name", "status", "reason", "max_batch_size", "first_oom_batch_size",
+    "limit_reached", "start_batch_size", "max_batch_size_limit", "resolution", "memory_cap_bytes", "probes",
+    "batch_ratio_vs_fp32", "batch_ratio_is_lower_bound", "throughput_at_max",
+    "step_time_ms_at_max", "peak_mem_at_max_bytes", "throughput_ratio_vs_fp32", "measure_status", "hostname",
+    "fingerprint", "timestamp",
+]
+
+
+PROBE_COLUMNS = ["run_id", "model_label", "precision", "probe", "batch_size", "status", "reason", "peak_mem_bytes",
+                 "worker_seconds", "log_file"]
+
+
+def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
+    """Each precision's largest batch and its throughput there, as multiples of fp32's."""
+    table = table.copy()
+    keys = ["run_id", "model_label", "image_size", "seq_len", "channels_last", "world_size", "nproc_per_node"]
+    filled = table.reindex(columns=keys).astype(str)
+    fp32 = table[(table["precision"] == "fp32") & (table["status"] == "ok")]
+    base = {tuple(filled.loc[i]): r for i, r in fp32.iterrows()}
+    batch_ratio, lower_bound, speed_ratio = [], [], []
+    for i, r in table.iterrows():
+        b = base.get(tuple(filled.loc[i]))
+        ok = b is not None and r["status"] == "ok" and bool(b["max_batch_size"])
+        # fp32 at the search limit: its true maximum is unknown, and so is the ratio
+        ok = ok and not is_true(b.get("limit_reached"))
+        batch_ratio.append(r["max_batch_size"] / b["max_batch_size"] if ok else float("nan"))
+        lower_bound.append(ok and is_true(r.get("limit_reached")))  # the mode itself hit the limit: at least this
+        t = b["throughput_at_max"] if b is not None else float("nan")
+        speed_ratio.append(r["throughput_at_max"] / t if b is not None and r["status"] == "ok" and t == t and t
+                           else float("nan"))
+    table["batch_ratio_vs_fp32"] = batch_ratio
+    table["batch_ratio_is_lower_bound"] = lower_bound
+    table["throughput_ratio_vs_fp32"] = speed_ratio
+    return table
+
+
+
+
+def failed_rows(table: pd.DataFrame, allow_unsupported: bool = True) -> list[str]:
+    """'model precision: status (reason)' for every search that found no answer (a probe that failed
+    otherwise, nothing fits) or whose measurement at the largest batch failed: the CLI exits 1 on
+    any. `unsupported` is a finding, not a failure, unless the caller needs every row (the GPU check)."""
+    allowed = {"ok", "unsupported"} if allow_unsupported else {"ok"}
+    out = []
+    for _, row in table.iterrows():
+        label = f"{row.get('model_label')} {row.get('precision')}"
+        reason = str(row.get("reason") or "").strip()
+        reason = "" if reason == "nan" else reason.splitlines()[0][:200] if reason else ""
+        measured = row.get("measure_status")
+        if row.get("status") not in allowed:
+            out.append(f"{label}: {row.get('status')}" + (f" ({reason})" if reason else ""))
+        elif isinstance(measured, str) and measured not in ("ok", "nan"):
+            batch = row.get("max_batch_size")
+            batch = f"{batch:.0f}" if isinstance(batch, (int, float)) else batch
+            out.append(f"{label}: the measurement at its largest batch ({batch}) ended {measured}")
+    return out
+
+
+def load_headroom(run_dirs) -> dict[str, pd.DataFrame]:
+    from amp_bench.store.results import read_table
+    return {name: read_table(run_dirs, name, columns)
+            for name, columns in (("headroom", HEADROOM_COLUMNS), ("headroom_probes", PROBE_COLUMNS))}

@@ -1,0 +1,321 @@
+"""Everything the command line draws with rich: number formatting, the progress reporters of run,
+fidelity and headroom, and the tables that end each command (the run summary, fidelity verdicts,
+headroom, compare, history, env). The cmd_* functions in the sibling modules compute; this prints.
+
+The reporters subclass the progress bases of the studies (amp_bench.studies), which load pandas and
+the study machinery, so each reporter class is defined inside the function that builds it: importing
+this module (and so `amp_bench --help`) stays light."""
+from __future__ import annotations
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from amp_bench import modes
+from amp_bench.store.flags import is_true, true_rows
+
+
+def _fmt_bytes(value) -> str:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    if value != value:  # NaN
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
+        value /= 1024
+    return "-"
+
+
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    try:
+        if value is None or value != value:
+            return "-"
+        return f"{value:{spec}}{suffix}"
+    except (TypeError, ValueError):
+        return "-"
+
+
+# -- run ---------------------------------------------------------------------------------------------
+
+def rich_reporter(console):
+    """The run's reporter: progress per case and per step, a line per finished case, warnings pyperf-style."""
+    from amp_bench.studies.benchmark import Reporter  # here: see the module docstring
+
+    class RichReporter(Reporter):
+        def __init__(self, console):
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self.console = console
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), console=console, transient=True)
+            self.run_task = None
+            self.case_task = None
+
+        def run_started(self, store, device, total):
+            self.console.print(f"[bold]device[/]: {device.name} ({device.architecture})   "
+                               f"[bold]results[/]: {store.dir}")
+            self.progress.start()
+            self.run_task = self.progress.add_task("cases", total=total)
+
+        def case_started(self, case, repeat, index, total):
+            label = f"{case.case_id} r{repeat}"
+            if self.case_task is not None:
+                self.progress.remove_task(self.case_task)
+            self.case_task = self.progress.add_task(f"  {label}: starting", total=case.warmup_steps + case.steps)
+
+        def worker_event(self, case, event):
+            if event.get("event") == "phase":
+                self.progress.update(self.case_task, description=f"  {case.case_id}: {event['phase']}")
+            elif event.get("event") == "step":
+                self.progress.update(self.case_task, completed=event["step"] + 1)
+
+        def case_finished(self, case, row):
+            self.progress.advance(self.run_task)
+            status = row.get("status")
+            colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow"}.get(status, "red")
+            if status == "ok":
+                memory = (row.get("peak_mem_allocated_bytes") if row.get("device") == "cuda"
+                          else row.get("peak_rss_bytes"))
+                detail = (f"{_fmt(row.get('step_time_ms_median'), '.1f', ' ms/step')}  "
+                          f"{_fmt(row.get('throughput'), '.1f', ' samples/s')}  "
+                          f"cv {_fmt(row.get('step_time_cv'), '.1%')}  peak {_fmt_bytes(memory)}")
+                if row.get("scaler_skipped_steps"):
+                    detail += f"  scaler skipped {row['scaler_skipped_steps']}"
+            else:
+                detail = escape(str(row.get("reason", "")))
+            self.console.print(f"[{colour}]{status:>11}[/] {escape(case.case_id)} r{row.get('repeat')}  {detail}",
+                               highlight=False)
+            for warning in filter(None, str(row.get("warnings") or "").split(" | ")):
+                if warning != "nan":
+                    self.console.print(f"            [yellow]warning:[/] {escape(warning)}", highlight=False)
+
+        def close(self):
+            self.progress.stop()
+
+    return RichReporter(console)
+
+
+def print_summary(results, console) -> None:
+    """One table per model: each precision's step time, speedup and memory saving vs fp32."""
+    from amp_bench.analysis.speedups import summarize
+    summary = summarize(results)
+    for (model, device_name), table in summary.groupby(["model_label", "device_name"], sort=False):
+        cpu = (table["device"] == "cpu").all()
+        show_layout = table["channels_last"].astype(bool).any()
+        show_tf32 = table["speedup_vs_tf32"].notna().any()
+        show_procs = (table["world_size"] > 1).any()
+        show_compile = (table["compile_mode"] != "eager").any()
+        out = Table(title=f"{model} on {device_name}: medians across repeats", title_justify="left",
+                    box=box.SIMPLE_HEAD, pad_edge=False)
+        columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
+            ["precision", "ms/step", "samples/s", "vs fp32"] + (["vs tf32"] if show_tf32 else []) + \
+            (["scaling eff"] if show_procs else []) + \
+            (["compile", "vs eager", "compile s", "breaks", "recomp"] if show_compile else []) + \
+            ["peak RSS" if cpu else "peak alloc", "saved"] + (["saved*"] if cpu else [])
+        for name in columns:
+            out.add_column(name, justify="left" if name in ("layout", "precision") else "right", no_wrap=True)
+        for _, r in table.iterrows():
+            ok = r["status"] == "ok"
+            cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
+            cells += [str(int(r["world_size"]))] if show_procs else []
+            precision = modes.with_emulated(r["precision"], is_true(r.get("emulated")))
+            speedup = _fmt(r["speedup_vs_fp32"], ".2f", "x")
+            if is_true(r.get("contended_vs_fp32")) and speedup != "-":
+                speedup = f"[red]{speedup} contended[/]"
+            cells += [precision, _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
+                      _fmt(r["throughput"], ".1f"), speedup]
+            if show_tf32:
+                cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
+            if show_procs:
+                cells.append(_fmt(r["scaling_efficiency"], ".0%"))
+            if show_compile:  # vs eager: the same precision eager, same run (summary._versus_eager)
+                cells += [r["compile_mode"], _fmt(r["speedup_vs_eager"], ".2f", "x"), _fmt(r["compile_time_s"], ".1f"),
+                          _fmt(r["graph_breaks"], ".0f"), _fmt(r["recompiles"], ".0f")]
+            cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r["mem_saving_vs_fp32"], ".1%")]
+            if cpu:
+                cells.append(_fmt(r["mem_saving_above_baseline_vs_fp32"], ".1%"))
+            out.add_row(*cells)
+        console.print(out)
+    if (summary["world_size"] > 1).any():
+        console.print("[dim]procs: DDP world size; weak scaling (per-process batch fixed, samples/s global); "
+                      "scaling eff = step time with 1 process / step time with procs (docs/distributed.md)[/]")
+    if (summary["device"] == "cpu").any():
+        console.print("[dim]CPU memory is the worker's peak RSS; saved* leaves out the RSS before the model was "
+                      "built (the torch runtime's own footprint)[/]")
+    for reason in dict.fromkeys(r for r in summary.get("emulated_reason", []) if isinstance(r, str) and r):
+        console.print(f"[yellow]emulated[/]: {escape(reason)}", highlight=False)
+    contended = summary[true_rows(summary["contended"])] if "contended" in summary \
+        else summary.iloc[0:0]
+    for _, r in contended.iterrows():
+        console.print(f"[red]contended[/]: {escape(r['model_label'])} bs {int(r['batch_size'])} {r['precision']}: "
+                      f"{escape(str(r['contention']))}; its figures are not trustworthy (rerun on a quiet machine)",
+                      highlight=False, soft_wrap=True)
+    not_run = summary[(summary["status"] == "unsupported")]
+    if not not_run.empty:
+        for reason in dict.fromkeys(not_run["reason"].astype(str)):
+            names = ", ".join(dict.fromkeys(not_run.loc[not_run["reason"].astype(str) == reason, "precision"]))
+            console.print(f"[dim]not run ({escape(names)}): {escape(reason)}[/]", highlight=False, soft_wrap=True)
+    from amp_bench.analysis.headline import headlines
+    sentences = headlines(summary)
+    if sentences:
+        console.print()
+        for sentence in sentences:
+            console.print(f"[bold]{escape(sentence)}[/]", highlight=False, soft_wrap=True)
+
+
+# -- fidelity and headroom ---------------------------------------------------------------------------
+
+def fidelity_progress(console):
+    """The fidelity study's reporter: the plan, then a line per precision and seed."""
+    from amp_bench.studies.fidelity.run import FidelityReporter  # here: see the module docstring
+
+    class Progress(FidelityReporter):
+        def started(self, store, device, spec):
+            console.print(f"[bold]fidelity[/]: {spec.model} on {spec.dataset}, {spec.epochs} epochs x "
+                          f"{len(spec.seeds)} seed(s), batch {spec.batch_size}, on {device.name}   "
+                          f"[bold]results[/]: {store.dir}", highlight=False, soft_wrap=True)
+
+        def precision_finished(self, precision, rows):
+            if rows and len({(r.get("status"), r.get("reason")) for r in rows}) == 1 and rows[0].get("status") != "ok":
+                seeds = ", ".join(str(r["seed"]) for r in rows)  # alike for every seed: say it once
+                console.print(f"{rows[0]['status']:>11} {precision} (seeds {seeds})  {escape(str(rows[0].get('reason')))}",
+                              highlight=False)
+                return
+            for r in rows:
+                detail = (f"test accuracy {r['test_accuracy']:.2%}, final train loss {r['final_train_loss']:.4f}"
+                          if r.get("status") == "ok" else escape(str(r.get("reason", ""))))
+                console.print(f"{r.get('status', '?'):>11} {precision} seed {r['seed']}  {detail}", highlight=False)
+
+    return Progress()
+
+
+def print_fidelity(runs, console) -> None:
+    """Each precision's held-out accuracy against fp32, with GradScaler health and gradient underflow."""
+    verdicts = runs.attrs["verdicts"]
+    health = runs.groupby("precision", sort=False).agg(
+        skips=("scaler_skipped_steps", "sum"), min_scale=("scaler_min_scale", "min"),
+        lost=("grad_underflow_fraction_unscaled", "max"), lost_scaled=("grad_underflow_fraction_scaled", "max"))
+    has_scaler, has_probe = health["min_scale"].notna().any(), health["lost"].notna().any()
+    table = Table(title=f"held-out accuracy against fp32 (tolerance +/-{verdicts['tolerance_pp'].iloc[0]:g} pp)"
+                  + ("; grads lost: share of gradient elements zero under autocast, unscaled->scaled"
+                     if has_probe else ""), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    columns = ["precision", "seeds", "acc", "diff pp", "fp32 range pp", "train loss"]
+    columns += (["skips", "min scale"] if has_scaler else []) + (["grads lost"] if has_probe else []) + ["verdict"]
+    has_also = "verdict_also" in verdicts and verdicts["verdict_also"].notna().any()
+    columns += ["2nd reference"] if has_also else []
+    for name in columns:  # narrow terminals wrap rather than cut a figure short
+        table.add_column(name, no_wrap=name in ("precision", "verdict"), overflow="fold",
+                         justify="left" if name in ("precision", "verdict", "2nd reference") else "right")
+    colours = {"parity": "green", "worse": "red", "better": "yellow"}
+    for _, v in verdicts.iterrows():
+        h = health.loc[v["precision"]]
+        verdict = f"[{colours[v['verdict']]}]{v['verdict']}[/]" if v["verdict"] in colours else escape(v["verdict"])
+        cells = [v["precision"], str(v["seeds"]), _fmt(v["test_accuracy"], ".2%"), _fmt(v["accuracy_diff_pp"], "+.2f"),
+                 _fmt(v["fp32_seed_range_pp"], ".2f"), _fmt(v["final_train_loss"], ".4f")]
+        if has_scaler:
+            cells += [_fmt(h["skips"], ".0f") if h["min_scale"] == h["min_scale"] else "-", _fmt(h["min_scale"], ".4g")]
+        if has_probe:
+            cells.append(f"{_fmt(h['lost'], '.3%')}->{_fmt(h['lost_scaled'], '.3%')}" if h["lost"] == h["lost"] else "-")
+        extra = []
+        if has_also:
+            extra = [f"{v['verdict_also']} vs {v['also_against']} ({_fmt(v['accuracy_diff_also_pp'], '+.2f')} pp)"
+                     if isinstance(v["verdict_also"], str) else "-"]
+        table.add_row(*cells, verdict, *extra)
+    console.print(table)
+    if (runs["scaler_scale_below_one"] == True).any():  # noqa: E712 - NaN for runs without a scaler
+        console.print("[red]warning[/]: the loss scale fell below 1: gradients overflow fp16 even unscaled",
+                      highlight=False)
+
+
+def headroom_progress(console):
+    """The headroom search's reporter: the plan, then a line per probe."""
+    from amp_bench.studies.headroom import HeadroomReporter  # here: see the module docstring
+
+    class Progress(HeadroomReporter):
+        def started(self, store, device, spec, searches):
+            cap = f"{spec.memory_cap_bytes / 2**30:.3g} GiB" if spec.memory_cap_bytes else "none (the whole device)"
+            if (store.manifest.get("headroom") or {}).get("default_cpu_cap"):
+                cap += " (default: half the memory available now, shared by DDP ranks)"
+            console.print(f"[bold]headroom[/]: {searches} searches on {device.name}, memory cap {cap}, batch "
+                          f"{spec.start_batch_size}..{spec.max_batch_size}, resolution {spec.resolution}   "
+                          f"[bold]results[/]: {store.dir}", highlight=False, soft_wrap=True)
+
+        def probe_finished(self, case, batch, row):
+            colour = {"ok": "green", "oom": "yellow"}.get(row["status"], "red")
+            console.print(f"  probe {escape(case.model.label)} {case.precision} batch {batch}: "
+                          f"[{colour}]{row['status']}[/]", highlight=False)
+
+    return Progress()
+
+
+def print_headroom(table, console) -> None:
+    """The largest batch each precision trains at, and its throughput there, against fp32."""
+    procs = table["nproc_per_node"].notna().any()
+    out = Table(title="largest batch that trains (and samples/s at it), against fp32", title_justify="left",
+                box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("model", *(["procs"] if procs else []), "precision", "largest", "first OOM", "x fp32",
+                 "samples/s", "x fp32 ", "probes", "status"):
+        out.add_column(name, no_wrap=name == "precision", overflow="fold",
+                       justify="left" if name in ("model", "precision", "status") else "right")
+    for _, r in table.iterrows():
+        largest = _fmt(r["max_batch_size"], ".0f") + (" (limit)" if r["limit_reached"] else "")
+        ratio = ("≥" if r["batch_ratio_is_lower_bound"] else "") + _fmt(r["batch_ratio_vs_fp32"], ".2f", "x")
+        out.add_row(escape(r["model_label"]), *([_fmt(r["world_size"], ".0f")] if procs else []), r["precision"],
+                    largest, _fmt(r["first_oom_batch_size"], ".0f"), ratio, _fmt(r["throughput_at_max"], ".1f"),
+                    _fmt(r["throughput_ratio_vs_fp32"], ".2f", "x"), str(r["probes"]),
+                    r["status"] if r["status"] == "ok" else f"{r['status']}: {escape(str(r['reason']))}")
+    console.print(out)
+
+
+# -- analysis ----------------------------------------------------------------------------------------
+
+def print_comparison(comparison, console) -> None:
+    """A row per case and metric with its ratio, interval, p-value and verdict; then the notes."""
+    table = Table("case", "metric", "baseline", "candidate", "ratio", "95% CI", "p (MWU)", "verdict",
+                  title=f"candidate vs baseline: {comparison.summary}", title_justify="left")
+    colours = {"regression": "red", "improvement": "green", "unstable": "yellow", "not enough data": "dim",
+               "not comparable (contended)": "yellow"}
+    for r in comparison.results:
+        colour = colours.get(r.verdict, "")
+        verdict = f"[{colour}]{r.verdict}[/]" if colour else r.verdict
+        table.add_row(escape(r.case_id), r.metric, _fmt(r.baseline, ".4g"), _fmt(r.candidate, ".4g"),
+                      _fmt(r.ratio, ".3f"), f"{_fmt(r.ci_low, '.3f')}-{_fmt(r.ci_high, '.3f')}",
+                      _fmt(r.p_value, ".2g"), verdict)
+    console.print(table)
+    for note in comparison.notes + comparison.unmatched:
+        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+
+
+
+
+# -- machine -----------------------------------------------------------------------------------------
+
+def print_env(info, console) -> None:
+    """The probed device, GPU, CPU, versions and fingerprint, then which precision modes run here and why."""
+    device, gpu, fp = info["device"], info.get("gpu", {}), info["fingerprint"]
+    line = f"[bold]device[/]: {escape(device['name'])} ({info['architecture']}"
+    if device.get("capability"):
+        line += f", compute capability {fp['compute_capability']}, {device['total_memory_bytes'] / 2**30:.0f} GiB"
+    console.print(line + ")", highlight=False)
+    if device["type"] == "cuda":
+        nvml = gpu.get("nvml") or "ok"
+        console.print(f"[bold]gpu[/]: driver {gpu.get('driver_version') or '-'}, uuid {gpu.get('gpu_uuid') or '-'}, "
+                      f"power limit {gpu.get('power_limit_w') or '-'} W, persistence {gpu.get('persistence_mode')}, "
+                      f"MIG {gpu.get('mig_mode')}; NVML: {escape(str(nvml))}", highlight=False)
+    console.print(f"[bold]cpu[/]: {escape(device['cpu_model'])}, {fp['cpu_count']} cores; bf16/fp16 ISA: "
+                  f"{fp['cpu_bf16_isa']}", highlight=False)
+    console.print("  ".join(f"{k.replace('_version', '')} {v}" for k, v in info["versions"].items() if v),
+                  highlight=False)
+    software = info.get("software", {})
+    console.print(f"[bold]fingerprint[/]: {fp['fingerprint']}   git: {software.get('git_commit', '-')}   "
+                  f"pip packages: {len(software.get('pip_freeze', []))}"
+                  + ("   conda env: recorded" if software.get("conda_env") else ""), highlight=False)
+    if info["host"]["env"]:
+        console.print("[bold]env[/]: " + " ".join(f"{k}={v}" for k, v in info["host"]["env"].items()), highlight=False)
+    table = Table("precision", "runs here", "why")
+    for mode, support in info["support"].items():
+        runs = "yes" if support["supported"] else ("only with allow_emulated" if support["emulated"] else "no")
+        table.add_row(mode, runs, escape(support["reason"]) or "-")
+    console.print(table)

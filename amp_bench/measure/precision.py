@@ -1,0 +1,173 @@
+"""Precision modes: what each mode means for math flags, autocast and the GradScaler.
+
+A mode is a value object; applying it sets the process-wide FP32 math flags (workers are fresh
+processes, so nothing leaks between cases) and hands back what the training step needs. Autocast is
+entered per step by the step itself, never as global state.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from amp_bench import modes
+
+
+@dataclass(frozen=True)
+class PrecisionMode:
+    """A registered mode (amp_bench.modes.Mode, the one definition of what a mode is) with its
+    autocast dtype resolved to a torch dtype: the torch side's view of it, nothing more."""
+    spec: modes.Mode
+    autocast_dtype: torch.dtype | None  # None: no autocast region
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def use_grad_scaler(self) -> bool:
+        return self.spec.grad_scaler
+
+    @property
+    def fp32_math(self) -> str:  # "ieee" or "tf32": how FP32 matmuls/convolutions run outside autocast
+        return self.spec.fp32_math
+
+    @property
+    def uses_autocast(self) -> bool:
+        return self.autocast_dtype is not None
+
+
+def get_mode(name: str) -> PrecisionMode:
+    mode = modes.get(name)
+    return PrecisionMode(mode, getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None)
+
+
+def _has_fp32_precision_api() -> bool:
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def set_fp32_math(fp32_math: str) -> None:
+    """Set TF32 on or off for matmul *and* cuDNN (cuDNN's TF32 is on by default).
+
+    Written through the legacy allow_tf32 flags on purpose: on torch 2.9-2.14 a write through the
+    newer per-backend fp32_precision API makes every later read of a legacy flag raise (as user
+    code, inductor or a library may do), while a legacy write keeps both APIs readable.
+    """
+    if fp32_math not in ("ieee", "tf32"):
+        raise ValueError(f"fp32_math must be 'ieee' or 'tf32', not {fp32_math!r}")
+    allow = fp32_math == "tf32"
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
+    except (RuntimeError, AttributeError):  # a torch that dropped the legacy flags
+        torch.backends.cuda.matmul.fp32_precision = fp32_math
+    if _has_fp32_precision_api():
+        # cuDNN conv and RNN explicitly as well: the legacy False writes "none" (inherit), which still
+        # resolves to TF32 when the cuDNN- or generic-level fp32_precision says tf32. The same value as
+        # the legacy flag keeps the two APIs consistent, so legacy reads stay valid.
+        for backend in (torch.backends.cudnn.conv, torch.backends.cudnn.rnn):
+            try:
+                backend.fp32_precision = fp32_math
+            except (RuntimeError, AttributeError):
+                pass
+
+
+class Fp32MathError(RuntimeError):
+    """FP32 math would not run as the mode says (TF32 still used, or TF32 disabled): the case errors."""
+
+
+def fp32_math_problems(fp32_math: str, flags: dict, env=None) -> list[str]:
+    """Why FP32 math outside autocast would not run as `fp32_math` says, from the flags as they
+    resolved (read_fp32_math_flags) and, on CUDA, the environment (`env`); empty when it will."""
+    tf32 = fp32_math == "tf32"
+    problems = []
+    for key, what in (("tf32_matmul", "matmul (cuBLAS)"), ("tf32_cudnn", "cuDNN")):
+        if flags.get(key) is None:
+            problems.append(f"{what}: the TF32 flag cannot be read (legacy and per-backend settings are mixed)")
+        elif bool(flags[key]) != tf32:
+            problems.append(f"{what} resolves to {'TF32' if flags[key] else 'IEEE FP32'}")
+    for key, what in (("fp32_precision_matmul", "matmul"), ("fp32_precision_cudnn_conv", "cuDNN conv"),
+                      ("fp32_precision_cudnn_rnn", "cuDNN RNN")):
+        if flags.get(key) and (flags[key] == "tf32") != tf32:  # torch >= 2.9: the per-backend setting, resolved
+            problems.append(f"{what} fp32_precision resolves to {flags[key]}")
+    matmul_precision = flags.get("float32_matmul_precision")
+    if matmul_precision and (matmul_precision != "highest") != tf32:
+        problems.append(f"float32_matmul_precision is {matmul_precision}")
+    env = env or {}
+    if not tf32 and env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
+        problems.append("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes cuBLAS use TF32 whatever the flags say")
+    if tf32 and env.get("NVIDIA_TF32_OVERRIDE") == "0":
+        problems.append("NVIDIA_TF32_OVERRIDE=0 disables TF32 inside NVIDIA's libraries")
+    return problems
+
+
+def check_fp32_math(mode_name: str, fp32_math: str, flags: dict, env=None) -> None:
+    """Raise Fp32MathError (one line) when FP32 math would not run as the mode says."""
+    problems = fp32_math_problems(fp32_math, flags, env)
+    if problems:
+        want = "TF32" if fp32_math == "tf32" else "strict IEEE FP32"
+        raise Fp32MathError(f"{mode_name} needs {want} outside autocast, but " + "; ".join(problems))
+
+
+def _read(getter):
+    try:
+        return getter()
+    except (RuntimeError, AttributeError):
+        return None
+
+
+def read_fp32_math_flags() -> dict[str, object]:
+    """The TF32-related settings as they stand now, through both APIs, for the result row."""
+    flags = {
+        "tf32_matmul": _read(lambda: bool(torch.backends.cuda.matmul.allow_tf32)),
+        "tf32_cudnn": _read(lambda: bool(torch.backends.cudnn.allow_tf32)),
+        "float32_matmul_precision": _read(torch.get_float32_matmul_precision) or "",
+        "fp32_precision_matmul": "",
+        "fp32_precision_cudnn_conv": "",
+        "fp32_precision_cudnn_rnn": "",
+    }
+    if _has_fp32_precision_api():
+        flags["fp32_precision_matmul"] = _read(lambda: torch.backends.cuda.matmul.fp32_precision) or ""
+        flags["fp32_precision_cudnn_conv"] = _read(lambda: torch.backends.cudnn.conv.fp32_precision) or ""
+        flags["fp32_precision_cudnn_rnn"] = _read(lambda: torch.backends.cudnn.rnn.fp32_precision) or ""
+        if flags["tf32_matmul"] is None:  # legacy reads refused: derive from the new API
+            flags["tf32_matmul"] = flags["fp32_precision_matmul"] == "tf32"
+            flags["tf32_cudnn"] = flags["fp32_precision_cudnn_conv"] == "tf32"
+    return flags
+
+
+def autocast_region(mode: PrecisionMode, device_type: str):
+    """A fresh autocast context for one step (disabled for the FP32 modes)."""
+    return torch.autocast(
+        device_type, dtype=mode.autocast_dtype or torch.bfloat16, enabled=mode.uses_autocast
+    )
+
+
+def make_grad_scaler(mode: PrecisionMode, device_type: str) -> torch.amp.GradScaler:
+    return torch.amp.GradScaler(device_type, enabled=mode.use_grad_scaler)
+
+
+def autocast_engages(mode: PrecisionMode, device_type: str) -> tuple[bool, str]:
+    """Prove autocast is really active: it silently disables itself on an unsupported device/dtype.
+
+    Runs a tiny linear inside the region and checks the output dtype.
+    """
+    if not mode.uses_autocast:
+        return True, ""
+    x = torch.ones(2, 2, device=device_type)
+    w = torch.ones(2, 2, device=device_type)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with autocast_region(mode, device_type):
+                out = torch.nn.functional.linear(x, w)
+        except Exception as exc:  # an unsupported combination may also raise
+            return False, f"autocast({device_type}, {mode.autocast_dtype}) failed: {exc}"
+    if out.dtype != mode.autocast_dtype:
+        why = "; ".join(str(w.message) for w in caught) or "no warning given"
+        return False, (
+            f"autocast({device_type}, {mode.autocast_dtype}) did not engage: linear returned "
+            f"{out.dtype} ({why})"
+        )
+    return True, ""

@@ -1,0 +1,115 @@
+"""Versions and machine facts recorded next to every result (the fuller record is issue #3's)."""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+
+# Variables that change speed or memory: the caching allocator's settings (fragmentation, expandable
+# segments), lazy kernel loading (memory), the device order, TF32 overrides, threads; NCCL_* by prefix.
+RESULT_AFFECTING_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_TF32_OVERRIDE", "OMP_NUM_THREADS",
+                        "CUBLAS_WORKSPACE_CONFIG", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "PYTORCH_CUDA_ALLOC_CONF",
+                        "PYTORCH_ALLOC_CONF", "CUDA_MODULE_LOADING", "CUDA_DEVICE_ORDER")
+RESULT_AFFECTING_PREFIXES = ("NCCL_",)
+
+
+def result_affecting_env(environ=None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ)
+            if k in RESULT_AFFECTING_ENV or k.startswith(RESULT_AFFECTING_PREFIXES)}
+
+
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def versions() -> dict[str, str]:
+    """Library versions; importing torch is needed for its CUDA/cuDNN builds but creates no context."""
+    import torch
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "python_version": platform.python_version(),
+        "torch_version": torch.__version__,
+        "torch_git_version": getattr(torch.version, "git_version", "") or "",
+        "torch_cuda_version": torch.version.cuda or "",
+        "cudnn_version": str(cudnn) if cudnn else "",
+        "torchvision_version": package_version("torchvision"),
+        "transformers_version": package_version("transformers"),
+        "amp_bench_version": package_version("amp_bench"),
+    }
+
+
+def host_facts() -> dict[str, object]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "env": result_affecting_env(),
+        "argv": sys.argv,
+    }
+
+
+def gpu_facts(device) -> dict[str, object]:
+    """Driver and board facts through NVML (empty values, with the reason, where unreadable)."""
+    facts: dict[str, object] = {"nvml": ""}
+    if device.type != "cuda":
+        return facts
+    from amp_bench.platform.nvml import cuda_identity, device_handle, load_nvml
+    try:
+        nvml = load_nvml()
+        handle, note = device_handle(nvml, *cuda_identity(device.index or 0))
+        if note:
+            facts["nvml_device"] = note
+    except Exception as exc:
+        facts["nvml"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return facts
+
+    def read(name, call, convert=lambda v: v):
+        try:
+            facts[name] = convert(call())
+        except Exception as exc:
+            facts[name] = None
+            facts.setdefault("unreadable", {})[name] = f"{type(exc).__name__}: {exc}"
+
+    def text(value):
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    read("driver_version", nvml.nvmlSystemGetDriverVersion, text)
+    read("gpu_uuid", lambda: nvml.nvmlDeviceGetUUID(handle), text)
+    read("power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)
+    read("application_sm_clock_mhz", lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_SM))
+    read("application_mem_clock_mhz", lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_MEM))
+    read("persistence_mode", lambda: nvml.nvmlDeviceGetPersistenceMode(handle), bool)
+    read("mig_mode", lambda: nvml.nvmlDeviceGetMigMode(handle)[0], bool)
+    return facts
+
+
+def _run(command: list[str], timeout: float = 60) -> str | None:
+    import subprocess
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def software_record() -> dict[str, object]:
+    """What it takes to rebuild the environment: the git commit, pip freeze, and the conda
+    environment (without its prefix line) when running inside one."""
+    record: dict[str, object] = {}
+    commit = _run(["git", "rev-parse", "HEAD"], 10)
+    if commit:
+        dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], 10)
+        record["git_commit"] = commit.strip() + ("-dirty" if dirty and dirty.strip() else "")
+    freeze = _run([sys.executable, "-m", "pip", "freeze", "--disable-pip-version-check"])
+    record["pip_freeze"] = freeze.splitlines() if freeze else []
+    if os.environ.get("CONDA_PREFIX"):
+        export = _run(["conda", "env", "export", "--no-builds"], 120)
+        if export:
+            record["conda_env"] = "".join(l for l in export.splitlines(keepends=True) if not l.startswith("prefix:"))
+    return record

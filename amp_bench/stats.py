@@ -1,0 +1,158 @@
+"""Statistics of a window of step times, torch-free: the median's interval, the step-time summary,
+which samples are measured, and the one throughput formula (`Window`). The worker, DDP aggregation,
+ingest, compare, history and the report all read these; nothing here imports torch."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+UNSTABLE_CV = 0.10  # pyperf warns when stdev >= 10% of the mean
+
+
+MIN_CI_SAMPLES = 6  # below this no pair of order statistics covers the median with 95% confidence
+
+
+def median_ci(samples_ms, confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: the pair of order statistics that covers
+    the population median with at least `confidence` (binomial(n, 1/2) ranks). Makes no normality
+    assumption, so a skewed step-time distribution (the usual shape) is fine. Fewer than
+    MIN_CI_SAMPLES samples: (min, max), which is then no 95% interval, and stop rules don't trust it."""
+    a = np.sort(np.asarray(samples_ms, dtype=float))
+    n = a.size
+    if n == 0:
+        raise ValueError("no step times for an interval")
+    if n < MIN_CI_SAMPLES:
+        return float(a[0]), float(a[-1])
+    from scipy.stats import binom
+    alpha = 1 - confidence
+    # the largest m with P(Bin(n, 1/2) <= m) <= alpha/2: then [x_(m), x_(n-1-m)] (0-based) covers the
+    # median with probability 1 - 2 P(Bin <= m) >= confidence
+    m = int(binom.ppf(alpha / 2, n, 0.5))
+    if binom.cdf(m, n, 0.5) > alpha / 2:
+        m -= 1
+    j = max(m, 0)
+    k = n - 1 - j
+    return float(a[j]), float(a[k])
+
+
+def relative_half_width(samples_ms) -> float:
+    """Half the width of the median's 95% interval, relative to the median."""
+    low, high = median_ci(samples_ms)
+    median = float(np.median(samples_ms))
+    return (high - low) / 2 / median if median > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Summary of per-step times in milliseconds (a value object, like optimum-benchmark's Latency)."""
+    n: int
+    median: float
+    mean: float
+    p10: float
+    p90: float
+    iqr: float
+    cv: float
+    min: float
+    max: float
+
+    @classmethod
+    def from_samples(cls, samples_ms: list[float]) -> StepStats:
+        if not samples_ms:
+            raise ValueError("no step times to summarise")
+        a = np.asarray(samples_ms, dtype=float)
+        mean = float(a.mean())
+        std = float(a.std(ddof=1)) if a.size > 1 else 0.0
+        q10, q25, q50, q75, q90 = np.percentile(a, [10, 25, 50, 75, 90])
+        return cls(n=int(a.size), median=float(q50), mean=mean, p10=float(q10), p90=float(q90),
+                   iqr=float(q75 - q25), cv=std / mean if mean > 0 else math.nan,
+                   min=float(a.min()), max=float(a.max()))
+
+    def instability(self) -> str | None:
+        """A pyperf-style warning, or None when the window looks stable."""
+        if self.cv >= UNSTABLE_CV:
+            return (f"unstable: step-time CV is {self.cv:.0%} (>= {UNSTABLE_CV:.0%}); "
+                    "results may not be reproducible — more steps, warmup or a quieter machine help")
+        if self.n >= 5 and (self.min < 0.5 * self.mean or self.max > 1.5 * self.mean):
+            return (f"unstable: step times range {self.min:.3g}-{self.max:.3g} ms around a mean of "
+                    f"{self.mean:.3g} ms (more than 50% off)")
+        return None
+
+    def to_columns(self, prefix: str = "step_time_ms") -> dict[str, float]:
+        data = asdict(self)
+        data.pop("n")
+        out = {f"{prefix}_{k}": v for k, v in data.items()}
+        out["step_time_cv"] = out.pop(f"{prefix}_cv")
+        return out
+
+
+MEASURED_PHASE = "measure"  # a timed step; warmup steps never enter a figure
+
+
+def measured(samples):
+    """The timed steps among per-step samples: a DataFrame (rows of the samples table) or a list
+    of sample dicts (a worker record's). The one definition of "the measured samples"."""
+    if hasattr(samples, "loc"):
+        return samples[(samples["phase"] == MEASURED_PHASE) & samples["step_time_ms"].notna()]
+    return [s for s in samples if s.get("phase") == MEASURED_PHASE and s.get("step_time_ms") is not None]
+
+
+def samples_per_second(samples: float, seconds: float) -> float | None:
+    """Throughput: training samples processed (batch x steps x processes) over the seconds it took.
+    The one throughput formula: the worker's window, DDP aggregation, ingest and compare use it."""
+    if not seconds or seconds <= 0 or not math.isfinite(seconds):
+        return None
+    return samples / seconds
+
+
+@dataclass(frozen=True)
+class Window:
+    """A measured window: per-step times, the wall-clock seconds around them (host gaps included),
+    and how many samples each step processed across every process."""
+    step_times_ms: tuple[float, ...]
+    seconds: float
+    batch_size: int
+    world_size: int = 1
+
+    @classmethod
+    def from_steps(cls, step_times_ms, batch_size: int, seconds: float | None = None,
+                   world_size: int = 1) -> Window:
+        """`seconds` defaults to the sum of the steps (no gap measured, e.g. pytest-benchmark rounds)."""
+        times = tuple(float(t) for t in step_times_ms)
+        return cls(times, sum(times) / 1e3 if seconds is None else float(seconds), int(batch_size), int(world_size))
+
+    @property
+    def stats(self) -> StepStats:
+        return StepStats.from_samples(list(self.step_times_ms))
+
+    @property
+    def throughput(self) -> float | None:
+        return samples_per_second(self.world_size * self.batch_size * len(self.step_times_ms), self.seconds)
+
+    @property
+    def gap_fraction(self) -> float | None:
+        """Share of the window outside every step: host work between steps (or, on CUDA, the GPU
+        idling while the host catches up)."""
+        if not self.seconds or self.seconds <= 0:
+            return None
+        return max(0.0, 1 - sum(self.step_times_ms) / 1e3 / self.seconds)
+
+    def to_columns(self) -> dict:
+        return {**self.stats.to_columns(), "window_s": self.seconds, "throughput": self.throughput,
+                "window_gap_fraction": self.gap_fraction}
+
+
+def energy_rates(energy_j: float | None, samples: float | None) -> dict:
+    """Energy per sample and samples per joule: the one formula for the worker's NVML window and for
+    DDP aggregation (every GPU's energy over the job's global samples). Unknown stays None, never 0."""
+    per_sample = energy_j / samples if energy_j and samples else None
+    return {"energy_j_per_sample": per_sample, "samples_per_joule": 1 / per_sample if per_sample else None}
+
+
+def achieved_rate(flops_per_step: float | None, step_time_ms: float | None, peak_tflops: float | None) -> dict:
+    """Achieved TFLOP/s at the median step time and MFU against a dense peak: the one formula for a
+    plain worker and for a DDP job (per-rank FLOPs at the job's step time: per-GPU MFU)."""
+    achieved = flops_per_step / (step_time_ms / 1e3) / 1e12 if flops_per_step and step_time_ms else None
+    return {"achieved_tflops": achieved, "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None}

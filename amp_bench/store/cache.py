@@ -1,0 +1,111 @@
+"""A columnar cache of the results tables of a results tree, for history and nightly at fleet size.
+
+The CSVs stay the source of truth: the cache (`.amp_bench_cache/results.pkl` at the tree root) holds
+the columns history needs from every run directory's results.csv, keyed by the file's path, mtime
+and size. A run directory that changed, appeared or vanished is re-read or dropped; the rest come
+from the cache. A tree that cannot be written is read without caching.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import pickle
+from pathlib import Path
+
+import pandas as pd
+
+from amp_bench.errors import UserError
+from amp_bench.store.results import RESULTS_FILE
+
+CACHE_DIR = ".amp_bench_cache"
+CACHE_FILE = "results.pkl"
+VERSION = 2  # 2: contended, contention
+COLUMNS = ["run_id", "suite", "case_id", "status", "device", "device_name", "batch_size", "repeat", "hostname",
+           "fingerprint", "timestamp", "step_time_ms_median", "throughput", "peak_mem_allocated_bytes",
+           "peak_rss_bytes", "contended", "contention"]
+
+
+def _results_files(root: Path) -> dict[str, os.stat_result]:
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != CACHE_DIR and d not in ("logs", "work")]
+        if RESULTS_FILE in filenames:
+            path = os.path.join(dirpath, RESULTS_FILE)
+            found[os.path.relpath(path, root)] = os.stat(path)
+    return found
+
+
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        frame = pd.read_csv(path, usecols=lambda c: c in COLUMNS, dtype={"run_id": str, "case_id": str})
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable results table ({exc})") from None
+    return frame.reindex(columns=COLUMNS)
+
+
+def load_tree(root: str | os.PathLike, use_cache: bool = True) -> pd.DataFrame:
+    """Result rows (COLUMNS only) of every run directory under root."""
+    root = Path(root)
+    if not root.exists():
+        raise UserError(f"{root}: no such results directory")
+    files = _results_files(root)
+    if not files:
+        raise UserError(f"{root}: no results.csv found (expected a run directory or a tree of them)")
+    key = {rel: (st.st_mtime_ns, st.st_size) for rel, st in files.items()}
+    cache_path = root / CACHE_DIR / CACHE_FILE
+    cached: dict = {}
+    if use_cache and cache_path.is_file():
+        try:
+            with open(cache_path, "rb") as fh:
+                cached = pickle.load(fh)
+            if cached.get("version") != VERSION:
+                cached = {}
+        except Exception:  # a broken cache is rebuilt, never trusted
+            cached = {}
+    index: dict = cached.get("index", {})
+    frame: pd.DataFrame = cached.get("frame", pd.DataFrame(columns=[*COLUMNS, "_src"]))
+    keep = [rel for rel in key if index.get(rel, (None,))[0] == key[rel]]
+    if len(keep) == len(key) == len(index):
+        return frame.drop(columns="_src")
+    parts = [frame[frame["_src"].isin(keep)]] if keep else []
+    for rel in sorted(set(key) - set(keep)):
+        part = _read(root / rel)
+        part["_src"] = rel
+        parts.append(part)
+    parts = [p for p in parts if not p.empty]
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*COLUMNS, "_src"])
+    frame["_src"] = frame["_src"].astype("category")
+    if use_cache:
+        _write(cache_path, {"version": VERSION, "index": {rel: (key[rel],) for rel in key}, "frame": frame})
+    return frame.drop(columns="_src")
+
+
+def _write(path: Path, payload: dict) -> None:
+    try:
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        with open(tmp, "wb") as fh:
+            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # read-only tree: work without a cache
+
+
+def load_cached(inputs: list[str | os.PathLike], use_cache: bool = True) -> pd.DataFrame:
+    """The columns history needs (COLUMNS) from run directories, trees of them (cached) or globs.
+    amp_bench.store.results.load_results is the full reader; this is its fleet-size subset."""
+    frames = []
+    for item in inputs:
+        text = str(item)
+        paths = [Path(p) for p in sorted(glob.glob(text))] if glob.has_magic(text) else [Path(text)]
+        if not paths:
+            raise UserError(f"{text}: no path matches this pattern")
+        for path in paths:
+            if (path / RESULTS_FILE).is_file():
+                frames.append(_read(path / RESULTS_FILE))
+            else:
+                frames.append(load_tree(path, use_cache))
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
+    return pd.concat(frames, ignore_index=True).drop_duplicates(["run_id", "case_id", "repeat"])

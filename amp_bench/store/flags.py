@@ -1,0 +1,28 @@
+"""Reading a yes/no column of the results (`contended`, `emulated`, `compile_settled`, ...): one reader.
+
+A column read back from CSV holds True/False, "True"/"False", 1/0, 1.0/0.0 or is empty, depending
+on the pandas version and on whether the run had any value at all. Empty is never true: a figure is
+only called emulated or contended where the row says so."""
+from __future__ import annotations
+
+import pandas as pd
+
+TRUE_TEXT = frozenset({"true", "1", "1.0", "yes"})
+
+
+def is_true(value) -> bool:
+    """One value (a row's cell)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return False
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in TRUE_TEXT
+
+
+def true_rows(column: pd.Series | None, index=None) -> pd.Series:
+    """A whole column as booleans; a missing column (None) is all False over `index`."""
+    if column is None:
+        return pd.Series(False, index=index, dtype=bool)
+    if column.dtype == bool:
+        return column
+    return column.map(is_true).astype(bool)

@@ -1,0 +1,184 @@
+"""Batch-size headroom: the largest batch each precision trains at without running out of memory.
+
+Per model and precision: double the batch from the start size until a probe runs out of memory
+(or the limit is reached), then bisect between the last batch that fit and the first that did not
+until they are `resolution` apart. Every probe is a few real training steps in its own worker
+under the memory cap, with OOM as the signal, so a probe that runs out can never take the run down.
+Then, optionally, a full measurement at each precision's own largest batch gives the throughput
+AMP's extra headroom buys.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from amp_bench.analysis.headroom import FITS, HEADROOM_COLUMNS, PROBE_COLUMNS, ratios_vs_fp32
+
+
+@dataclass
+class SearchResult:
+    largest_fit: int | None  # None: not even the start batch fits
+    smallest_oom: int | None  # None: no probe ran out (the limit fits)
+    status: str  # ok, nothing fits, or the status of a probe that failed for another reason
+    reason: str = ""
+    probes: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def limit_reached(self) -> bool:
+        return self.status == "ok" and self.smallest_oom is None
+
+
+class _ProbeFailed(Exception):
+    pass
+
+
+def search_max_batch(probe: Callable[[int], tuple[str, str]], start: int, limit: int,
+                     resolution: int = 1) -> SearchResult:
+    """Doubling, then bisection. `probe(batch)` returns (status, reason); status ok/nonfinite means the
+    batch fits, oom that it does not; anything else stops the search with that status."""
+    resolution = max(1, resolution)  # 0 would never stop bisecting
+    limit = max(1, limit)
+    start = min(max(1, start), limit)
+    result = SearchResult(None, None, "ok")
+
+    def fits(batch: int) -> bool:
+        status, reason = probe(batch)
+        result.probes.append((batch, status))
+        if status in FITS:
+            return True
+        if status == "oom":
+            return False
+        raise _ProbeFailed(status, f"batch {batch}: {reason}")
+
+    try:
+        batch = start
+        while True:
+            if not fits(batch):
+                result.smallest_oom = batch
+                break
+            result.largest_fit = batch
+            if batch >= limit:
+                break
+            batch = min(batch * 2, limit)
+        if result.largest_fit is None:
+            result.status, result.reason = "nothing fits", f"batch {start} already runs out of memory"
+            return result
+        while result.smallest_oom is not None and result.smallest_oom - result.largest_fit > resolution:
+            middle = (result.largest_fit + result.smallest_oom) // 2
+            if fits(middle):
+                result.largest_fit = middle
+            else:
+                result.smallest_oom = middle
+    except _ProbeFailed as exc:
+        result.status, result.reason = exc.args
+    return result
+
+
+def default_cpu_cap() -> int:
+    """Half the memory available now: a CPU search with no cap given stays clear of the OOM killer."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    import os
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+class HeadroomReporter:
+    def started(self, store, device, spec, searches: int) -> None: ...
+    def probe_finished(self, case, batch: int, row: dict) -> None: ...
+    def search_finished(self, case, row: dict) -> None: ...
+
+
+def run_headroom(path, *, device: str | None = None, results_dir="results", reporter=None,
+                 **overrides) -> pd.DataFrame:
+    """Search every model x precision of the suite; returns the headroom table (attrs: run_dir).
+    Tables are saved after every probe."""
+    from amp_bench.errors import UserError
+    from amp_bench.workers.launch import run_one
+    from amp_bench.store.results import utc_now
+    from amp_bench.studies.session import Session
+
+    reporter = reporter or HeadroomReporter()
+    session = Session.start(path, device)
+    suite, info, versions = session.suite, session.device, session.versions
+    headroom_keys = {"memory_cap_gb", "start_batch_size", "max_batch_size", "resolution", "probe_steps", "measure"}
+    spec = suite.headroom_spec(info.type, {k: v for k, v in overrides.items() if k in headroom_keys})
+    cases = suite.cases(info.type, {k: v for k, v in overrides.items() if k not in headroom_keys})
+    if any(c.nnodes > 1 for c in cases):
+        raise UserError(f"{path}: nnodes: headroom searches run on one node (each node would search alone "
+                        "and wait for the others at every probe); use nnodes: 1")
+    shared_cap = info.type == "cpu" and spec.memory_cap_bytes is None
+    if shared_cap:
+        # without a cap the search would end in the kernel's OOM killer, which may pick another process;
+        # a cap holds per process, so DDP ranks share this one out
+        spec = dataclasses.replace(spec, memory_cap_bytes=default_cpu_cap())
+    templates: dict[tuple, object] = {}  # one per model, sizes, layout and precision; batch is searched
+    for case in cases:
+        key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.nproc_per_node,
+               case.precision)
+        templates.setdefault(key, case)
+    templates = list(templates.values())
+    store = session.open_store(results_dir, overrides, kind="headroom",
+                               headroom={**dataclasses.asdict(spec), "default_cpu_cap": shared_cap},
+                               cases_planned=len(templates))
+    host, fingerprint = session.host, session.fingerprint
+    store.flush()
+    table, probes = [], []
+    reporter.started(store, info, spec, len(templates))
+    with session.running(lambda: {"cases_finished": len(table), "probes": len(probes)}):
+        for template in templates:
+            cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if shared_cap else spec.memory_cap_bytes
+            base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
+                                       memory_cap_bytes=cap, instrument=False)
+
+            def probe_batch(batch: int, base=base) -> tuple[str, str]:
+                case = dataclasses.replace(base, batch_size=batch)
+                row, _ = run_one(case, 0, info, versions, store, stem=f"probe-{case.case_id}")
+                memory = row.get("peak_mem_allocated_bytes") if info.type == "cuda" else row.get("peak_rss_bytes")
+                probes.append({"run_id": store.run_id, "model_label": case.model.label, "precision": case.precision,
+                               "probe": len(probes), "batch_size": batch, "status": row["status"],
+                               "reason": row.get("reason", ""), "peak_mem_bytes": memory,
+                               "worker_seconds": row.get("worker_seconds"), "log_file": row.get("log_file")})
+                store.write_table("headroom_probes", probes, PROBE_COLUMNS)
+                reporter.probe_finished(case, batch, row)
+                return row["status"], row.get("reason", "")
+
+            found = search_max_batch(probe_batch, spec.start_batch_size, spec.max_batch_size, spec.resolution)
+            row = {"run_id": store.run_id, "suite": suite.name, "model_label": template.model.label,
+                   "image_size": template.image_size, "seq_len": template.seq_len,
+                   "channels_last": template.channels_last, "world_size": template.world_size,
+                   "nproc_per_node": template.nproc_per_node, "precision": template.precision, "device": info.type,
+                   "device_name": info.name, "status": found.status, "reason": found.reason,
+                   "max_batch_size": found.largest_fit, "first_oom_batch_size": found.smallest_oom,
+                   "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,
+                   "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution,
+                   "memory_cap_bytes": cap, "probes": len(found.probes),
+                   "hostname": host["hostname"], "fingerprint": fingerprint.get("fingerprint", "")}
+            if found.status == "ok" and spec.measure:
+                # the throughput this batch buys: a full measurement, without the cap (on the CPU the
+                # cap changes how malloc works; the batch is known to fit in less memory than that)
+                case = dataclasses.replace(template, batch_size=found.largest_fit, repeats=1)
+                measured, samples = run_one(case, 0, info, versions, store, stem=f"measure-{case.case_id}")
+                measured.update(hostname=host["hostname"], headroom_max_batch=True, **fingerprint)
+                store.add(measured, samples)
+                row.update(measure_status=measured["status"], throughput_at_max=measured.get("throughput"),
+                           step_time_ms_at_max=measured.get("step_time_ms_median"),
+                           peak_mem_at_max_bytes=measured.get("peak_mem_allocated_bytes") if info.type == "cuda"
+                           else measured.get("peak_rss_bytes"))
+            row["timestamp"] = utc_now().isoformat()
+            table.append(row)
+            frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
+            store.write_table("headroom", frame.to_dict("records"), HEADROOM_COLUMNS)
+            reporter.search_finished(template, frame.iloc[-1].to_dict())
+    frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
+    frame.attrs["run_dir"] = str(store.dir)
+    return frame
+
+

@@ -1,0 +1,107 @@
+"""The opening every study shares (a benchmark run, a fidelity study, a headroom search): load the
+suite, describe the device in a throwaway worker, open a run directory with its provenance, and
+turn a scheduler's SIGTERM into an interrupt that keeps what was finished.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from amp_bench.platform.provenance import host_facts
+from amp_bench.store.fingerprint import fingerprint_columns
+from amp_bench.errors import UserError
+from amp_bench.platform.device import DeviceInfo
+from amp_bench.workers.process import run_worker
+from amp_bench.store.results import RunStore, make_run_id, utc_now
+from amp_bench.suite import Suite, load_suite, validate_overrides
+
+PROBE_TIMEOUT_S = 180.0
+
+
+def probe(requested: str) -> dict:
+    """Describe the device in a throwaway worker, so this process never creates a CUDA context."""
+    with tempfile.TemporaryDirectory(prefix="amp_bench_probe_") as tmp:
+        result_path, log_path = Path(tmp) / "probe.json", Path(tmp) / "probe.log"
+        outcome = run_worker(["probe", requested, str(result_path)], result_path, log_path, PROBE_TIMEOUT_S)
+        if outcome.result is None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
+            raise UserError(f"device probe failed (exit code {outcome.exit_code}): {' '.join(tail) or 'no output'}")
+    if "error" in outcome.result:
+        raise UserError(outcome.result["error"])
+    return outcome.result
+
+
+@dataclass
+class Session:
+    """A suite, the device it will run on (probed), and, once opened, the run directory."""
+    path: Path
+    suite: Suite
+    probed: dict
+    device: DeviceInfo
+    store: RunStore | None = None
+    host: dict | None = None
+    fingerprint: dict | None = None
+
+    @classmethod
+    def start(cls, path, device: str | None = None, overrides: dict | None = None) -> Session:
+        suite = load_suite(path)
+        if overrides:  # a bad override is a one-line error before any worker starts
+            validate_overrides(overrides, suite.path)
+        probed = probe(device or suite.device)
+        return cls(Path(path), suite, probed, DeviceInfo.from_json(probed["device"]))
+
+    @property
+    def versions(self) -> dict:
+        return self.probed["versions"]
+
+    def open_store(self, results_dir, overrides: dict, kind: str, **manifest) -> RunStore:
+        self.store, self.host, self.fingerprint = open_store(self.suite, self.path, self.probed, results_dir,
+                                                             overrides, kind, **manifest)
+        return self.store
+
+    @contextlib.contextmanager
+    def running(self, final_manifest):
+        """Run the study's loop: SIGTERM acts as Ctrl-C, and the manifest ends `complete` or
+        `interrupted` with the fields `final_manifest()` returns, whatever happened."""
+        status = "interrupted"
+        restore = sigterm_as_interrupt()
+        try:
+            yield
+            status = "complete"
+        finally:
+            restore()
+            self.store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
+
+
+def open_store(suite, path, probed: dict, results_dir, overrides: dict, kind: str, **manifest) -> tuple:
+    """A new run directory with its suite copy and manifest: (store, host facts, fingerprint columns).
+    Every kind of run (benchmark, fidelity, headroom) records its provenance the same way."""
+    host = host_facts()
+    info = DeviceInfo.from_json(probed["device"])
+    store = RunStore(Path(results_dir), make_run_id(info.label))
+    (store.dir / "suite.yaml").write_text(suite.text, encoding="utf-8")
+    store.write_manifest(
+        run_id=store.run_id, kind=kind, status="running", started_at=utc_now().isoformat(),
+        suite={"name": suite.name, "path": str(Path(path).resolve()), "sha256": suite.sha256},
+        overrides={k: v for k, v in overrides.items() if v is not None},
+        device={**probed["device"], "architecture": probed["architecture"]},
+        precision_support=probed["support"], versions=probed["versions"], host=host,
+        gpu=probed.get("gpu", {}), software=probed.get("software", {}), **manifest,
+    )
+    fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
+                                      host["hostname"])
+    return store, host, fingerprint
+
+
+def sigterm_as_interrupt():
+    """A scheduler's SIGTERM stops the run like Ctrl-C: finished cases are kept."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)

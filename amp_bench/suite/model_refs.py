@@ -1,0 +1,170 @@
+"""Model references, checked without importing torch, torchvision or transformers.
+
+Three kinds of reference:
+  torchvision/<name>            any torchvision classification model, weights=None
+  transformers/<model_type>     built from a config object (never the hub)
+  python:<module>:<callable>    the user's own: callable(**options) -> (model, make_batch, loss_fn)
+
+`run` and `validate` check every name before a worker starts, and importing torchvision and
+transformers only to list their names costs the parent 3-4 s. Neither library offers its registry
+without importing itself, so the names are read here from their installed sources: torchvision's
+`@register_model()` functions in the modules directly under torchvision/models (what
+`torchvision.models.list_models(module=torchvision.models)` returns) and transformers' auto-model
+mapping tables (literal tables in models/auto/modeling_auto.py). When a source does not parse as
+expected (a future layout), the library is imported after all: slower, never wrong. A config
+override is checked against the config class, which does import transformers: only suites that
+carry `config:` pay for it. The worker builds the model (amp_bench.measure.models).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Callable
+
+TRANSFORMERS_TASKS = ("masked-lm", "causal-lm", "sequence-classification")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
+_TASK_TABLES = {"sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+                "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+                "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES"}
+
+
+def kind_of(ref: str) -> str | None:
+    if ref.startswith("torchvision/"):
+        return "torchvision"
+    if ref.startswith("transformers/"):
+        return "transformers"
+    if ref.startswith("python:"):
+        return "python"
+    return None
+
+
+def short_name(ref: str) -> str:
+    if ref.startswith("python:"):
+        return ref.rsplit(":", 1)[-1]
+    return ref.split("/", 1)[-1]
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)  # finds, does not import
+    return Path(spec.origin).parent if spec is not None and spec.origin else None
+
+
+@functools.lru_cache(maxsize=1)
+def torchvision_names() -> list[str]:
+    root = _package_dir("torchvision")
+    names = []
+    if root is not None:
+        for path in sorted((root / "models").glob("*.py")):
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8"))
+            except (OSError, SyntaxError, ValueError):
+                names = []
+                break
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef) and any(
+                        isinstance(d, ast.Call) and getattr(d.func, "id", None) == "register_model"
+                        for d in node.decorator_list):
+                    names.append(node.name)
+    if len(names) < 10:  # not the layout this reader knows: ask the library
+        import torchvision.models
+        return sorted(torchvision.models.list_models(module=torchvision.models))
+    return sorted(names)
+
+
+@functools.lru_cache(maxsize=1)
+def _task_tables() -> dict[str, dict[str, str]]:
+    """task -> {model_type: head class name}."""
+    root = _package_dir("transformers")
+    tables: dict[str, dict[str, str]] = {}
+    try:
+        tree = ast.parse((root / "models" / "auto" / "modeling_auto.py").read_text(encoding="utf-8"))
+        wanted = {v: k for k, v in _TASK_TABLES.items()}
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in wanted and isinstance(node.value, ast.Call) and node.value.args):
+                tables[wanted[node.targets[0].id]] = dict(ast.literal_eval(node.value.args[0]))
+    except (OSError, SyntaxError, ValueError, TypeError, AttributeError):
+        tables = {}
+    if set(tables) != set(_TASK_TABLES) or not all(tables.values()):
+        from transformers.models.auto import modeling_auto as auto
+        tables = {task: dict(getattr(auto, name)) for task, name in _TASK_TABLES.items()}
+    return tables
+
+
+def transformers_types() -> dict[str, str]:
+    """model_type -> default task, for every model type with a head we can train."""
+    tables = _task_tables()
+    types: dict[str, str] = {}
+    for task in ("sequence-classification", "causal-lm", "masked-lm"):
+        for name in tables[task]:
+            types[name] = task  # later wins: masked-lm > causal-lm > sequence-classification
+    return types
+
+
+def transformers_task_names(task: str) -> dict[str, str]:
+    return _task_tables()[task]
+
+
+def import_callable(ref: str, search_dirs: tuple[str, ...] = ()) -> Callable:
+    """'python:pkg.module:func' -> func. Raises ValueError with a one-line reason."""
+    parts = ref[len("python:"):].split(":")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"expected python:<module>:<callable>, got {ref!r}")
+    module_name, attr = parts
+    for directory in search_dirs:
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(f"cannot import module {module_name!r} ({type(exc).__name__}: {exc})") from None
+    func = getattr(module, attr, None)
+    if not callable(func):
+        raise ValueError(f"module {module_name!r} has no callable {attr!r}")
+    return func
+
+
+def check_model(ref: str, *, config: dict | None = None, task: str | None = None,
+                search_dirs: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Problems with a model reference as (sub-path, message); empty when it resolves."""
+    kind = kind_of(ref)
+    if kind is None:
+        return [("", f"unknown model reference {ref!r} (expected torchvision/<name>, "
+                     "transformers/<model_type> or python:<module>:<callable>)")]
+    name = ref.split("/", 1)[-1]
+    if kind == "torchvision":
+        names = torchvision_names()
+        if name not in names:
+            return [("", f"unknown torchvision model {name!r}{_did_you_mean(name, names)}; "
+                         "see `python -m amp_bench list-models`")]
+        return []
+    if kind == "transformers":
+        types = transformers_types()
+        if name not in types:
+            return [("", f"unknown transformers model_type {name!r}{_did_you_mean(name, list(types))}; "
+                         "see `python -m amp_bench list-models`")]
+        problems = []
+        if task is not None and name not in transformers_task_names(task):
+            problems.append((".task", f"transformers/{name} has no {task} head"))
+        if config:
+            from transformers import AutoConfig
+            defaults = AutoConfig.for_model(name)
+            for key in config:
+                if not hasattr(defaults, key):
+                    problems.append((f".config.{key}", f"not an attribute of {type(defaults).__name__}"))
+        return problems
+    try:
+        import_callable(ref, search_dirs)
+    except ValueError as exc:
+        return [("", str(exc))]
+    return []
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    import difflib
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

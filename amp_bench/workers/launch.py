@@ -1,0 +1,155 @@
+"""One case in one worker: write its spec, start the worker (plainly, or under torchrun for a DDP
+case), and turn the outcome into a result row and its per-step samples. A worker that died without
+a result is classified here (timeout, OOM kill, error), for every kind of study.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import signal
+from pathlib import Path
+from typing import Callable
+
+from amp_bench.measure.ddp import SCALING
+from amp_bench.workers import torchrun
+from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason, precision_support
+from amp_bench.workers.process import WorkerOutcome, run_worker
+from amp_bench.store.results import RunStore, utc_now
+from amp_bench.suite import Case
+
+
+def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
+            on_event: Callable[[dict], None] | None = None, launcher: list[str] | None = None,
+            extra_env: dict[str, str] | None = None) -> WorkerOutcome:
+    """Run one worker job (`case`, `fidelity`) with its spec; its log is logs/STEM.log. The spec and
+    result files are removed afterwards (the result is in the outcome)."""
+    spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
+    log_path = store.dir / "logs" / f"{stem}.log"
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    try:
+        return run_worker([job, str(spec_path), str(result_path)], result_path, log_path, timeout_s,
+                          on_event=on_event, launcher=launcher, extra_env=extra_env)
+    finally:
+        spec_path.unlink(missing_ok=True)
+
+
+def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore,
+            on_event: Callable[[dict], None] | None = None, stem: str | None = None,
+            support: Support | None = None) -> tuple[dict, list[dict]]:
+    """One worker for one case: (result row, per-step samples). `stem` names its log file. `support`
+    is the hardware gate's decision for the case (made here when the caller has none); the worker
+    gets it with the case and does not decide again."""
+    row = _base_row(case, repeat, device, versions, store.run_id)
+    support = support or precision_support(case.precision, device)
+    if not may_run(support, case.allow_emulated):
+        row.update(status="unsupported", reason=not_run_reason(support), emulated=support.emulated)
+        return row, []
+    stem = stem or f"{case.case_id}-r{repeat}"
+    launcher = extra_env = None
+    if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
+        launcher = torchrun.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
+        extra_env = torchrun.launch_env(case)
+    cache_dir = compile_cache_dir(store, case, stem)
+    if cache_dir is not None:
+        extra_env = {**(extra_env or {}), **compile_cache_env(cache_dir)}
+        row["compile_cache_dir"] = str(cache_dir.relative_to(store.dir))
+    outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json(),
+                                                "support": dataclasses.asdict(support)}, case.timeout_s,
+                      on_event=on_event, launcher=launcher, extra_env=extra_env)
+    result_path = store.dir / "work" / f"{stem}.result.json"
+    row["log_file"] = str(outcome.log_path.relative_to(store.dir))
+    row["peak_rss_bytes"] = outcome.peak_rss_bytes
+    row["peak_rss_lifetime_bytes"] = outcome.peak_rss_bytes  # from wait4: the whole worker, all of it
+    samples = []
+    if outcome.result is not None:
+        record = dict(outcome.result)
+        samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
+                    "repeat": repeat, **s} for s in record.pop("samples", [])]
+        row.update(record)
+        # peak RSS over the training steps: the worker's high-water mark read right after the
+        # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
+        if record.get("rss_hwm_bytes"):
+            row["peak_rss_bytes"] = record["rss_hwm_bytes"]
+    else:
+        row.update(status=classify_death(outcome), reason=death_reason(outcome, case.timeout_s))
+        if case.distributed and outcome.timed_out:
+            row["reason"] = (f"no result within timeout_s={case.timeout_s:g} (a rank hung or waited for one); "
+                             f"torchrun and its {case.world_size} ranks killed")
+        if case.distributed and not outcome.timed_out:
+            log = outcome.log_path.read_text(errors="replace") if outcome.log_path.exists() else ""
+            explained = torchrun.explain_failure(result_path, log, case.world_size)
+            if explained:
+                row["status"], row["reason"] = explained
+    if cache_dir is not None and case.compile_cache == "cold":
+        shutil.rmtree(cache_dir, ignore_errors=True)  # a cold cache serves one case: nothing reuses it
+    result_path.unlink(missing_ok=True)
+    for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
+        rank_file.unlink(missing_ok=True)
+    return row, samples
+
+
+def compile_cache_dir(store: RunStore, case: Case, stem: str) -> Path | None:
+    """The inductor/triton cache a compiled case uses, inside the run directory so that no earlier run
+    warms it: warm, one directory the run's cases share (later repeats and precisions find what the
+    first compiled); cold, an empty directory of the case's own."""
+    if not case.compiled:
+        return None
+    path = store.dir / "compile-cache" / ("shared" if case.compile_cache == "warm" else stem)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compile_cache_env(path: Path) -> dict[str, str]:
+    return {"TORCHINDUCTOR_CACHE_DIR": str(path), "TRITON_CACHE_DIR": str(path / "triton")}
+
+
+def classify_death(outcome: WorkerOutcome) -> str:
+    if outcome.timed_out:
+        return "timeout"
+    if outcome.exit_code == -signal.SIGKILL:
+        return "oom"
+    return "error"
+
+
+def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
+    if outcome.timed_out:
+        return f"no result within timeout_s={timeout_s:g}; worker killed"
+    if outcome.exit_code == -signal.SIGKILL:
+        return "worker was killed by SIGKILL without a result (usually the kernel's OOM killer)"
+    tail = ""
+    if outcome.log_path.exists():
+        lines = [l for l in outcome.log_path.read_text(errors="replace").splitlines() if l.strip()]
+        tail = lines[-1][:300] if lines else ""
+    return f"worker exited with code {outcome.exit_code} without a result" + (f": {tail}" if tail else "")
+
+
+def _base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> dict:
+    return {
+        "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
+        "model": case.model.ref, "model_label": case.model.label, "batch_size": case.batch_size,
+        "precision": case.precision, "channels_last": case.channels_last, "image_size": case.image_size,
+        "seq_len": case.seq_len, "device": device.type, "device_name": device.name,
+        "architecture": device.architecture, "repeat": repeat, "warmup_steps": case.warmup_steps,
+        "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
+        "seed": case.seed, **_distributed_columns(case, device), **_compile_columns(case),
+        "torch_version": versions.get("torch_version", ""),
+        "cuda_version": versions.get("torch_cuda_version", ""), "cudnn_version": versions.get("cudnn_version", ""),
+        "timestamp": utc_now().isoformat(),
+    }
+
+
+def _compile_columns(case: Case) -> dict:
+    compiled = case.compiled
+    return {"compile_mode": case.compile_mode, "compile_note": case.compile_note, "compile_backend": case.compile_backend if compiled else "",
+            "compile_fullgraph": case.compile_fullgraph if compiled else None,
+            "compile_optimizer": case.compile_optimizer if compiled else None,
+            "compile_cache": case.compile_cache if compiled else ""}
+
+
+def _distributed_columns(case: Case, device: DeviceInfo) -> dict:
+    backend = "" if not case.distributed else (
+        case.dist_backend if case.dist_backend != "auto" else ("nccl" if device.type == "cuda" else "gloo"))
+    return {"world_size": case.world_size, "nnodes": case.nnodes, "nproc_per_node": case.nproc_per_node,
+            "dist_backend": backend, "global_batch_size": case.batch_size * case.world_size,
+            "scaling": SCALING if case.distributed else "single process"}

@@ -1,0 +1,211 @@
+"""Where a case runs: a fresh, killable worker process with a deadline and captured logs.
+
+The worker gets its own session (process group), so a timeout or Ctrl-C kills it and anything it
+started, and the terminal's Ctrl-C reaches only the parent. The parent reaps it with os.wait4 to read
+its peak RSS (ru_maxrss). Progress events arrive on a dedicated pipe; the parent waits on that pipe
+and on a pidfd for the process together, so there is no busy loop.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+
+@dataclass
+class WorkerOutcome:
+    result: dict | None  # what the worker wrote, None when it died first
+    exit_code: int | None  # negative: killed by that signal
+    timed_out: bool
+    peak_rss_bytes: int | None
+    wall_s: float
+    log_path: Path
+
+
+_tokens = itertools.count()
+
+
+def _worker_env(event_fd: int, token: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["AMP_BENCH_EVENT_FD"] = str(event_fd)
+    env["AMP_BENCH_CASE_TOKEN"] = token  # inherited by everything the case starts: see _sweep
+    env["AMP_BENCH_PARENT_PID"] = str(os.getpid())
+    env.setdefault("HF_HUB_OFFLINE", "1")  # no network at run time, ever
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    # the worker must import the same amp_bench as the parent, installed or not
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: float,
+               on_event: Callable[[dict], None] | None = None, launcher: list[str] | None = None,
+               extra_env: dict[str, str] | None = None) -> WorkerOutcome:
+    """Run `python -m amp_bench.worker ARGS...` (or `LAUNCHER... ARGS...`, e.g. torchrun starting
+    the worker on every rank); never raises for worker failures.
+
+    The deadline holds until the worker process has exited, not just until it closes its event
+    pipe (interpreter shutdown can hang on a thread the model started). KeyboardInterrupt in the
+    parent kills the worker's process group and propagates.
+    """
+    result_path.unlink(missing_ok=True)
+    token = f"{os.getpid()}-{next(_tokens)}-{time.monotonic_ns()}"
+    read_fd, write_fd = os.pipe()
+    env = {**_worker_env(write_fd, token), **(extra_env or {})}
+    started = time.monotonic()
+    try:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [*(launcher or [sys.executable, "-m", "amp_bench.worker"]), *args],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env, pass_fds=(write_fd,), start_new_session=True,
+            )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    deadline_hit = False
+    try:
+        exited = _wait(proc.pid, read_fd, started + timeout_s, on_event)
+        if exited is None:
+            deadline_hit = True
+            _kill_group(proc.pid)
+            exited = os.wait4(proc.pid, 0)
+    except BaseException:
+        _kill_group(proc.pid)
+        _reap_quietly(proc.pid)
+        _sweep(token)
+        raise
+    finally:
+        os.close(read_fd)
+    _kill_group(proc.pid)  # anything the worker left behind in its group
+    _sweep(token)  # and anything that left the group (torchrun starts each rank in its own session)
+    _, status, usage = exited
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    result = None
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            result = None
+    if deadline_hit and result is not None:  # measured fine, then hung while shutting down
+        note = f"worker hung after writing its result and was killed at timeout_s={timeout_s:g}"
+        result["warnings"] = " | ".join(w for w in (result.get("warnings"), note) if w)
+    return WorkerOutcome(result, proc.returncode, deadline_hit and result is None, usage.ru_maxrss * 1024,
+                         time.monotonic() - started, log_path)
+
+
+def _wait(pid: int, event_fd: int, deadline: float, on_event) -> tuple | None:
+    """Forward events until the worker exits (its wait4 triple) or the deadline passes (None).
+
+    Waits on the pipe and on a pidfd for the process, so there is no busy loop; without pidfd
+    support, the exit is polled twice a second.
+    """
+    selector = selectors.DefaultSelector()
+    selector.register(event_fd, selectors.EVENT_READ, "events")
+    pidfd = None
+    if hasattr(os, "pidfd_open"):
+        try:
+            pidfd = os.pidfd_open(pid)
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        except OSError:
+            pidfd = None
+    buffer = [b""]
+    try:
+        while True:
+            exited = os.wait4(pid, os.WNOHANG)
+            if exited[0]:
+                _drain(event_fd, buffer, on_event)
+                return exited
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            for key, _ in selector.select(min(remaining, 0.5) if pidfd is None else remaining):
+                if key.data == "events" and not _read_events(event_fd, buffer, on_event):
+                    selector.unregister(event_fd)  # EOF; the exit may still be pending
+    finally:
+        selector.close()
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _read_events(fd: int, buffer: list, on_event) -> bool:
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        return False
+    *lines, buffer[0] = (buffer[0] + chunk).split(b"\n")
+    for line in lines:
+        if on_event and line.strip():
+            try:
+                on_event(json.loads(line))
+            except ValueError:
+                pass
+    return True
+
+
+def _drain(fd: int, buffer: list, on_event) -> None:
+    """Read what the exited worker left in the pipe, without blocking on its grandchildren."""
+    os.set_blocking(fd, False)
+    try:
+        while _read_events(fd, buffer, on_event):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def processes_with_token(token: str) -> list[int]:
+    """Live processes (of this user) whose environment carries the case token."""
+    needle = f"AMP_BENCH_CASE_TOKEN={token}\0".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                if needle in fh.read() + b"\0":
+                    found.append(int(entry.name))
+        except OSError:  # gone, another user's, or a zombie
+            continue
+    return found
+
+
+def _sweep(token: str, grace_s: float = 5.0) -> None:
+    """SIGKILL every process the case left behind, in whatever session, until none is left (a
+    rank's death-with-parent signal is delivered asynchronously, so look again briefly)."""
+    if not os.path.isdir("/proc"):
+        return
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = [pid for pid in processes_with_token(token) if pid != os.getpid()]
+        if not left or time.monotonic() > deadline:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+
+
+def _reap_quietly(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
