@@ -4,7 +4,7 @@ A mode's name, its place in tables and charts, its family, whether speedups are 
 its autocast dtype and GradScaler use, how FP32 math runs around autocast, which dense peak rate
 its MFU is measured against, its chart colour, and what hardware runs it natively. Adding a mode
 means adding an entry here (plus, when its autocast/scaler policy is new, that policy in
-precision.py); the hardware gate, suite validation, summary, report and peak table read it from
+measure/precision.py); the hardware gate, suite validation, summary, report and peak table read it from
 here. Readers look the registry up at call time (`all_modes()`), never copy it at import.
 """
 from __future__ import annotations

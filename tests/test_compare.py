@@ -1,5 +1,6 @@
 """compare: statistics against generated truth, then real CPU runs with a known slowdown."""
 import json
+import os
 import subprocess
 import sys
 
@@ -211,3 +212,25 @@ def test_history_noise_floor_widens_the_interval(tmp_path):
     assert step.verdict != "regression" and step.ci_high - step.ci_low > 0.1
     big = compare([base], [generated_run(tmp_path, "big", 140, 1, 20)], history=tree)
     assert next(r for r in big.results if r.metric == "step_time").verdict == "regression" and big.exit_code == 1
+
+
+def test_compare_prints_its_table_whole_into_a_log_file(tmp_path):
+    """stdout to a file (a CI log): every column's header and every case id whole, never cut at 80."""
+    cases = ("gpt2-tiny-bs4-seq64-amp_bf16-compiled", "resnet18-bs8-64px-channels_last-amp_fp16")
+    base = generated_run(tmp_path, "base", 100, 3, 20, cases=cases)
+    cand = generated_run(tmp_path, "cand", 100, 3, 20, cases=cases)
+    log = tmp_path / "log.txt"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    with open(log, "w") as fh:
+        proc = subprocess.run([sys.executable, "-m", "amp_bench", "compare", str(base), str(cand), "-o",
+                               str(tmp_path / "c")], cwd=ROOT, stdout=fh, stderr=subprocess.PIPE, text=True,
+                              timeout=300, env=env)
+    text = log.read_text()
+    assert proc.returncode == 0, text + proc.stderr
+    assert "…" not in text, text
+    assert all(case in text for case in cases) and "step_time" in text and "peak_memory" in text
+    narrow = subprocess.run([sys.executable, "-m", "amp_bench", "compare", str(base), str(cand), "-o",
+                             str(tmp_path / "c2")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**env, "COLUMNS": "60"})
+    table = [line for line in narrow.stdout.splitlines() if "│" in line]
+    assert table and max(map(len, table)) <= 60 and "…" in narrow.stdout  # COLUMNS wins: a narrow table, cut

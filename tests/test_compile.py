@@ -142,3 +142,14 @@ def test_shipped_suites_compile_cases():
     modes = {c.compile_mode for c in suite.cases("cuda")}
     assert modes == {"eager", "default", "reduce-overhead"}
     assert {c.compile_mode for c in suite.cases("cpu")} == {"eager", "default"}
+
+
+def test_compile_flag_alone_means_the_default_mode(write_suite):
+    """`run --compile` alone is `compile: true` (the default mode), as in YAML; repeated it is an axis."""
+    from amp_bench.cli import build_parser
+    path = write_suite(MODELS + SETTINGS)
+    alone = build_parser().parse_args(["run", str(path), "--compile"]).compile
+    assert alone == ["true"]
+    assert {c.compile_mode for c in load_suite(path).cases("cpu", {"compile": alone})} == {"default"}
+    axis = build_parser().parse_args(["run", str(path), "--compile", "false", "--compile"]).compile
+    assert {c.compile_mode for c in load_suite(path).cases("cpu", {"compile": axis})} == {"eager", "default"}

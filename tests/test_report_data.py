@@ -1,6 +1,8 @@
 """The report's plotting-free layer: pairing, ratios, failed and missing baselines, merged machines."""
 import math
 
+import numpy as np
+
 import pandas as pd
 import pytest
 
@@ -109,3 +111,23 @@ def test_markdown_says_which_cases_paid_gradscalers_host_sync(two_machines, tmp_
     text = render_markdown(data, data.summary, claims_table(data.summary), not_measured(data.results))
     line = next(t for t in text.splitlines() if t.startswith("GradScaler host sync: "))
     assert "amp_fp16" in line and "amp_bf16" not in line and "fused optimizer avoids it" in line
+
+
+def test_not_measured_cross_sits_in_its_own_slot_of_the_bar_group():
+    """An unsupported mode's cross is drawn in that mode's own slot (its offset group), at parity,
+    never on the neighbouring mode's bar and never as a zero bar."""
+    from amp_bench.report.charts import NOT_MEASURED_HEIGHT, speedup_chart
+    rows = []
+    for precision, speedup, status in (("fp32", 1.0, "ok"), ("amp_fp16", np.nan, "unsupported"), ("amp_bf16", 1.7, "ok")):
+        rows.append(dict(precision=precision, speedup_vs_fp32=speedup, speedup_vs_fp32_min=speedup,
+                         speedup_vs_fp32_max=speedup, speedup_vs_fp32_pairs=3, status=status, reason="no fp16 here",
+                         batch_size=8, channels_last=False, model_label="m", machine="h", step_time_ms=1.0,
+                         status_counts="3 ok", image_size=224, seq_len=np.nan, world_size=1, compile_mode="eager",
+                         contended_vs_fp32=False, emulated=False))
+    figure = speedup_chart(pd.DataFrame(rows))
+    cross = next(t for t in figure.data if t.name == "not measured")
+    bars = {t.name: t for t in figure.data if t.name != "not measured"}
+    assert cross.type == "bar" and cross.offsetgroup == "amp_fp16" != bars["amp_bf16"].offsetgroup
+    assert cross.alignmentgroup == bars["amp_bf16"].alignmentgroup  # the same group of slots
+    assert cross.base[0] + cross.y[0] / 2 == pytest.approx(1.0) and cross.y[0] == NOT_MEASURED_HEIGHT
+    assert "amp_fp16: unsupported" in cross.text[0]

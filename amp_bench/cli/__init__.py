@@ -9,6 +9,8 @@ torch."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,12 +30,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+LOG_WIDTH = 1000  # when stdout is a file: wide enough that no table is cut; tables keep their natural width
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A terminal keeps rich's look at the terminal's width. Output going to a file or a pipe (a CI
+    log) is read later, whole: rich would cut tables at 80 columns there ("samples…"), so it gets
+    room for every column. COLUMNS, when set, wins in both cases."""
+    stream = sys.stderr if stderr else sys.stdout
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return Console(stderr=stderr, width=int(columns))
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=LOG_WIDTH)
+
+
 def dispatch(args, console) -> int:
     """Run the parsed command; a UserError becomes one red line per problem on stderr and its exit code."""
     try:
         return args.func(args, console)
     except UserError as exc:
-        err = Console(stderr=True)
+        err = make_console(stderr=True)
         for line in exc.lines:
             err.print(f"[red]error[/]: {escape(line)}", highlight=False, soft_wrap=True)
         return exc.exit_code
@@ -43,5 +61,5 @@ def dispatch(args, console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return dispatch(args, Console())
+    return dispatch(args, make_console())
 

@@ -34,8 +34,10 @@ def add_parsers(sub) -> None:
     run.add_argument("--nproc-per-node", type=int, action="append",
                      help="repeatable; replaces nproc_per_node: run each case with DDP under torchrun on this "
                           "many processes (e.g. --nproc-per-node 1 --nproc-per-node 2)")
-    run.add_argument("--compile", action="append", metavar="MODE", help="repeatable; replaces the compile axis: "
-                     "false (eager), true/default, reduce-overhead, max-autotune (e.g. --compile false --compile true)")
+    run.add_argument("--compile", action="append", nargs="?", const="true", metavar="MODE",
+                     help="repeatable; replaces the compile axis: false (eager), true/default, reduce-overhead, "
+                     "max-autotune (e.g. --compile false --compile true); alone it means the default mode, as "
+                     "compile: true does in a suite")
     run.add_argument("--compile-backend", help="torch.compile backend (default inductor)")
     run.add_argument("--compile-fullgraph", action="store_true", default=None, help="fullgraph=True: a graph "
                      "break fails the case (status compile_error)")

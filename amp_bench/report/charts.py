@@ -7,7 +7,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.report.data import ARCH_ORDER, machine_label, precision_sort_key
-from amp_bench.store.flags import is_true, true_rows
+from amp_bench.store.flags import is_true, text_column, true_rows
 
 TEMPLATE = "plotly_white"
 
@@ -83,9 +83,14 @@ def speedup_chart(summary: pd.DataFrame, base: str | None = None):
                    f"speedup vs {base} (x)")
 
 
+NOT_MEASURED_HEIGHT = 0.06  # the hatched cross-bar drawn around the parity line
+
+
 def _mark_not_measured(fig, frame: pd.DataFrame, column: str, base: str) -> None:
-    """A labelled cross on the parity line for every case without a ratio: its own failure, or its
-    baseline's. px lays facet rows out from the bottom, so row 1 is the last machine."""
+    """A labelled cross on the parity line for every case without a ratio (its own failure, or its
+    baseline's), in that mode's own slot of the bar group: a short hatched bar around 1.0 in the
+    mode's offset group, so it never sits on a neighbouring mode's bar. Never drawn as zero. px lays
+    facet rows out from the bottom, so row 1 is the last machine."""
     missing = frame[frame[column].isna()].copy()
     if missing.empty:
         return
@@ -96,14 +101,16 @@ def _mark_not_measured(fig, frame: pd.DataFrame, column: str, base: str) -> None
                               missing["precision"] + ": " + missing["status"])
     missing["detail"] = np.where(missing["status"] == "ok", missing["precision"] + " was measured, but " + base +
                                  " was not (see 'Cases not measured')",
-                                 missing["precision"] + " " + missing["status"] + ": " + missing["reason"].fillna(""))
+                                 missing["precision"] + " " + missing["status"] + ": " + text_column(missing, "reason"))
     first = True
-    for (model, machine, x), group in missing.groupby(["model_label", "machine", "x"], sort=False):
-        fig.add_trace(go.Scatter(
-            x=[x], y=[1.0], mode="markers+text", text=["<br>".join(group["why"])], textposition="top center",
-            marker=dict(symbol="x-thin-open", size=16, color="black", line=dict(width=2)), name="not measured",
-            legendgroup="not measured", showlegend=first, hovertext=["<br>".join(group["detail"])], hoverinfo="text"),
-            row=len(machines) - machines.index(machine), col=models.index(model) + 1)
+    for _, row in missing.iterrows():
+        fig.add_trace(go.Bar(
+            x=[row["x"]], y=[NOT_MEASURED_HEIGHT], base=[1.0 - NOT_MEASURED_HEIGHT / 2], offsetgroup=row["precision"],
+            alignmentgroup="True", text=[row["why"]], textposition="outside", cliponaxis=False,
+            marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=1.5), pattern=dict(shape="x")),
+            name="not measured", legendgroup="not measured", showlegend=first, hovertext=[row["detail"]],
+            hoverinfo="text"),
+            row=len(machines) - machines.index(row["machine"]), col=models.index(row["model_label"]) + 1)
         first = False
 
 

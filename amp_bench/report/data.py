@@ -15,7 +15,7 @@ from amp_bench.store.results import (RESULT_COLUMNS, RESULTS_FILE, SAMPLE_COLUMN
 from amp_bench import modes
 from amp_bench.analysis.speedups import summarize
 from amp_bench.stats import measured as measured_samples
-from amp_bench.store.flags import is_true
+from amp_bench.store.flags import is_true, text_column
 
 # The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
 CLAIMED_SPEEDUP = (1.5, 3.0)
@@ -177,7 +177,7 @@ def not_measured(results: pd.DataFrame) -> pd.DataFrame:
     if bad.empty:
         return pd.DataFrame(columns=columns)
     bad["machine"] = machine_label(bad)
-    bad["reason"] = bad["reason"].fillna("")
+    bad["reason"] = text_column(bad, "reason")
     merged = bad.groupby(["machine", "case_id", "status", "reason"], sort=False)["repeat"].agg(
         lambda r: ", ".join(str(int(x)) for x in sorted(r))).rename("repeats").reset_index()
     return merged[columns]

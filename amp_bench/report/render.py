@@ -21,6 +21,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em a
 h1{margin-bottom:.2em} h2{margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .scroll{overflow-x:auto} table{border-collapse:collapse;font-size:13px;margin:.5em 0}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
+th{white-space:normal;vertical-align:bottom} td.text{white-space:normal;text-align:left;min-width:8em;max-width:28em}
 th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
 .within{background:#e3f6e3} .below{background:#fde2e1} .above{background:#e1ecfd} .differs{background:#fff4cc}
 .note{color:#666;font-size:13px} .chart{margin:1em 0}
@@ -47,9 +48,12 @@ def html_table(frame: pd.DataFrame, cell_class=None) -> str:
     for _, row in frame.iterrows():
         cells = []
         for column in frame.columns:
-            css = cell_class(column, row) if cell_class else ""
+            text = _fmt_cell(row[column], column)
+            # long words (notes, reasons, environment values) wrap inside the page; figures never do
+            css = " ".join(c for c in (cell_class(column, row) if cell_class else "",
+                                       "text" if len(text) > 24 else "") if c)
             cls = f' class="{css}"' if css else ""
-            cells.append(f"<td{cls}>{html.escape(_fmt_cell(row[column], column))}</td>")
+            cells.append(f"<td{cls}>{html.escape(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
 

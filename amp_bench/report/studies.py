@@ -9,7 +9,7 @@ from amp_bench import modes
 
 from amp_bench.report import charts
 from amp_bench.report.data import ReportData
-from amp_bench.store.flags import is_true
+from amp_bench.store.flags import is_true, text_column
 
 VERDICT_CLASS = {"parity": "within", "worse": "below", "better": "above"}
 
@@ -33,13 +33,9 @@ def verdicts_for_reading(verdicts: pd.DataFrame) -> pd.DataFrame:
         "train loss vs fp32": verdicts["train_loss_rel_diff"].map(lambda v: "-" if v != v else f"{v:+.1%}"),
         "tolerance (pp)": verdicts["tolerance_pp"], "verdict": verdicts["verdict"],
         # a mode judged against a second reference too (fp8 against bf16)
-        "second reference": _text(verdicts, "also_against"),
+        "second reference": text_column(verdicts, "also_against"),
         "vs it (pp)": verdicts["accuracy_diff_also_pp"].map(_pp) if "accuracy_diff_also_pp" in verdicts else "",
-        "verdict vs it": _text(verdicts, "verdict_also")})
-
-
-def _text(frame: pd.DataFrame, column: str):
-    return frame[column].astype(object).fillna("") if column in frame else ""
+        "verdict vs it": text_column(verdicts, "verdict_also")})
 
 
 def scaler_health_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -87,7 +83,7 @@ def headroom_for_reading(headroom: pd.DataFrame) -> pd.DataFrame:
         "samples/s there": headroom["throughput_at_max"],
         "x fp32's samples/s": headroom["throughput_ratio_vs_fp32"].map(lambda v: "-" if v != v else f"{v:.2f}x"),
         "memory cap": headroom["memory_cap_bytes"].map(cap), "probes": headroom["probes"],
-        "reason": headroom["reason"].fillna("")})
+        "reason": text_column(headroom, "reason")})
 
 
 def figures(data: ReportData) -> list[tuple[str, str, object]]:

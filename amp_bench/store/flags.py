@@ -1,4 +1,5 @@
-"""Reading a yes/no column of the results (`contended`, `emulated`, `compile_settled`, ...): one reader.
+"""Reading the typed columns of results: yes/no columns (`contended`, `emulated`, `compile_settled`,
+...) and text columns (`reason`, `contention`, `warnings`): one reader each.
 
 A column read back from CSV holds True/False, "True"/"False", 1/0, 1.0/0.0 or is empty, depending
 on the pandas version and on whether the run had any value at all. Empty is never true: a figure is
@@ -26,3 +27,12 @@ def true_rows(column: pd.Series | None, index=None) -> pd.Series:
     if column.dtype == bool:
         return column
     return column.map(is_true).astype(bool)
+
+
+def text_column(table: pd.DataFrame, column: str) -> pd.Series:
+    """A text column ("" where absent or empty). A column that came back from CSV all empty is float
+    NaN: filling it with "" in place is a dtype change pandas refuses from its next major release."""
+    if column not in table:
+        return pd.Series("", index=table.index, dtype=object)
+    values = table[column].astype(object)
+    return values.where(values.notna(), "").astype(str)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.errors import UserError
-from amp_bench.store.flags import true_rows
+from amp_bench.store.flags import text_column, true_rows
 from amp_bench.platform.nvml import NVML_COLUMNS
 
 RESULTS_FILE = "results.csv"
@@ -183,7 +183,9 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
             if not frame.empty:
                 frames.append(frame)
     if frames:
-        return pd.concat(frames, ignore_index=True)
+        # one block per dtype: frames with different columns concatenate into one block per column,
+        # and a caller adding a column to that would trip pandas' fragmentation warning
+        return pd.concat(frames, ignore_index=True).copy()
     return pd.DataFrame(columns=columns or [])
 
 
@@ -198,9 +200,7 @@ def contended(table: pd.DataFrame) -> pd.Series:
 
 def contention_reason(table: pd.DataFrame) -> pd.Series:
     """The `contention` text of each row ("" where absent)."""
-    if "contention" not in table:
-        return pd.Series("", index=table.index)
-    return table["contention"].astype(object).where(table["contention"].notna(), "").astype(str)
+    return text_column(table, "contention")
 
 
 def read_manifest(run_dir: Path) -> dict | None:
