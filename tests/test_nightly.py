@@ -121,6 +121,30 @@ def test_a_contended_run_is_not_judged(tree, tmp_path):
     assert refused.returncode == 2 and "contended" in refused.stderr
 
 
+def test_the_table_counts_cases_in_both_columns(tmp_path):
+    """One machine, three cases, one of them 10% slower from night 10: red on step time and on
+    throughput, which is one red case of three judged (issue 20: the table said series 3, red 6)."""
+    from amp_bench.nightly import nightly, to_json, to_markdown
+    rng = np.random.default_rng(20)
+    root = tmp_path / "results"
+    for night in range(1, 13):
+        store = RunStore(root, f"202612{night:02d}T020000Z-node-a-cuda")
+        for c in range(3):
+            for repeat in range(3):
+                ms = (40 + 10 * c) * (1.10 if c == 0 and night >= 10 else 1.0) * rng.normal(1, 0.004)
+                store.add({"run_id": store.run_id, "suite": "s", "case_id": f"case{c}", "status": "ok",
+                           "device": "cuda", "hostname": "node-a", "fingerprint": "fp-aaaa", "repeat": repeat,
+                           "timestamp": f"2026-12-{night:02d}T02:00:00+00:00", "batch_size": 32,
+                           "step_time_ms_median": ms, "throughput": 32e3 / ms, "peak_mem_allocated_bytes": 2e9}, [])
+    result = nightly(root, use_cache=False)
+    assert {(s.case_id, s.metric) for s in result.red} == {("case0", "step_time_ms"), ("case0", "throughput")}
+    (group,) = result.groups
+    assert (group.series, group.red, group.cases) == (3, 1, 3)
+    assert "| first night | 3 | 1 | - |" in to_markdown(result)
+    assert result.summary == "1 red series"
+    assert len(json.loads(to_json(result))["red"]) == 2  # the metrics are still named, one by one
+
+
 def test_bad_input_is_one_line(tree, tmp_path):
     (tree / "baselines.yaml").write_text("- {machine: fp-aaaa, suite: bert}\n")
     proc = run("nightly", tree, "-o", tmp_path / "n")
