@@ -150,9 +150,11 @@ def merge(cpu: dict, gpu: dict | None) -> dict:
         return cpu
     out = dict(cpu)
     out["gpu_other_processes"] = gpu["gpu_other_processes"]
-    out["contended"] = bool(cpu.get("contended")) or gpu["contended"]
-    out["contention"] = "; ".join(r for r in (cpu.get("contention"), gpu["contention"])
-                                  if r and not r.startswith("unknown"))
+    flagged = bool(cpu.get("contended")) or gpu["contended"]
+    # a quiet GPU does not make an unknown CPU side quiet: still unknown, with its reason
+    out["contended"] = True if flagged else (None if cpu.get("contended") is None else False)
+    reasons = [r for r in (cpu.get("contention"), gpu["contention"]) if r and not r.startswith("unknown")]
+    out["contention"] = "; ".join(reasons) if flagged or reasons else (cpu.get("contention") or "")
     return out
 
 

@@ -207,6 +207,14 @@ def test_gpu_contention():
     assert busy["contended"] and "1 other process" in busy["contention"]
     hot = gpu_contention([], "sw_thermal_slowdown, hw_slowdown")
     assert hot["contended"] and "hw_slowdown" in hot["contention"]
+    # merged with the CPU side: a short (unknown) CPU window beside a quiet GPU stays unknown
+    from amp_bench.contention import merge
+    short = cpu_contention(QUIET, after(0.008, own=0.016, others=TICK), 0.008, threads=2, ticks_per_s=100)
+    unknown = merge(short, gpu_contention([], ""))
+    assert unknown["contended"] is None and unknown["contention"].startswith("unknown (window 8 ms")
+    assert merge(short, busy)["contended"] is True and merge(short, busy)["contention"] == busy["contention"]
+    quiet = cpu_contention(QUIET, after(10, own=19.5, others=0.2), 10.0, threads=2)
+    assert merge(quiet, gpu_contention([], ""))["contended"] is False
 
 
 # --------------------------------------------------------------------------- one emulation rule
