@@ -5,9 +5,9 @@ baseline and its history. One markdown / JSON / JUnit output and one exit code: 
 series is red, 3 a machine or suite has no verdict tonight (a case missing, a machine that stopped
 reporting, a run marked contended: its figures are not comparable, so it is left out of the series
 and listed, not judged). The table counts cases in both columns: `series` the cases judged tonight,
-`red` those of them with at least one red metric (the red metrics are listed below it). `--accept` moves the accepted baseline of the matching machines and suites
-to tonight's run (never to a wholly contended one); baselines live in baselines.yaml at the root of
-the tree:
+`red` those of them with at least one red metric (the red metrics are listed below it). `--accept`
+moves the accepted baseline of the matching machines and suites to tonight's run (never to a wholly
+contended one); baselines live in baselines.yaml at the root of the tree:
 
     - {machine: 3f9a0c1d2e4b, suite: resnet50, run: 20261130T020000Z-node-a-cuda, accepted: 2026-11-30, note: ...}
 """
