@@ -131,21 +131,32 @@ def test_not_enough_data(runs, tmp_path):
 
 
 def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fingerprint="fp-x", contended=(),
-                  slow_contended=1.0):
+                  slow_contended=1.0, unsupported=None, gaps=None, unknown=()):
     """A run directory written from generated step times (no torch); contended: the repeats marked
-    contended (issue 12's column), slow_contended: their step times' factor."""
+    contended (issue 12's column), slow_contended: their step times' factor; unsupported: {case:
+    reason} written as `unsupported` rows; gaps: per repeat, the window's wall time over the sum of
+    its steps (a host-bound case: > 1); unknown: the repeats whose contention is unknown (too short)."""
     from amp_bench.store.results import RunStore
+    from amp_bench.stats import Window
     rng = rng or np.random.default_rng(0)
     store = RunStore(root, name)
     for case in cases:
         for r in range(repeats):
             busy = {"contended": True, "contention": "another process at 100% CPU"} if r in contended else {}
-            times = rng.normal(ms, ms * 0.01, steps) * (slow_contended if busy else 1.0)
+            if r in unknown:
+                busy = {"contended": None, "contention": "unknown (window 8 ms is shorter than /proc/stat can "
+                                                         "resolve: needs 0.40 s)"}
+            times = rng.normal(ms, ms * 0.01, steps) * (slow_contended if busy.get("contended") else 1.0)
+            window = Window.from_steps(times, 4, seconds=sum(times) / 1e3 * (gaps[r] if gaps else 1.0))
             store.add({"run_id": store.run_id, "case_id": case, "status": "ok", "device": "cpu", "repeat": r,
-                       "batch_size": 4, "fingerprint": fingerprint, "step_time_ms_median": float(np.median(times)),
-                       "throughput": 4e3 / float(np.median(times)), "peak_rss_bytes": 1e9, **busy},
+                       "batch_size": 4, "fingerprint": fingerprint, "peak_rss_bytes": 1e9, **window.to_columns(),
+                       **busy},
                       [{"run_id": store.run_id, "case_id": case, "precision": "fp32", "repeat": r, "phase": "measure",
                         "step": i, "step_time_ms": float(t), "loss": 1.0} for i, t in enumerate(times)])
+    for case, reason in (unsupported or {}).items():
+        for r in range(repeats):
+            store.add({"run_id": store.run_id, "case_id": case, "status": "unsupported", "reason": reason,
+                       "device": "cpu", "repeat": r, "batch_size": 4, "fingerprint": fingerprint}, [])
     return store.dir
 
 
@@ -234,3 +245,88 @@ def test_compare_prints_its_table_whole_into_a_log_file(tmp_path):
                             env={**env, "COLUMNS": "60"})
     table = [line for line in narrow.stdout.splitlines() if "│" in line]
     assert table and max(map(len, table)) <= 60 and "…" in narrow.stdout  # COLUMNS wins: a narrow table, cut
+
+
+NO_TF32 = "tf32 is a CUDA mode (Ampere or newer)"
+
+
+def test_unsupported_on_both_sides_is_neutral(tmp_path):
+    """tf32 and fp16 cannot run on this CPU in either run: not run on either side, listed with the
+    reason, and the exit code is the other cases' (issue 20)."""
+    from amp_bench.analysis.compare import EXIT_NO_DATA, EXIT_OK, NOT_RUN, compare, to_junit, to_markdown
+    lost = {"mlp-tf32": NO_TF32, "mlp-amp_fp16": "CPU has no AVX512-FP16"}
+    base = generated_run(tmp_path, "base", 100, 3, 20, unsupported=lost)
+    cand = generated_run(tmp_path, "cand", 100, 3, 20, unsupported=lost)
+    result = compare([base], [cand])
+    assert result.exit_code == EXIT_OK and result.summary == "no regression", \
+        [(r.case_id, r.verdict, r.detail) for r in result.results]
+    status = {r.case_id: r for r in result.results if r.metric == "status"}
+    assert set(status) == set(lost) and {r.verdict for r in status.values()} == {NOT_RUN}
+    assert status["mlp-tf32"].detail == NO_TF32
+    assert f"{NOT_RUN}: mlp-tf32 ({NO_TF32})" in result.notes
+    junit = to_junit(result)
+    assert 'failures="0"' in junit and f'name="mlp-tf32.status"><skipped message="{NOT_RUN}: {NO_TF32}"' in junit
+    assert f"| mlp-tf32 | status | - | - | - | --- | - | {NOT_RUN} |" in to_markdown(result)
+    # the reasons differ between the sides: still neutral, and the detail says so
+    other = generated_run(tmp_path, "other", 100, 3, 20, unsupported={**lost, "mlp-tf32": "tf32: not run"})
+    differ = next(r for r in compare([base], [other]).results if r.case_id == "mlp-tf32")
+    assert differ.verdict == NOT_RUN and "the reasons differ" in differ.detail and NO_TF32 in differ.detail
+    # nothing but cases run nowhere: nothing was compared, which is no pass
+    empty_base = generated_run(tmp_path, "eb", 100, 3, 20, cases=(), unsupported=lost)
+    empty_cand = generated_run(tmp_path, "ec", 100, 3, 20, cases=(), unsupported=lost)
+    assert compare([empty_base], [empty_cand]).exit_code == EXIT_NO_DATA
+
+
+def test_a_mode_lost_in_the_candidate_is_a_finding(tmp_path):
+    """The baseline ran mlp-tf32, the candidate's machine cannot: exit 1, its own verdict, a JUnit
+    failure. The other way round it is new in the candidate: neutral (exit 0), listed."""
+    from amp_bench.analysis.compare import EXIT_OK, EXIT_REGRESSION, LOST, NEW, compare, to_json, to_junit
+    base = generated_run(tmp_path, "base", 100, 3, 20, cases=("mlp", "mlp-tf32"))
+    cand = generated_run(tmp_path, "cand", 100, 3, 20, unsupported={"mlp-tf32": NO_TF32})
+    result = compare([base], [cand])
+    assert result.exit_code == EXIT_REGRESSION and result.summary == LOST
+    lost = next(r for r in result.results if r.case_id == "mlp-tf32")
+    assert (lost.metric, lost.verdict, lost.detail) == ("status", LOST, f"candidate: {NO_TF32}")
+    assert 'failures="1"' in to_junit(result) and f"<failure message=\"candidate: {NO_TF32}\">{LOST}" in to_junit(result)
+    assert json.loads(to_json(result))["exit_code"] == 1
+    back = compare([cand], [base])
+    assert back.exit_code == EXIT_OK and back.summary == "no regression"
+    new = next(r for r in back.results if r.case_id == "mlp-tf32")
+    assert new.verdict == NEW and new.detail == f"baseline: {NO_TF32}"
+    assert any(n.startswith(f"{NEW}: mlp-tf32") for n in back.notes)
+    assert 'failures="0"' in to_junit(back) and f'<skipped message="{NEW}' in to_junit(back)
+    # a regression beside a lost mode: both named
+    slow = generated_run(tmp_path, "slow", 130, 3, 20, unsupported={"mlp-tf32": NO_TF32})
+    assert compare([base], [slow]).summary == f"regression; {LOST}"
+
+
+def test_unknown_contention_is_comparable(tmp_path):
+    """Rows whose contention is unknown (a window too short for /proc/stat) are neither contended
+    nor left out: compared as any row."""
+    from amp_bench.analysis.compare import EXIT_OK, compare
+    base = generated_run(tmp_path, "base", 100, 3, 20, unknown=(0, 1, 2))
+    cand = generated_run(tmp_path, "cand", 100, 3, 20, unknown=(1,))
+    result = compare([base], [cand])
+    assert result.exit_code == EXIT_OK and not any("contended" in n for n in result.notes)
+    assert {r.verdict for r in result.results} == {"no change"}
+
+
+def test_compare_and_history_agree_on_throughput_of_a_host_bound_case(tmp_path):
+    """Same step times, but the candidate's window spends more time between steps (host-bound):
+    throughput is the rows' column (host gaps included), so compare's ratio is history's (and
+    nightly's) series ratio, and it sees the drop the median step cannot."""
+    from amp_bench.analysis.compare import compare
+    from amp_bench.analysis.gate.history import run_series
+    from amp_bench.store.results import load_results
+    base = generated_run(tmp_path, "base", 10, 3, 20, gaps=[1.50, 1.52, 1.48], rng=np.random.default_rng(3))
+    cand = generated_run(tmp_path, "cand", 10, 3, 20, gaps=[2.00, 1.96, 2.04], rng=np.random.default_rng(4))
+    result = compare([base], [cand])
+    by_metric = {r.metric: r for r in result.results}
+    step, tput = by_metric["step_time"], by_metric["throughput"]
+    series = run_series(load_results([base, cand])).set_index("run_id")["throughput"]
+    assert tput.ratio == pytest.approx(series["cand"] / series["base"], rel=1e-12)
+    assert tput.baseline == pytest.approx(series["base"], rel=1e-12)
+    assert tput.ratio == pytest.approx(1.5 / 2.0, rel=0.03)  # the window's 33% longer gaps...
+    assert abs(tput.ratio - 1 / step.ratio) > 0.15  # ...which batch / median step would not show
+    assert step.verdict == "no change" and tput.verdict == "regression"
+    assert tput.ci_low <= tput.ratio <= tput.ci_high < 0.97

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.measure.telemetry.contention import HostTimes, cpu_contention, gpu_contention, read_host_times
+from amp_bench.measure.telemetry.contention import HostTimes, cpu_contention, gpu_contention, read_host_times, resolvable_s
 from amp_bench.platform.device import (DeviceInfo, effective_cpu_flags, may_run, precision_support, probe_device)
 from amp_bench.analysis.headline import headlines
 from amp_bench.measure.window import CpuStepTimer, StopRule, measure_window
@@ -92,6 +92,105 @@ def test_contention_from_host_readings():
     assert cpu_contention(None, None, 1.0, threads=2)["contended"] is None  # unknown is not "quiet"
 
 
+# /proc/stat as read on a quiet 2-core host (USER_HZ 100): 1 tick = 0.01 s of CPU time
+TICK = 0.01
+
+
+def test_a_window_shorter_than_proc_stat_can_resolve_is_unknown_not_contended():
+    """8 ms of a 2-thread worker on a quiet 2-core host, and one tick of someone else's time (the
+    parent's progress print): 1.25 cores 'used by others' is the tick, not a neighbour (issue 20)."""
+    from amp_bench.store.results import contended
+    short = cpu_contention(QUIET, after(0.008, own=0.016, others=TICK), 0.008, threads=2, ticks_per_s=100)
+    assert short["host_other_cpu_cores"] == pytest.approx(1.25)  # what the old rule flagged
+    assert short["contended"] is None
+    assert short["contention"] == "unknown (window 8 ms is shorter than /proc/stat can resolve: needs 0.40 s)"
+    assert not contended(pd.DataFrame([short])).any()  # unknown is not contended: comparable
+    # the resolution follows the tolerance: one thread on two cores may lose 1.15 cores, so 0.10 s will do
+    assert resolvable_s(2, 1, ticks_per_s=100) == pytest.approx(6 * 2 / (100 * 1.15))
+    assert resolvable_s(2, 2, ticks_per_s=100) == pytest.approx(0.40)
+    # a busy neighbour over a window long enough: flagged, as before
+    busy = cpu_contention(QUIET, after(1.0, own=1.0, others=1.0), 1.0, threads=2, ticks_per_s=100)
+    assert busy["contended"] is True and "other processes used 1.00 of 2 cores during the window" in busy["contention"]
+    one_thread = cpu_contention(QUIET, after(1.0, own=0.5, others=1.5), 1.0, threads=1, ticks_per_s=100)
+    assert one_thread["contended"] is True and one_thread["cpu_share_available"] == pytest.approx(0.5)
+    # just past the resolution the one tick no longer looks like a neighbour
+    quiet = cpu_contention(QUIET, after(0.4, own=0.8, others=TICK), 0.4, threads=2, ticks_per_s=100)
+    assert quiet["contended"] is False and quiet["contention"] == ""
+
+
+def replay(readings, clock):
+    """A reader that returns recorded HostTimes and moves the fake clock to each reading's time."""
+    it = iter(readings)
+
+    def read():
+        at, times = next(it)
+        clock.now = at
+        return times
+    return read
+
+
+def watch(readings, threads=2, warmup=True):
+    from amp_bench.measure.telemetry.contention import WindowWatch
+    clock = FakeClock()
+    w = WindowWatch(threads, loadavg_path="/nonexistent", clock=clock, read=replay(readings, clock), ticks_per_s=100)
+    if warmup:
+        w.mark_warmup()
+    w.start()
+    return w.stop()
+
+
+def test_a_short_window_is_judged_with_its_warmup():
+    """Warmup 0.6 s + a window of 10 ms: the window alone can't be judged, warmup + window can."""
+    # a neighbour on one core throughout: 0.61 s of its time; the worker's 2 threads the rest
+    busy = watch([(0.0, QUIET), (0.6, after(0.6, own=0.6, others=0.6)), (0.61, after(0.61, own=0.61, others=0.61))])
+    assert busy["contended"] is True and busy["host_other_cpu_cores"] == pytest.approx(1.0)
+    assert "other processes used 1.00 of 2 cores during warmup + window (0.61 s)" in busy["contention"]
+    quiet = watch([(0.0, QUIET), (0.6, after(0.6, own=1.2, others=TICK)), (0.61, after(0.61, own=1.22, others=TICK))])
+    assert quiet["contended"] is False and quiet["contention"] == ""
+    # too short even with its warmup: unknown, with both spans' real lengths
+    short = watch([(0.0, QUIET), (0.05, after(0.05, own=0.1, others=0)), (0.058, after(0.058, own=0.1, others=TICK))])
+    assert short["contended"] is None
+    assert short["contention"] == ("unknown (window 8 ms is shorter than /proc/stat can resolve: needs 0.40 s; "
+                                   "warmup + window 58 ms too)")
+    # a compiled case takes no warmup reading (inductor's workers are other processes): unknown
+    compiled = watch([(0.6, after(0.6, own=0.6, others=0.6)), (0.61, after(0.61, own=0.61, others=0.61))],
+                     warmup=False)
+    assert compiled["contended"] is None and compiled["contention"].startswith("unknown (window 10 ms")
+    # a window long enough on its own is judged alone, whatever its warmup saw
+    alone = watch([(0.0, QUIET), (0.5, after(0.5, own=0.0, others=1.0)), (1.5, after(1.5, own=2.0, others=1.0))])
+    assert alone["contended"] is False and alone["host_other_cpu_cores"] == pytest.approx(0.0)
+
+
+def test_unknown_contention_is_neither_contended_nor_hidden(tmp_path):
+    """A row whose contention is unknown is comparable: a point of its series, no contended mark in
+    the summary or the headline; a contended repeat's reason wins over another's unknown."""
+    from amp_bench.analysis.gate.history import run_series
+    from amp_bench.store.results import RunStore, contended, load_results
+    from amp_bench.analysis.speedups import summarize
+    unknown = {"contended": None, "contention": "unknown (window 8 ms is shorter than /proc/stat can resolve: "
+                                                "needs 0.40 s)"}
+    store = RunStore(tmp_path, "run")
+    for precision, ms in (("fp32", 10.0), ("amp_bf16", 6.0)):
+        for repeat in range(2):
+            busy = {"contended": True, "contention": "another process"} if (precision, repeat) == ("amp_bf16", 1) \
+                else unknown
+            store.add({"run_id": "run", "suite": "s", "case_id": f"m-bs8-{precision}", "model_label": "m",
+                       "batch_size": 8, "precision": precision, "channels_last": False, "image_size": 224,
+                       "device": "cpu", "device_name": "AMD EPYC", "repeat": repeat, "status": "ok", "reason": "",
+                       "step_time_ms_median": ms, "throughput": 800 / ms, "peak_rss_bytes": 1e9,
+                       "timestamp": "2026-12-01T00:00:00+00:00", **busy}, [])
+    rows = load_results(tmp_path)
+    assert list(contended(rows)) == [False, False, False, True]
+    assert len(run_series(rows)) == 2  # the unknown rows are points
+    summary = summarize(rows).set_index("precision")
+    assert summary.loc["fp32", "contended"] is not True and not summary.loc["fp32", "contended_vs_fp32"]
+    assert summary.loc["amp_bf16", "contention"] == "another process"
+    assert summary.loc["fp32", "contention"].startswith("unknown")
+    quiet = headlines(summarize(rows[rows["repeat"] == 0]))  # every row unknown
+    assert len(quiet) == 1 and "bf16 autocast is 1.67x faster" in quiet[0] and "CONTENDED" not in quiet[0]
+    assert "CONTENDED" in headlines(summarize(rows))[0]  # the one contended repeat still shows
+
+
 def test_read_host_times_from_a_proc_stat_file(tmp_path):
     stat = tmp_path / "stat"
     stat.write_text("cpu  205362 10 25113 44600 396 5 97 372 0 0\ncpu0 1 0 0 0 0 0 0 0 0 0\n"
@@ -109,6 +208,14 @@ def test_gpu_contention():
     assert busy["contended"] and "1 other process" in busy["contention"]
     hot = gpu_contention([], "sw_thermal_slowdown, hw_slowdown")
     assert hot["contended"] and "hw_slowdown" in hot["contention"]
+    # merged with the CPU side: a short (unknown) CPU window beside a quiet GPU stays unknown
+    from amp_bench.measure.telemetry.contention import merge
+    short = cpu_contention(QUIET, after(0.008, own=0.016, others=TICK), 0.008, threads=2, ticks_per_s=100)
+    unknown = merge(short, gpu_contention([], ""))
+    assert unknown["contended"] is None and unknown["contention"].startswith("unknown (window 8 ms")
+    assert merge(short, busy)["contended"] is True and merge(short, busy)["contention"] == busy["contention"]
+    quiet = cpu_contention(QUIET, after(10, own=19.5, others=0.2), 10.0, threads=2)
+    assert merge(quiet, gpu_contention([], ""))["contended"] is False
 
 
 # --------------------------------------------------------------------------- one emulation rule

@@ -1,22 +1,28 @@
 """`amp_bench compare BASELINE CANDIDATE`: is the candidate slower, or does it use more memory?
 
-For each case both sides ran, the ratio of medians (candidate / baseline) for step time, throughput
-and peak memory, with a bootstrap confidence interval that resamples repeats and the per-step
-samples within them, and a Mann-Whitney U test on the step times. A regression is called only when
-the whole interval lies beyond the threshold, so noise alone does not alert.
+For each case both sides ran, the ratio (candidate / baseline) of:
+- step time: the medians of the per-step samples, with a bootstrap confidence interval that
+  resamples repeats and the samples within them, and a Mann-Whitney U test;
+- throughput: the rows' `throughput` column, the one definition (samples over the measured window's
+  wall time, host gaps included: stats.Window), as history and nightly use it: the median across
+  each side's repeats (history.run_series' point per run), with the range across repeats as interval;
+- peak memory: the median across repeats, with the range across repeats as interval.
+A regression is called only when the whole interval lies beyond the threshold, so noise alone does
+not alert. A case the hardware cannot run (status `unsupported`) on both sides is "not run on either
+side" (neutral); one the baseline ran and the candidate cannot is "unsupported in candidate" (a
+finding: exit 1); one only the candidate runs is "new in candidate" (neutral).
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import escape as xml_escape
 
 import numpy as np
 import pandas as pd
 
 from amp_bench import stats
+from amp_bench.analysis.compare_outputs import to_json, to_junit, to_markdown, write_outputs  # noqa: F401 (re-exported)
 from amp_bench.errors import UserError
 from amp_bench.store.results import contended, contention_reason
 from amp_bench.analysis.speedups import headline_memory
@@ -61,10 +67,17 @@ class MetricResult:
     ci_high: float | None
     p_value: float | None
     verdict: str  # regression | improvement | no change | unstable | not enough data | not comparable (contended)
+    #               | not run on either side | unsupported in candidate | new in candidate (these: metric "status")
     detail: str = ""
 
 
 CONTENDED = "not comparable (contended)"  # every repeat of a case on one side ran on a busy machine (issue 12)
+# status `unsupported` (the hardware cannot run the mode): a case-level verdict, metric "status"
+NOT_RUN = "not run on either side"  # neutral: no verdict was expected
+LOST = "unsupported in candidate"  # the baseline ran it, the candidate's machine cannot: a finding (exit 1)
+NEW = "new in candidate"  # neutral, listed
+FINDINGS = ("regression", LOST)  # exit 1
+NEUTRAL = (NOT_RUN, NEW)  # no change to the exit code, but not a pass on their own
 
 
 @dataclass
@@ -79,19 +92,32 @@ class Comparison:
     @property
     def exit_code(self) -> int:
         verdicts = {r.verdict for r in self.results}
-        if "regression" in verdicts:
+        if verdicts & set(FINDINGS):
             return EXIT_REGRESSION
-        if "not enough data" in verdicts or CONTENDED in verdicts or not verdicts:  # never a pass for lack of data
+        # never a pass for lack of data (nor when every case was not run on either side)
+        if "not enough data" in verdicts or CONTENDED in verdicts or not verdicts - set(NEUTRAL):
             return EXIT_NO_DATA
         if "unstable" in verdicts:
             return EXIT_UNSTABLE
         return EXIT_OK
+
+    @staticmethod
+    def finding(r: MetricResult) -> bool:
+        """A regression or a lost mode: exit 1, a JUnit failure."""
+        return r.verdict in FINDINGS
+
+    @staticmethod
+    def judged(r: MetricResult) -> bool:
+        """Compared and passed (no change, improvement); the rest are no verdict or neutral (JUnit skipped)."""
+        return r.verdict in ("no change", "improvement")
 
     @property
     def summary(self) -> str:
         verdicts = {r.verdict for r in self.results}
         if self.exit_code == EXIT_NO_DATA and CONTENDED in verdicts and "not enough data" not in verdicts:
             return CONTENDED
+        if self.exit_code == EXIT_REGRESSION:
+            return "; ".join(v for v in FINDINGS if v in verdicts)
         return {EXIT_OK: "no regression", EXIT_REGRESSION: "regression", EXIT_NO_DATA: "not enough data",
                 EXIT_UNSTABLE: "too unstable to decide"}[self.exit_code]
 
@@ -184,6 +210,10 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
     cases = list(dict.fromkeys(list(base_rows["case_id"]) + list(cand_rows["case_id"])))
     excluded: dict[str, tuple[int, int]] = {}
     for case_id in cases:
+        status = _status_verdict(case_id, base_rows, cand_rows)
+        if status is not None:
+            comparison.results.append(status)
+            continue
         b, c = base_ok[base_ok["case_id"] == case_id], cand_ok[cand_ok["case_id"] == case_id]
         # contended repeats are not comparable: a side with nothing else has no verdict (exit 3),
         # otherwise they are left out (and the notes say how many)
@@ -215,7 +245,35 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
     if excluded:
         comparison.notes.append("contended repeats left out (baseline, candidate): " + ", ".join(
             f"{case} ({nb}, {nc})" for case, (nb, nc) in excluded.items()))
+    for verdict in (LOST, NEW, NOT_RUN):
+        by_detail: dict[str, list[str]] = {}
+        for r in comparison.results:
+            if r.verdict == verdict:
+                by_detail.setdefault(r.detail, []).append(r.case_id)
+        comparison.notes += [f"{verdict}: {', '.join(ids)} ({detail})" for detail, ids in by_detail.items()]
     return comparison
+
+
+def _status_verdict(case_id: str, base_rows: pd.DataFrame, cand_rows: pd.DataFrame) -> MetricResult | None:
+    """The verdict on a case one side or both could not run (every row `unsupported`), or None."""
+    b, c = base_rows[base_rows["case_id"] == case_id], cand_rows[cand_rows["case_id"] == case_id]
+    b_unsupported = not b.empty and bool((b["status"] == "unsupported").all())
+    c_unsupported = not c.empty and bool((c["status"] == "unsupported").all())
+
+    def reasons(rows: pd.DataFrame) -> str:
+        found = dict.fromkeys(str(r) for r in rows.get("reason", pd.Series(dtype=object)).dropna() if str(r))
+        return "; ".join(found) or "no reason recorded"
+    if b_unsupported and c_unsupported:
+        verdict = NOT_RUN
+        detail = reasons(b) if reasons(b) == reasons(c) else \
+            f"the reasons differ: baseline: {reasons(b)}; candidate: {reasons(c)}"
+    elif c_unsupported and (b["status"] == "ok").any():
+        verdict, detail = LOST, f"candidate: {reasons(c)}"
+    elif b_unsupported and (c["status"] == "ok").any():
+        verdict, detail = NEW, f"baseline: {reasons(b)}"
+    else:
+        return None
+    return MetricResult(case_id, "status", None, None, None, None, None, None, verdict, detail)
 
 
 def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> list[np.ndarray]:
@@ -252,6 +310,33 @@ def history_noise(tree: str | Path, fingerprints: set[str]) -> dict[str, float]:
     return out
 
 
+def _too_few_repeats(n_base: int, n_cand: int) -> str:
+    return (f"{n_base} baseline and {n_cand} candidate repeats: run-to-run variance unknown "
+            f"(need {MIN_REPEATS} each, or --history for the series' noise floor)")
+
+
+def _throughput(case_id, b, c, threshold: Threshold, floor: float | None) -> MetricResult:
+    """The rows' `throughput` (samples over the window's wall time, host gaps included): the ratio of
+    the medians across repeats, history.run_series' point per run; the interval is the range across
+    repeats (lowest candidate / highest baseline .. highest / lowest), widened by the noise floor."""
+    def values(rows: pd.DataFrame) -> pd.Series:
+        column = pd.to_numeric(rows["throughput"], errors="coerce") if "throughput" in rows else pd.Series(dtype=float)
+        return column[column > 0]
+    base, cand = values(b), values(c)
+    if base.empty or cand.empty:
+        return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
+                            "no throughput figure on one side")
+    if min(len(base), len(cand)) < MIN_REPEATS and not floor:
+        return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
+                            _too_few_repeats(len(base), len(cand)))
+    bm, cm = float(base.median()), float(cand.median())
+    low, high = _widen(cm / bm, float(cand.min()) / float(base.max()), float(cand.max()) / float(base.min()), floor)
+    return MetricResult(case_id, "throughput", bm, cm, cm / bm, low, high, None,
+                        judge(low, high, threshold.relative, worse_when_higher=False),
+                        f"{len(base)} vs {len(cand)} repeats"
+                        + (f"; night noise {floor:.2%} from history" if floor else ""))
+
+
 def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput, t_mem,
                   floor: float | None = None) -> list[MetricResult]:
     out = []
@@ -260,13 +345,9 @@ def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput
     if n_base < MIN_SAMPLES or n_cand < MIN_SAMPLES:
         out.append(MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
                                 f"{n_base} baseline and {n_cand} candidate step samples (need {MIN_SAMPLES} each)"))
-        out.append(MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
-                                "as step time"))
     elif min(len(base_steps), len(cand_steps)) < MIN_REPEATS and not floor:
-        detail = (f"{len(base_steps)} baseline and {len(cand_steps)} candidate repeats: run-to-run variance unknown "
-                  f"(need {MIN_REPEATS} each, or --history for the series' noise floor)")
-        for metric in ("step_time", "throughput"):
-            out.append(MetricResult(case_id, metric, None, None, None, None, None, None, "not enough data", detail))
+        out.append(MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
+                                _too_few_repeats(len(base_steps), len(cand_steps))))
     else:
         ratio, low, high = bootstrap_median_ratio(base_steps, cand_steps, rng)
         low, high = _widen(ratio, low, high, floor)
@@ -276,12 +357,7 @@ def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput
                                 judge(low, high, t_time.relative, worse_when_higher=True),
                                 f"{n_base} vs {n_cand} steps" + (f"; night noise {floor:.2%} from history"
                                                                  if floor else "")))
-        # throughput at the median step: its ratio and interval are the step-time ones inverted
-        batch = float(b["batch_size"].iloc[0]) * float(b["world_size"].fillna(1).iloc[0] if "world_size" in b else 1)
-        out.append(MetricResult(case_id, "throughput", stats.samples_per_second(batch, base_median / 1e3),
-                                stats.samples_per_second(batch, cand_median / 1e3),
-                                1 / ratio, 1 / high, 1 / low, p,
-                                judge(1 / high, 1 / low, t_tput.relative, worse_when_higher=False)))
+    out.append(_throughput(case_id, b, c, t_tput, floor))
     base_mem, cand_mem = headline_memory(b).dropna(), headline_memory(c).dropna()
     if base_mem.empty or cand_mem.empty:
         out.append(MetricResult(case_id, "peak_memory", None, None, None, None, None, None, "not enough data",
@@ -305,52 +381,3 @@ def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput
 def to_frame(comparison: Comparison) -> pd.DataFrame:
     return pd.DataFrame([asdict(r) for r in comparison.results],
                         columns=list(MetricResult.__dataclass_fields__))
-
-
-def _fmt(value, spec=".3f") -> str:
-    return "-" if value is None or (isinstance(value, float) and not np.isfinite(value)) else format(value, spec)
-
-
-def to_markdown(comparison: Comparison) -> str:
-    lines = [f"# amp_bench compare: {comparison.summary}", "",
-             f"baseline: {', '.join(comparison.baseline)}  ", f"candidate: {', '.join(comparison.candidate)}  ",
-             "thresholds: " + ", ".join(f"{k} {v}" for k, v in comparison.thresholds.items()), "",
-             "| case | metric | baseline | candidate | ratio | 95% CI | p (MWU) | verdict |", "|---|---|---|---|---|---|---|---|"]
-    for r in comparison.results:
-        verdict = f"**{r.verdict}**" if r.verdict == "regression" else r.verdict
-        lines.append(f"| {r.case_id} | {r.metric} | {_fmt(r.baseline, '.4g')} | {_fmt(r.candidate, '.4g')} | "
-                     f"{_fmt(r.ratio)} | {_fmt(r.ci_low)}-{_fmt(r.ci_high)} | {_fmt(r.p_value, '.2g')} | {verdict} |")
-    lines += [""] + [f"- {note}" for note in comparison.notes + comparison.unmatched]
-    return "\n".join(lines) + "\n"
-
-
-def to_json(comparison: Comparison) -> str:
-    return json.dumps({"verdict": comparison.summary, "exit_code": comparison.exit_code,
-                       "baseline": comparison.baseline, "candidate": comparison.candidate,
-                       "thresholds": comparison.thresholds, "notes": comparison.notes,
-                       "unmatched": comparison.unmatched, "results": [asdict(r) for r in comparison.results]},
-                      indent=2, default=float)
-
-
-def to_junit(comparison: Comparison) -> str:
-    cases = []
-    failures = 0
-    for r in comparison.results:
-        name = xml_escape(f"{r.case_id}.{r.metric}", {'"': "&quot;"})
-        body = ""
-        message = xml_escape(f"ratio {_fmt(r.ratio)} (95% CI {_fmt(r.ci_low)}-{_fmt(r.ci_high)}); {r.detail}",
-                             {'"': "&quot;"})
-        if r.verdict == "regression":
-            failures += 1
-            body = f'<failure message="{message}">{r.verdict}</failure>'
-        elif r.verdict in ("not enough data", "unstable", CONTENDED):
-            body = f'<skipped message="{xml_escape(r.verdict)}: {message}"/>'
-        cases.append(f'  <testcase classname="amp_bench.analysis.compare" name="{name}">{body}</testcase>')
-    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="amp_bench compare" '
-            f'tests="{len(cases)}" failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
-
-
-def write_outputs(comparison: Comparison, stem: Path) -> dict[str, Path]:
-    from amp_bench.store.results import write_reports
-    return write_reports(stem, {"md": (".md", to_markdown(comparison)), "json": (".json", to_json(comparison)),
-                                "junit": (".junit.xml", to_junit(comparison))})

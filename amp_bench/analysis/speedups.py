@@ -155,10 +155,14 @@ def _flags(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
     def first_text(values: pd.Series) -> str:
         return next((v for v in values if isinstance(v, str) and v), "")
+
+    def first_reason(values: pd.Series) -> str:  # a contended repeat's reason before another's "unknown (...)"
+        texts = [v for v in values if isinstance(v, str) and v]
+        return next((v for v in texts if not v.startswith("unknown")), texts[0] if texts else "")
     grouped = frame.groupby(keys, dropna=False)
     return pd.DataFrame({"emulated": grouped["emulated"].agg(anyof), "emulated_reason": grouped["emulated_reason"]
                          .agg(first_text), "contended": grouped["contended"].agg(anyof),
-                         "contention": grouped["contention"].agg(first_text)})
+                         "contention": grouped["contention"].agg(first_reason)})
 
 
 def _repeat_spread(ok: pd.DataFrame, base: str) -> tuple[pd.Series, ...]:

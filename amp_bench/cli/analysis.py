@@ -18,8 +18,9 @@ def add_parsers(sub) -> None:
     report.add_argument("--images", choices=("png", "svg"), help="also export each chart (needs kaleido)")
     report.set_defaults(func=cmd_report)
 
-    comp = sub.add_parser("compare", help="is CANDIDATE slower or bigger than BASELINE? exit 0 no, 1 regression, "
-                                          "2 usage error, 3 not enough data (or not comparable: contended), 4 too unstable to decide")
+    comp = sub.add_parser("compare", help="is CANDIDATE slower or bigger than BASELINE? exit 0 no, 1 regression (or "
+                                          "a mode unsupported in the candidate), 2 usage error, 3 not enough data "
+                                          "(or not comparable: contended), 4 too unstable to decide")
     comp.add_argument("baseline", nargs=1, help="a run directory (or a tree / glob of runs pooled as one side)")
     comp.add_argument("candidate", nargs=1)
     comp.add_argument("--threshold-time", default="3%", help="step-time regression threshold (default 3%%)")

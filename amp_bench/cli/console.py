@@ -276,7 +276,8 @@ def print_comparison(comparison, console) -> None:
     table = Table("case", "metric", "baseline", "candidate", "ratio", "95% CI", "p (MWU)", "verdict",
                   title=f"candidate vs baseline: {comparison.summary}", title_justify="left")
     colours = {"regression": "red", "improvement": "green", "unstable": "yellow", "not enough data": "dim",
-               "not comparable (contended)": "yellow"}
+               "not comparable (contended)": "yellow", "unsupported in candidate": "red",
+               "not run on either side": "dim", "new in candidate": "cyan"}
     for r in comparison.results:
         colour = colours.get(r.verdict, "")
         verdict = f"[{colour}]{r.verdict}[/]" if colour else r.verdict

@@ -290,6 +290,9 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     rule = stop_rule(case, rank)
     total = case.warmup_steps + rule.max_steps  # the most steps this case can take, for progress
     events.emit(event="phase", phase="warmup", total=total)
+    watch = WindowWatch(record["num_threads"])
+    if not case.compiled:  # inductor's compile workers would count as other processes
+        watch.mark_warmup()  # a window too short for /proc/stat is judged with its warmup
     compile_columns = compiling.warm_up(case, step, inputs, target, losses,
                                         lambda i: events.emit(event="step", phase="warmup", step=i, total=total))
     compiling.log_summary(compile_columns)
@@ -310,7 +313,6 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
         from amp_bench.platform.nvml import NvmlSampler
         sampler = NvmlSampler(nvml_reader, interval_s=case.nvml_interval_ms / 1e3)
         sampler.start()
-    watch = WindowWatch(record["num_threads"])
     events.emit(event="phase", phase=MEASURED_PHASE, total=total)
     watch.start()
     per_step_ms, window_s, record["stop_reason"] = measure_window(

@@ -98,7 +98,7 @@ td,th{{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left}} .chart{{bo
 .chart.red{{border-color:#c0392b}}</style>
 <script>{get_plotlyjs()}</script></head><body>
 <h1>amp_bench nightly: {html.escape(result.summary)}</h1>
-<p>{html.escape(result.root)}: {len(result.groups)} machine/suite series groups, {len(result.red)} red series.
+<p>{html.escape(result.root)}: {len(result.groups)} machine/suite series groups, {result.red_cases} red series.
 Charts: red series first, then series with changes ({len(figures)} shown).</p>
 {f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else ""}
 <h2>Tonight</h2><ul>{night_links}</ul>

@@ -3,7 +3,8 @@
 
 A series is keyed by case and machine fingerprint (host, GPU, driver, CUDA, torch), so results from
 different hardware or software never form one series; each run contributes its median across
-repeats. Each night the whole history is re-segmented (amp_bench.analysis.gate.changepoints.detect), so past
+repeats (throughput: the rows' `throughput` column, the window's samples over its wall time, host
+gaps included, the figure compare judges too). Each night the whole history is re-segmented (amp_bench.analysis.gate.changepoints.detect), so past
 changes stay visible with the night they began, and a level that comes back is seen. The alarm is
 the current state (amp_bench.analysis.gate.changepoints.state): a series is red while its latest level is worse
 than its accepted level (or the recent window) beyond the threshold; a fixed regression or a

@@ -4,9 +4,10 @@ For each machine fingerprint and suite: tonight's run (the latest) against that 
 baseline and its history. One markdown / JSON / JUnit output and one exit code: 0 all green, 1 a
 series is red, 3 a machine or suite has no verdict tonight (a case missing, a machine that stopped
 reporting, a run marked contended: its figures are not comparable, so it is left out of the series
-and listed, not judged). `--accept` moves the accepted baseline of the matching machines and suites
-to tonight's run (never to a wholly contended one); baselines live in baselines.yaml at the root of
-the tree:
+and listed, not judged). The table counts cases in both columns: `series` the cases judged tonight,
+`red` those of them with at least one red metric (the red metrics are listed below it). `--accept`
+moves the accepted baseline of the matching machines and suites to tonight's run (never to a wholly
+contended one); baselines live in baselines.yaml at the root of the tree:
 
     - {machine: 3f9a0c1d2e4b, suite: resnet50, run: 20261130T020000Z-node-a-cuda, accepted: 2026-11-30, note: ...}
 """
@@ -40,8 +41,9 @@ class Group:
     tonight: str
     date: str
     baseline: str  # accepted run ("" = the series' first night)
-    series: int = 0
-    red: int = 0
+    series: int = 0  # cases judged tonight (a case's series on this machine)
+    red: int = 0  # of them, cases with at least one red metric
+    cases: int = 0  # cases in tonight's run, contended ones included
     missing: list[str] = field(default_factory=list)  # cases of the previous run absent tonight
     stale: bool = False  # its latest run is older than the tree's by more than max_age_days
     contended: list[str] = field(default_factory=list)  # cases whose run tonight was contended: not judged
@@ -60,6 +62,11 @@ class NightlyResult:
         return [s for s in self.history.red if (s.fingerprint, s.suite, s.latest_run) in tonight]
 
     @property
+    def red_cases(self) -> int:
+        """Cases (machine, suite, case) with at least one red metric tonight: what the table's `red` adds up."""
+        return len({(s.fingerprint, s.suite, s.case_id) for s in self.red})
+
+    @property
     def exit_code(self) -> int:
         if self.red:
             return EXIT_RED
@@ -69,7 +76,7 @@ class NightlyResult:
 
     @property
     def summary(self) -> str:
-        return {EXIT_OK: "all green", EXIT_RED: f"{len(self.red)} red series",
+        return {EXIT_OK: "all green", EXIT_RED: f"{self.red_cases} red series",
                 EXIT_NO_DATA: "no verdict for some machines or suites"}[self.exit_code]
 
 
@@ -108,7 +115,7 @@ def _groups(series: pd.DataFrame, contended: pd.DataFrame, baselines: dict, max_
         last = g.iloc[-1]
         group = Group(fp, str(last["hostname"]), suite, last["run_id"],
                       last["timestamp"].strftime("%Y-%m-%d") if not pd.isna(last["timestamp"]) else "",
-                      baselines.get((fp, suite), ""), series=len(last["cases"]))
+                      baselines.get((fp, suite), ""), cases=len(last["cases"]))
         if len(g) > 1:
             group.missing = sorted(g.iloc[-2]["cases"] - last["cases"])
         tonight_busy = busy.get((fp, suite, last["run_id"]))
@@ -134,8 +141,16 @@ def nightly(root: str | Path, thresholds: dict[str, float] | None = None, max_ag
         raise UserError(f"{root}: no ok result in any run (nothing to judge)")
     groups = _groups(history.series, history.contended, baselines, max_age_days)
     result = NightlyResult(str(root), history, groups)
+    # one count in both columns: cases judged tonight, and those of them with a red metric
+    judged: dict[tuple, set[str]] = {}
+    for s in history.states:
+        judged.setdefault((s.fingerprint, s.suite, s.latest_run), set()).add(s.case_id)
+    red: dict[tuple, set[str]] = {}
+    for s in result.red:
+        red.setdefault((s.fingerprint, s.suite), set()).add(s.case_id)
     for g in groups:
-        g.red = sum(1 for s in result.red if (s.fingerprint, s.suite) == (g.fingerprint, g.suite))
+        g.series = len(judged.get((g.fingerprint, g.suite, g.tonight), ()))
+        g.red = len(red.get((g.fingerprint, g.suite), ()))
     return result
 
 
@@ -152,7 +167,7 @@ def accept(root: str | Path, machine: str | None = None, suite: str | None = Non
             continue
         if suite and not fnmatch.fnmatchcase(g.suite, suite):
             continue
-        if g.contended and len(g.contended) >= g.series:  # not comparable: no baseline either
+        if g.contended and len(g.contended) >= g.cases:  # not comparable: no baseline either
             skipped.append(f"{g.hostname or g.fingerprint} {g.suite}")
             continue
         entry = {"machine": g.fingerprint, "host": g.hostname, "suite": g.suite, "run": g.tonight,

@@ -8,6 +8,13 @@ guard: a busy neighbour turns a 1.6 ms step into 390 ms with a CV of 1.5%.
 GPU: other processes on the device, and clocks held down (thermal, power brake, hardware slowdown)
 inside the window.
 
+/proc/stat counts in clock ticks (USER_HZ, 10 ms): over a span of `span_s`, the cores other
+processes used are known to about 2 ticks per CPU, 2 * cpus / (ticks_per_s * span_s) cores. A span
+is judged only when that error is at most a third of the tolerance (the cores others may use before
+the row is flagged). A window too short is widened to warmup + window (eager cases: the warmup
+reading is taken before the first warmup step); if that is still too short, contention is unknown
+(`contended` empty, the reason in `contention`): neither contended nor trusted-quiet, and comparable.
+
 /proc is read through paths that tests point at files replaying real readings.
 """
 from __future__ import annotations
@@ -20,6 +27,9 @@ from dataclasses import dataclass
 # A case that could use less than this share of its threads' cores is `contended`.
 MIN_CPU_SHARE = 0.85
 MAX_STEAL = 0.05  # share of the host's CPU time stolen by the hypervisor
+TICK_ERROR = 2  # /proc/stat's error over a span, in ticks per CPU (one at each edge)
+RESOLUTION = 3  # judge a span only when that error is at most a third of the tolerance
+MIN_TOLERANCE_CORES = 0.05  # the tolerance's floor (threads are capped at the host's CPUs: never reached)
 # Clock-event reasons that mean someone else (heat, power, the board) held the clocks down.
 THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 
@@ -75,10 +85,24 @@ def read_loadavg(path: str = "/proc/loadavg") -> float | None:
         return None
 
 
+def resolvable_s(cpus: int, threads: int, ticks_per_s: float | None = None) -> float:
+    """The shortest span whose "other processes' cores" error, TICK_ERROR * cpus / (ticks_per_s *
+    span), is at most 1/RESOLUTION of the tolerance, cpus - MIN_CPU_SHARE * threads."""
+    threads = max(1, min(threads, cpus))
+    tolerance = max(MIN_TOLERANCE_CORES, cpus - MIN_CPU_SHARE * threads)
+    return RESOLUTION * TICK_ERROR * cpus / ((ticks_per_s or _clock_ticks()) * tolerance)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
 def cpu_contention(before: HostTimes | None, after: HostTimes | None, window_s: float, threads: int,
-                   loadavg: float | None = None) -> dict:
-    """Columns for the window. `cpu_share_available`: the share of its `threads` cores the worker
-    could have had, once the cores other processes used are taken away (1.0: all of them)."""
+                   loadavg: float | None = None, ticks_per_s: float | None = None, span: str = "window") -> dict:
+    """Columns for the window (or the `span` the readings cover). `cpu_share_available`: the share of
+    its `threads` cores the worker could have had, once the cores other processes used are taken
+    away (1.0: all of them). A span shorter than /proc/stat can resolve (resolvable_s) keeps the
+    figures but is not judged: `contended` None, `contention` "unknown (...)"."""
     out = {c: None for c in CONTENTION_COLUMNS}
     out.update(loadavg_1m=loadavg, contended=None, contention="")
     if before is None or after is None or window_s <= 0:
@@ -91,9 +115,15 @@ def cpu_contention(before: HostTimes | None, after: HostTimes | None, window_s: 
     threads = max(1, min(threads, cpus))
     share = max(0.0, min(1.0, (cpus - others_cores) / threads))
     out.update(cpu_share_available=share, host_other_cpu_cores=others_cores, steal_fraction=steal)
+    needed = resolvable_s(cpus, threads, ticks_per_s)
+    if window_s < needed:
+        out["contention"] = (f"unknown ({span} {_duration(window_s)} is shorter than /proc/stat can resolve: "
+                             f"needs {needed:.2f} s)")
+        return out
+    during = "the window" if span == "window" else f"{span} ({window_s:.2f} s)"
     reasons = []
     if share < MIN_CPU_SHARE:
-        reasons.append(f"other processes used {others_cores:.2f} of {cpus} cores during the window: the worker's "
+        reasons.append(f"other processes used {others_cores:.2f} of {cpus} cores during {during}: the worker's "
                        f"{threads} thread(s) could have had {share:.0%} of their cores")
     if steal > MAX_STEAL:
         reasons.append(f"the hypervisor stole {steal:.0%} of the CPU time")
@@ -120,32 +150,50 @@ def merge(cpu: dict, gpu: dict | None) -> dict:
         return cpu
     out = dict(cpu)
     out["gpu_other_processes"] = gpu["gpu_other_processes"]
-    out["contended"] = bool(cpu.get("contended")) or gpu["contended"]
-    out["contention"] = "; ".join(r for r in (cpu.get("contention"), gpu["contention"])
-                                  if r and not r.startswith("unknown"))
+    flagged = bool(cpu.get("contended")) or gpu["contended"]
+    # a quiet GPU does not make an unknown CPU side quiet: still unknown, with its reason
+    out["contended"] = True if flagged else (None if cpu.get("contended") is None else False)
+    reasons = [r for r in (cpu.get("contention"), gpu["contention"]) if r and not r.startswith("unknown")]
+    out["contention"] = "; ".join(reasons) if flagged or reasons else (cpu.get("contention") or "")
     return out
 
 
 class WindowWatch:
-    """Read the host at the window's edges: start() before the first measured step, stop() after."""
+    """Read the host at the window's edges: start() before the first measured step, stop() after;
+    mark_warmup() before the first warmup step widens a window too short to judge (eager cases only:
+    inductor's compile workers are other processes)."""
 
     def __init__(self, threads: int, stat_path: str = "/proc/stat", loadavg_path: str = "/proc/loadavg",
-                 clock=time.monotonic):
+                 clock=time.monotonic, read=None, ticks_per_s: float | None = None):
         self.threads = threads
         self.stat_path, self.loadavg_path, self.clock = stat_path, loadavg_path, clock
+        self.read = read or (lambda: read_host_times(self.stat_path))  # tests replay recorded readings
+        self.ticks_per_s = ticks_per_s
         self._before: HostTimes | None = None
         self._started = 0.0
+        self._warmup: tuple[HostTimes | None, float] | None = None
+
+    def mark_warmup(self) -> None:
+        self._warmup = (self.read(), self.clock())
 
     def start(self) -> None:
-        self._before = read_host_times(self.stat_path)
+        self._before = self.read()
         self._started = self.clock()
 
     def stop(self) -> dict:
-        """Columns for the window just ended (its real length, whatever clock timed the steps)."""
+        """Columns for the window just ended (its real length, whatever clock timed the steps), or for
+        warmup + window when the window alone is too short for /proc/stat and that span is not."""
         if not ENABLED:
             out = cpu_contention(None, None, 0.0, self.threads)
             out["contention"] = "not checked (synthetic step times)"
             return out
-        after = read_host_times(self.stat_path)
-        return cpu_contention(self._before, after, self.clock() - self._started, self.threads,
-                              read_loadavg(self.loadavg_path))
+        after, now, loadavg = self.read(), self.clock(), read_loadavg(self.loadavg_path)
+        window = cpu_contention(self._before, after, now - self._started, self.threads, loadavg, self.ticks_per_s)
+        if window["contended"] is not None or self._warmup is None or None in (self._warmup[0], self._before, after):
+            return window
+        wider = cpu_contention(self._warmup[0], after, now - self._warmup[1], self.threads, loadavg,
+                               self.ticks_per_s, span="warmup + window")
+        if wider["contended"] is not None:
+            return wider
+        window["contention"] = window["contention"][:-1] + f"; warmup + window {_duration(now - self._warmup[1])} too)"
+        return window

@@ -1,0 +1,60 @@
+"""compare's outputs: the markdown table, the JSON verdict and the JUnit file (one test per case and
+metric: a finding fails, no verdict or a neutral one is skipped). Re-exported by amp_bench.analysis.compare."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from xml.sax.saxutils import escape as xml_escape
+
+import numpy as np
+
+
+def _fmt(value, spec=".3f") -> str:
+    return "-" if value is None or (isinstance(value, float) and not np.isfinite(value)) else format(value, spec)
+
+
+def to_markdown(comparison) -> str:
+    lines = [f"# amp_bench compare: {comparison.summary}", "",
+             f"baseline: {', '.join(comparison.baseline)}  ", f"candidate: {', '.join(comparison.candidate)}  ",
+             "thresholds: " + ", ".join(f"{k} {v}" for k, v in comparison.thresholds.items()), "",
+             "| case | metric | baseline | candidate | ratio | 95% CI | p (MWU) | verdict |", "|---|---|---|---|---|---|---|---|"]
+    for r in comparison.results:
+        verdict = f"**{r.verdict}**" if comparison.finding(r) else r.verdict
+        lines.append(f"| {r.case_id} | {r.metric} | {_fmt(r.baseline, '.4g')} | {_fmt(r.candidate, '.4g')} | "
+                     f"{_fmt(r.ratio)} | {_fmt(r.ci_low)}-{_fmt(r.ci_high)} | {_fmt(r.p_value, '.2g')} | {verdict} |")
+    lines += [""] + [f"- {note}" for note in comparison.notes + comparison.unmatched]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(comparison) -> str:
+    return json.dumps({"verdict": comparison.summary, "exit_code": comparison.exit_code,
+                       "baseline": comparison.baseline, "candidate": comparison.candidate,
+                       "thresholds": comparison.thresholds, "notes": comparison.notes,
+                       "unmatched": comparison.unmatched, "results": [asdict(r) for r in comparison.results]},
+                      indent=2, default=float)
+
+
+def to_junit(comparison) -> str:
+    cases = []
+    failures = 0
+    for r in comparison.results:
+        name = xml_escape(f"{r.case_id}.{r.metric}", {'"': "&quot;"})
+        body = ""
+        text = r.detail if r.metric == "status" else \
+            f"ratio {_fmt(r.ratio)} (95% CI {_fmt(r.ci_low)}-{_fmt(r.ci_high)}); {r.detail}"
+        message = xml_escape(text, {'"': "&quot;"})
+        if comparison.finding(r):
+            failures += 1
+            body = f'<failure message="{message}">{r.verdict}</failure>'
+        elif not comparison.judged(r):  # not enough data, unstable, contended, not run on either side, new
+            body = f'<skipped message="{xml_escape(r.verdict)}: {message}"/>'
+        cases.append(f'  <testcase classname="amp_bench.analysis.compare" name="{name}">{body}</testcase>')
+    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="amp_bench compare" '
+            f'tests="{len(cases)}" failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def write_outputs(comparison, stem: Path) -> dict[str, Path]:
+    from amp_bench.store.results import write_reports
+    return write_reports(stem, {"md": (".md", to_markdown(comparison)), "json": (".json", to_json(comparison)),
+                                "junit": (".junit.xml", to_junit(comparison))})
