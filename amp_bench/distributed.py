@@ -253,6 +253,8 @@ def aggregate(records: list[dict], case, backend: str) -> dict:
         out["achieved_tflops"] = out["flops_per_step"] / (stats.median / 1e3) / 1e12
         if out.get("peak_tflops"):
             out["mfu"] = out["achieved_tflops"] / out["peak_tflops"]
+        if out.get("peak_tflops_bf16"):
+            out["mfu_bf16_basis"] = out["achieved_tflops"] / out["peak_tflops_bf16"]
     out["rank_step_time_ms_medians"] = " ".join(f"{StepStats.from_samples(t).median:.4g}" for t in per_rank)
     warnings = [w for w in (stats.instability(),) if w]
     for rank, record in enumerate(records):

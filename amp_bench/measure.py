@@ -165,9 +165,12 @@ def _after_window(case, device, torch_device, step, inputs, target, median_ms: f
         peak, source = case.peak_tflops, "given by the user"
     elif device.type == "cuda":
         peak, source = peak_tflops(device.name, case.precision)
+        if peak:  # which of the datasheet's rates mfu is against
+            source = f"{modes.get(case.precision).peak_math} dense peak: {source}"
     else:
         peak, source = None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)"
-    out.update(flops_columns(flops, median_ms, peak, source))
+    bf16_peak = peak_tflops(device.name, "amp_bf16")[0] if device.type == "cuda" else None
+    out.update(flops_columns(flops, median_ms, peak, source, bf16_peak))
     return out
 
 
