@@ -316,7 +316,8 @@ def run_case(case, device, events: EventChannel, rank=None) -> dict:
     watch.start()
     per_step_ms, window_s, record["stop_reason"] = measure_window(
         lambda: losses.append(step(inputs, target)), timer, rule,
-        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i, total=total))
+        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i, total=total),
+        before_end=sampler.halt if sampler is not None else lambda: None)
     contention = watch.stop()
     window_compile, recompiled = compiling.window_columns(record, compiling.CompileWatch().snapshot()) \
         if case.compiled else ({}, "")
