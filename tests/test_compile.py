@@ -142,3 +142,16 @@ def test_shipped_suites_compile_cases():
     modes = {c.compile_mode for c in suite.cases("cuda")}
     assert modes == {"eager", "default", "reduce-overhead"}
     assert {c.compile_mode for c in suite.cases("cpu")} == {"eager", "default"}
+
+
+def test_compiled_cases_take_their_own_timeout(write_suite):
+    """compile_timeout_s: the deadline of a compiled case (fp8, compiled by default, included) covers
+    a cold compile; eager cases keep timeout_s."""
+    text = ("models:\n  - {ref: 'python:toy_models:mlp', label: mlp}\nbatch_sizes: [4]\n"
+            "precisions: [fp32, amp_bf16, fp8]\ntimeout_s: 60\ncompile_timeout_s: 300\n"
+            "compile: [false, true]\ncompile_precisions: [amp_bf16, fp8]\n")
+    cases = {c.case_id: c.timeout_s for c in load_suite(write_suite(text)).cases("cpu")}
+    assert cases == {"mlp-bs4-fp32": 60, "mlp-bs4-amp_bf16": 60, "mlp-bs4-amp_bf16-compiled": 300,
+                     "mlp-bs4-fp8-compiled": 300}
+    plain = load_suite(write_suite(text.replace("compile_timeout_s: 300\n", ""), "plain.yaml")).cases("cpu")
+    assert {c.timeout_s for c in plain} == {60}
