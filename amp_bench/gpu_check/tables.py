@@ -1,4 +1,4 @@
-"""The sections of the GPU check's summary page (amp_bench.gpu_check): suite figures, the published
+"""The sections of the GPU check's summary page (amp_bench.gpu_check.summary): suite figures, the published
 anchors from shared/FIELD_NOTES.md, the plain hand-written loop, fidelity, headroom, failure logs.
 Each takes plain frames/dicts and returns markdown lines; torch-free."""
 from __future__ import annotations

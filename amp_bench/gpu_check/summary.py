@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from amp_bench import gpu_check_tables as tables
+from amp_bench.gpu_check import tables
 
 STAGES = ("env", "pytest", "suite", "overhead", "fidelity", "headroom")
 FINISHED = ("ok", "failed", "timeout", "skipped", "budget")  # a stage's last word; "pending" until then
