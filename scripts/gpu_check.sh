@@ -1,39 +1,77 @@
 #!/usr/bin/env bash
-# The project's GPU check: one call that fits one short GPU window (default budget 480 s, set
-# GPU_CHECK_BUDGET_S) and can't pass by accident. Stages, in order of value, each given a timeout
-# sized from what is left of the budget (a stage that would not get enough is skipped, and said so):
-#   env       nvidia-smi (persistence mode tried), `amp_bench env --json`, a bf16 matmul's TFLOP/s;
-#   pytest    `pytest -m gpu tests/test_gpu.py` (TF32 vs IEEE on matmul and a 64-channel conv, autocast
-#             dtypes, CUDA events, GradScaler skips, torch vs NVML memory, energy and clocks, the smoke
-#             suite, DDP on NCCL);
-#   suite     suites/gpu_check.yaml (ResNet-50 NCHW and channels_last, GPT-2 small; fp32, tf32,
-#             amp_fp16, amp_bf16; GPT-2 compiled under amp_bf16 and fp8; fused AdamW);
-#   overhead  benchmarks/overhead.py: the suite's ResNet-50 channels_last amp_bf16 case by the
-#             harness and by a plain hand-written AMP loop, 2 rounds;
-#   fidelity  suites/fidelity.yaml for 2 epochs, seed 0 (skipped, and said so, without scikit-learn);
-#   headroom  suites/gpu_headroom.yaml (fp32 vs amp_bf16 under a 2 GiB allocator cap, ~5 probes each).
-# After every stage the results are copied flat into $OUT (default gpu-check-out/): summary.md
-# (complete at any stop), suite.csv, overhead.csv, fidelity.csv, headroom.csv, stages.csv, env.json
-# and this log, gpu_check.log: 8 files at most, none in a folder. It exits 0 only when every stage
-# ran and passed: on compute capability >= 8 every suite case ok, every fidelity and headroom row ok.
-# Without a GPU (default budget 110 s there) it runs a tiny CPU smoke of the same path, says what it
-# skipped, and nothing it prints validates CUDA. PYTHON overrides the interpreter (default python3).
+# The project's GPU check, in two self-contained parts that each fit one device command and can't pass
+# by accident. Run part 1, then part 2 (DEVELOPERS.md has the device-tool recipe); no argument runs
+# both back to back (a local machine). Each stage's timeout is sized from what is left of its part's
+# budget (GPU_CHECK_BUDGET_S overrides it); a stage that would not get enough is skipped, and said so.
+#
+#   --part 1 (budget 360 s on a GPU; estimated for an H200, not yet measured, 330 s in all):
+#     pre       wheels from .whl/ installed, torch imported, capability read; REFUSED in one line on
+#               compute capability >= 8.9 without torchao (fp8 would be unsupported)      ~15 s
+#     env       nvidia-smi, `amp_bench env --json`, a bf16 8192^3 matmul's TFLOP/s        ~30 s
+#     suite     suites/gpu_check_part1.yaml: probe ~10 s; the anchor cases, ResNet-50 channels_last
+#               bs256 fp32 / tf32 / amp_fp16 / amp_bf16 (~15 s each, 60 s); then GPT-2 small
+#               compiled amp_bf16 (~70 s) and fp8 (~90 s), each with a 300 s case deadline ~230 s
+#     overhead  benchmarks/overhead.py: the suite's ResNet-50 channels_last amp_bf16 bs256 case by
+#               the harness and by a plain hand-written loop, wall-clock window throughput,
+#               2 rounds (probe ~8 s, 4 workers ~9 s each)                                ~45 s
+#     summaries after each stage (~2 s each)                                               ~10 s
+#   --part 2 (budget 300 s on a GPU; estimated for an H200, 230 s in all):
+#     pre       as above, without the torchao refusal (part 2 has no fp8)                  ~15 s
+#     env       nvidia-smi, `amp_bench env --json`                                         ~15 s
+#     pytest    `pytest -m gpu tests/test_gpu.py`: TF32 vs IEEE on matmul and a conv, autocast
+#               dtypes, CUDA events, GradScaler skips, the smoke suite's GPT-2 in fp32 and amp_fp16,
+#               DDP in one torchrun launch, torch vs NVML memory, energy and clocks          ~90 s
+#     fidelity  suites/gpu_check_fidelity.yaml: probe + fp32 and amp_bf16 workers (skipped, and
+#               said so, without scikit-learn)                                               ~35 s
+#     headroom  suites/gpu_check_headroom.yaml: probe + ~7 probes at resolution 1024       ~65 s
+#     summaries                                                                            ~10 s
+#
+# After every stage the part's results are copied flat into $OUT (default gpu-check-out/), named
+# partN_*: summary.md (whole at any stop: written outside $OUT, then renamed in; it names the stages
+# not reached), gpu_check.log, stages.csv, env.json and part 1's suite.csv, overhead.csv or part 2's
+# fidelity.csv, headroom.csv: 6 files a part, none in a folder. A part exits 0 only when each of its
+# stages ran and passed: on compute capability >= 8 every suite case ok; every fidelity and headroom
+# row ok, no fidelity verdict "worse", no AMP headroom below fp32's. Exit 2: refused before starting.
+# Without a GPU (budget 130 s a part there) it runs a tiny CPU smoke of the same path (the part 1
+# suite's cpu: block, one tiny overhead round; pytest's GPU tests skip; fidelity and headroom are
+# skipped, their CPU paths run in the test suite), says so, and nothing it prints validates CUDA. PYTHON overrides the interpreter (default python3).
 # Wheels in .whl/ (torchao for fp8, which the GPU image lacks; DEVELOPERS.md) are installed into the
 # work folder first and put on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+part=
+case "${1:-}" in
+  --part) part=${2:-} ;;
+  --part=*) part=${1#--part=} ;;
+  "") ;;
+  *) echo "usage: bash scripts/gpu_check.sh [--part 1|2]   (no argument: part 1, then part 2)" >&2; exit 2 ;;
+esac
+if [ -z "$part" ]; then  # both, back to back: a refusal of part 1 stops both
+  bash "$0" --part 1; first=$?
+  [ "$first" = 2 ] && exit 2
+  bash "$0" --part 2; second=$?
+  [ "$first" = 0 ] && [ "$second" = 0 ] && exit 0
+  exit 1
+fi
+if [ "$part" != 1 ] && [ "$part" != 2 ]; then echo "--part takes 1 or 2, not '$part'" >&2; exit 2; fi
+
 out=${OUT:-gpu-check-out}
 mkdir -p "$out"
 py=${PYTHON:-python3}
-work=$(mktemp -d "${TMPDIR:-/tmp}/amp_bench_gpu_check.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/amp_bench_gpu_check${part}.XXXXXX")
 start=$SECONDS
 exec 3>&1 4>&2
-exec > >(tee "$out/gpu_check.log") 2>&1  # no pipe into tee: `status` must survive to the exit below
+exec > >(tee "$out/part${part}_gpu_check.log") 2>&1  # no pipe into tee: `status` must survive to the exit
 tee_pid=$!
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160} PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export py work
 
-echo "## amp_bench GPU check ($(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git))"
+finish() {  # STATUS: close tee's input, wait for it so the last lines are in the log, exit
+  exec 1>&3 2>&4 3>&- 4>&-
+  for _ in $(seq 50); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
+  exit "$1"
+}
+
+echo "## amp_bench GPU check, part $part of 2 ($(date -u +%Y-%m-%dT%H:%MZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git))"
 if compgen -G ".whl/*.whl" > /dev/null; then
   if "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$work/site" .whl/*.whl; then
     export PYTHONPATH="$PYTHONPATH:$work/site"
@@ -42,41 +80,52 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     echo "wheels in .whl/ did not install: modes that need them will say unsupported"
   fi
 fi
-gpu=$(timeout 60 "$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null | tail -1)
-if [ "$gpu" = 1 ]; then
-  budget=${GPU_CHECK_BUDGET_S:-480}
-elif [ "$gpu" = 0 ]; then
-  budget=${GPU_CHECK_BUDGET_S:-110}
-  echo "NO CUDA GPU: pytest's GPU tests skip, the suite runs its tiny cpu block, overhead one tiny CPU round;"
-  echo "fidelity and headroom are skipped. Nothing here validates CUDA."
+# one interpreter start: CUDA? its compute capability, and whether torchao imports
+read -r gpu cap torchao < <(timeout 90 "$py" -c '
+import importlib.util, torch
+ok = torch.cuda.is_available()
+cap = "%d.%d" % torch.cuda.get_device_capability() if ok else "-"
+print(int(ok), cap, int(importlib.util.find_spec("torchao") is not None))' 2>/dev/null | tail -1)
+if [ "${gpu:-}" = 1 ] && [ "$part" = 1 ] && [ "$torchao" != 1 ] && \
+   awk -v c="$cap" 'BEGIN { split(c, v, "."); exit !(v[1] > 8 || (v[1] == 8 && v[2] >= 9)) }'; then
+  echo "REFUSED: compute capability $cap runs fp8 natively but torchao is not in .whl/: fetch the wheel with the pip download line in DEVELOPERS.md (torchao 0.18.0, 3.4 MB, manylinux_2_28, no dependencies) and carry .whl"
+  finish 2
+fi
+if [ "${gpu:-}" = 1 ]; then
+  budget=${GPU_CHECK_BUDGET_S:-$([ "$part" = 1 ] && echo 360 || echo 300)}
+  echo "GPU: compute capability $cap; torchao $([ "$torchao" = 1 ] && echo importable || echo absent)"
+elif [ "${gpu:-}" = 0 ]; then
+  budget=${GPU_CHECK_BUDGET_S:-130}
+  echo "NO CUDA GPU: a tiny CPU smoke of part $part's path; GPU-only stages are skipped. Nothing here validates CUDA."
 else
-  budget=${GPU_CHECK_BUDGET_S:-110}
+  budget=${GPU_CHECK_BUDGET_S:-130}
   echo "FAILED: $py cannot import torch"
 fi
 end_at=$((start + budget - 10))  # the last summary, printing it and the exit fit in the final 10 s
-echo "budget: ${budget} s; work folder: $work; results: $out"
+echo "budget: ${budget} s; work folder: $work; results: $out/part${part}_*"
 
-# cap: a stage's most (scaled up with a larger budget); floor: the least worth starting it with
-declare -A cap=([env]=45 [pytest]=150 [suite]=270 [overhead]=70 [fidelity]=60 [headroom]=100)
-declare -A floor=([env]=15 [pytest]=20 [suite]=30 [overhead]=20 [fidelity]=30 [headroom]=30)
-if [ "$gpu" != 1 ]; then cap[pytest]=40; cap[suite]=60; cap[overhead]=40; fi
-scale=$(( budget > 480 ? budget : 480 ))
-stages=(env pytest suite overhead fidelity headroom)
+# cap: a stage's most; floor: the least worth starting it with (each reserves its floor from those before)
+declare -A cap=([env]=60 [suite]=260 [overhead]=75 [pytest]=150 [fidelity]=60 [headroom]=100)
+declare -A floor=([env]=15 [suite]=60 [overhead]=25 [pytest]=30 [fidelity]=30 [headroom]=30)
+if [ "${gpu:-}" != 1 ]; then cap[suite]=60; cap[overhead]=40; cap[pytest]=40; fi
+if [ "$part" = 1 ]; then stages=(env suite overhead); else stages=(env pytest fidelity headroom); fi
 sklearn=0
-[ "$gpu" = 1 ] && "$py" -c 'import sklearn' 2>/dev/null && sklearn=1
-planned=(env pytest suite overhead)  # the stages that will run: each reserves its floor from those before it
-[ "$gpu" = 1 ] && { [ "$sklearn" = 1 ] && planned+=(fidelity); planned+=(headroom); }
+[ "${gpu:-}" = 1 ] && [ "$part" = 2 ] && "$py" -c 'import sklearn' 2>/dev/null && sklearn=1
+planned=(env)
+if [ "$part" = 1 ]; then planned+=(suite overhead); else planned+=(pytest)
+  [ "${gpu:-}" = 1 ] && { [ "$sklearn" = 1 ] && planned+=(fidelity); planned+=(headroom); }
+fi
 post=6  # what each stage leaves for the summary written after it
 
 record() {  # STAGE STATUS SECONDS TIMEOUT NOTE
   printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "${5:-}" >> "$work/stages.tsv"
 }
 
-summarize() {  # [--final]: summary.md and the flat CSVs in $out, bounded by what is left
+summarize() {  # [--final]: partN_summary.md and the flat files in $out, bounded by what is left
   local left=$((start + budget - 4 - SECONDS))
   [ "$left" -lt 3 ] && left=3
   [ "$left" -gt 30 ] && left=30
-  timeout -k 1 "$left" "$py" -m amp_bench.gpu_check summary "$work" "$out" "$@"
+  timeout -k 1 "$left" "$py" -m amp_bench.gpu_check summary "$work" "$out" --part "$part" "$@"
 }
 
 run_stage() {  # STAGE COMMAND...: run it with a timeout sized from what is left, record how it ended
@@ -87,7 +136,7 @@ run_stage() {  # STAGE COMMAND...: run it with a timeout sized from what is left
     [ "$s" = "$name" ] && seen=1
   done
   local left=$((end_at - SECONDS))
-  local limit=$((cap[$name] * scale / 480))
+  local limit=${cap[$name]}
   [ $((left - later - post)) -lt "$limit" ] && limit=$((left - later - post))
   if [ "$limit" -lt "${floor[$name]}" ]; then
     limit=$(( floor[$name] < left - post ? floor[$name] : left - post ))
@@ -127,40 +176,40 @@ stage_env() {
       --format=csv 2>&1 || echo "nvidia-smi failed"
   fi
   "$py" -m amp_bench env --json > "$work/env.json" || return 1
-  cp "$work/env.json" "$out/env.json"
-  if [ "$gpu" = 1 ]; then "$py" -m amp_bench.gpu_check matmul "$work/matmul.json" || return 1; fi
+  cp "$work/env.json" "$out/part${part}_env.json"
+  if [ "$gpu" = 1 ] && [ "$part" = 1 ]; then "$py" -m amp_bench.gpu_check matmul "$work/matmul.json" || return 1; fi
 }
 export -f stage_env
-export gpu out
+export gpu py work out part
 
 for name in "${stages[@]}"; do
   case $name in
     env) run_stage env bash -c stage_env ;;
-    pytest) run_stage pytest "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py ;;
-    suite) run_stage suite "$py" -m amp_bench run suites/gpu_check.yaml --results-dir "$work/suite" --no-report ;;
+    suite) run_stage suite "$py" -m amp_bench run suites/gpu_check_part1.yaml --results-dir "$work/suite" --no-report ;;
     overhead)
       if [ "$gpu" = 1 ]; then
-        run_stage overhead "$py" benchmarks/overhead.py --device cuda --model resnet50 --image-size 224 --batch 64 \
-          --channels-last --optimizer adamw --impl fused --precision amp_bf16 --rounds 2 --warmup 10 --steps 30 \
+        run_stage overhead "$py" benchmarks/overhead.py --device cuda --model resnet50 --image-size 224 --batch 256 \
+          --channels-last --optimizer adamw --impl fused --precision amp_bf16 --rounds 2 --warmup 5 --steps 15 \
           --csv "$work/overhead.csv"
       else  # the same path in one tiny round
         run_stage overhead "$py" benchmarks/overhead.py --model resnet18 --image-size 32 --batch 2 --optimizer adamw \
           --impl fused --precision amp_bf16 --rounds 1 --warmup 1 --steps 3 --csv "$work/overhead.csv"
       fi ;;
+    pytest) run_stage pytest "$py" -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py ;;
     fidelity)
       if [ "$gpu" != 1 ]; then
         skip fidelity "needs a CUDA GPU (its CPU path runs in the test suite)"
       elif [ "$sklearn" != 1 ]; then
         skip fidelity "scikit-learn is not installed (it ships the digits data): pip install scikit-learn"
       else
-        run_stage fidelity "$py" -m amp_bench fidelity suites/fidelity.yaml --epochs 2 --seed 0 \
-          --results-dir "$work/fidelity" --no-report
+        run_stage fidelity "$py" -m amp_bench fidelity suites/gpu_check_fidelity.yaml --results-dir "$work/fidelity" \
+          --no-report
       fi ;;
     headroom)
       if [ "$gpu" != 1 ]; then
         skip headroom "needs a CUDA GPU (its CPU path runs in the test suite)"
       else
-        run_stage headroom "$py" -m amp_bench headroom suites/gpu_headroom.yaml --results-dir "$work/headroom" \
+        run_stage headroom "$py" -m amp_bench headroom suites/gpu_check_headroom.yaml --results-dir "$work/headroom" \
           --no-report
       fi ;;
   esac
@@ -168,10 +217,8 @@ done
 
 echo
 if summarize --final > "$work/verdict.txt" 2>&1; then status=0; else status=1; fi
-cat "$out/summary.md" 2>/dev/null || echo "FAILED: no summary was written"
+cat "$out/part${part}_summary.md" 2>/dev/null || echo "FAILED: no summary was written"
 cat "$work/verdict.txt"
 grep -q '^gpu check: ' "$work/verdict.txt" || { echo "gpu check: FAILED (the summary could not be computed)"; status=1; }
-echo "took $((SECONDS - start)) s of a ${budget} s budget; raw run directories (with every case's log): $work"
-exec 1>&3 2>&4 3>&- 4>&-  # close tee's input, then wait for it so the last lines are in the log
-for _ in $(seq 50); do kill -0 "$tee_pid" 2>/dev/null || break; sleep 0.1; done
-exit $status
+echo "part $part took $((SECONDS - start)) s of a ${budget} s budget; raw run directories (with every case's log): $work"
+finish $status

@@ -133,11 +133,14 @@ def test_fidelity_study_trains_compiled(write_suite, tmp_path):
 
 
 def test_shipped_suites_compile_cases():
-    gpu_check = load_suite(ROOT / "suites" / "gpu_check.yaml")
-    compiled = [c.case_id for c in gpu_check.cases("cuda") if c.compiled]
-    # compiled: amp_bf16, and fp8 (compiled by default) beside it
-    assert compiled == ["gpt2-small-bs64-seq256-fp8-compiled", "gpt2-small-bs64-seq256-amp_bf16-compiled"]
-    assert len(gpu_check.cases("cuda")) == 14 and not any(c.compiled for c in gpu_check.cases("cpu"))
+    gpu_check = load_suite(ROOT / "suites" / "gpu_check_part1.yaml")
+    cases = gpu_check.cases("cuda")
+    # the four anchor cases first, then compiled amp_bf16 and fp8 with a cold compile's deadline
+    assert [(c.case_id, c.timeout_s) for c in cases if c.compiled] == [
+        ("gpt2-small-bs256-seq128-amp_bf16-compiled", 300), ("gpt2-small-bs256-seq128-fp8-compiled", 300)]
+    assert [c.precision for c in cases[:4]] == ["fp32", "tf32", "amp_fp16", "amp_bf16"]
+    assert all(c.channels_last and c.batch_size == 256 and not c.compiled for c in cases[:4])
+    assert len(cases) == 6 and not any(c.compiled for c in gpu_check.cases("cpu"))
     suite = load_suite(ROOT / "suites" / "compile.yaml")
     modes = {c.compile_mode for c in suite.cases("cuda")}
     assert modes == {"eager", "default", "reduce-overhead"}
@@ -153,3 +156,16 @@ def test_compile_flag_alone_means_the_default_mode(write_suite):
     assert {c.compile_mode for c in load_suite(path).cases("cpu", {"compile": alone})} == {"default"}
     axis = build_parser().parse_args(["run", str(path), "--compile", "false", "--compile"]).compile
     assert {c.compile_mode for c in load_suite(path).cases("cpu", {"compile": axis})} == {"eager", "default"}
+
+
+def test_compiled_cases_take_their_own_timeout(write_suite):
+    """compile_timeout_s: the deadline of a compiled case (fp8, compiled by default, included) covers
+    a cold compile; eager cases keep timeout_s."""
+    text = ("models:\n  - {ref: 'python:toy_models:mlp', label: mlp}\nbatch_sizes: [4]\n"
+            "precisions: [fp32, amp_bf16, fp8]\ntimeout_s: 60\ncompile_timeout_s: 300\n"
+            "compile: [false, true]\ncompile_precisions: [amp_bf16, fp8]\n")
+    cases = {c.case_id: c.timeout_s for c in load_suite(write_suite(text)).cases("cpu")}
+    assert cases == {"mlp-bs4-fp32": 60, "mlp-bs4-amp_bf16": 60, "mlp-bs4-amp_bf16-compiled": 300,
+                     "mlp-bs4-fp8-compiled": 300}
+    plain = load_suite(write_suite(text.replace("compile_timeout_s: 300\n", ""), "plain.yaml")).cases("cpu")
+    assert {c.timeout_s for c in plain} == {60}

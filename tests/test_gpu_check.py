@@ -1,11 +1,14 @@
-"""The GPU check (scripts/gpu_check.sh and amp_bench.gpu_check): its verdict from generated result
-tables, its summary page, and the script itself on this CPU machine, with its default budget and
-with a small one that a hung stage must not overrun."""
+"""The GPU check (scripts/gpu_check.sh --part 1|2 and amp_bench.gpu_check): its verdict from generated
+result tables, its summary pages, and the script itself on this CPU machine: each part with its
+default budget, a small budget that a hung stage must not overrun, and the early refusal without
+torchao on an fp8-capable GPU."""
 import json
 import os
 import subprocess
 import sys
 import time
+
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -29,21 +32,22 @@ def _case(model, precision, channels_last=False, status="ok", ms=100.0, batch=64
             "tf32_matmul": precision == "tf32", "tf32_cudnn": precision == "tf32", "warnings": "", **extra}
 
 
-def _suite(**overrides):
+def _suite(layouts=(False, True), **overrides):
     ms = {"fp32": 120.0, "tf32": 40.0, "amp_fp16": 25.0, "amp_bf16": 24.0}
     rows = [_case("resnet50", p, cl, ms=ms[p] * (0.8 if cl else 1.0),
                   achieved_tflops=300.0 if p == "amp_bf16" else 80.0)
-            for cl in (False, True) for p in ms]
+            for cl in layouts for p in ms]
     rows += [_case("gpt2-small", p, ms=ms[p] * 3, flops_per_step=1.4e14, model_parameters=124_439_808) for p in ms]
     for case_id, changes in overrides.items():
         rows = [{**r, **changes} if r["case_id"] == case_id else r for r in rows]
     return pd.DataFrame(rows)
 
 
-def _data(suite=None, stages=None, fidelity=None, headroom=None, overhead=None, matmul=None, cap=(9, 0)):
-    done = {s: {"stage": s, "status": "ok", "seconds": "10", "timeout": "60", "note": ""} for s in gpu_check.STAGES}
+def _data(suite=None, stages=None, fidelity=None, headroom=None, overhead=None, matmul=None, cap=(9, 0), part=None):
+    names = gpu_check.PARTS[part] if part else gpu_check.STAGES
+    done = {s: {"stage": s, "status": "ok", "seconds": "10", "timeout": "60", "note": ""} for s in names}
     done.update(stages or {})
-    return {"stages": done, "env": {"device": {"type": "cuda", "name": H200, "capability": list(cap)}},
+    return {"part": part, "stages": done, "env": {"device": {"type": "cuda", "name": H200, "capability": list(cap)}},
             "matmul": matmul or {}, "suite": _suite() if suite is None else suite,
             "fidelity": pd.DataFrame() if fidelity is None else fidelity,
             "headroom": pd.DataFrame() if headroom is None else headroom,
@@ -75,6 +79,29 @@ def test_fidelity_and_headroom_rows_must_all_be_ok():
                        "headroom resnet18 amp_bf16: nothing fits (batch 256 already runs out of memory)"]
 
 
+def _fidelity(bf16_accuracy, fp32_accuracy=0.98):
+    return pd.DataFrame([{"run_id": "f", "dataset": "digits", "model": "small_cnn", "precision": p, "seed": 0,
+                          "status": "ok", "test_accuracy": a, "final_train_loss": 0.01}
+                         for p, a in (("fp32", fp32_accuracy), ("amp_bf16", bf16_accuracy))])
+
+
+def _headroom(amp_batch, fp32_batch=1024):
+    return pd.DataFrame([{"model_label": "resnet18", "precision": p, "status": "ok", "max_batch_size": b,
+                          "measure_status": None} for p, b in (("fp32", fp32_batch), ("amp_bf16", amp_batch))])
+
+
+def test_a_worse_fidelity_verdict_or_less_amp_headroom_than_fp32_fails():
+    """Issue 22 item 10: every row ok is not enough."""
+    assert gpu_check.verdict(_data(fidelity=_fidelity(0.975), headroom=_headroom(2048), part=2)) == ("PASSED", [])
+    status, reasons = gpu_check.verdict(_data(fidelity=_fidelity(0.95), part=2))  # -3 pp, tolerance 1 pp here
+    assert status == "FAILED" and reasons == ["fidelity amp_bf16: worse than fp32 (-3.00 pp test accuracy, "
+                                              "tolerance 1.0 pp)"]
+    assert gpu_check.verdict(_data(fidelity=_fidelity(0.99), part=2))[0] == "PASSED"  # better is no failure
+    status, reasons = gpu_check.verdict(_data(headroom=_headroom(512), part=2))
+    assert status == "FAILED" and reasons == ["headroom resnet18 amp_bf16: largest batch 512 is below fp32's 1024"]
+    assert gpu_check.verdict(_data(headroom=_headroom(1024), part=2))[0] == "PASSED"  # equal, at a coarse resolution
+
+
 def test_a_stage_that_failed_timed_out_or_never_ran_does_not_pass():
     timed_out = {"pytest": {"stage": "pytest", "status": "timeout", "seconds": "150", "timeout": "150",
                             "note": "stopped at its 150 s limit"}}
@@ -93,19 +120,23 @@ def test_a_stage_that_failed_timed_out_or_never_ran_does_not_pass():
 def test_stages_file_keeps_each_stages_last_word(tmp_path):
     path = tmp_path / "stages.tsv"
     path.write_text("env\tok\t5\t40\t\nsuite\ttimeout\t200\t200\tstopped\n")
-    stages = gpu_check.read_stages(path)
+    stages = gpu_check.read_stages(path, part=1)
+    assert list(stages) == ["env", "suite", "overhead"]  # part 1's stages, in running order
     assert stages["env"]["status"] == "ok" and stages["suite"]["note"] == "stopped"
-    assert stages["headroom"]["status"] == "pending"  # a stage the check never reached
+    assert stages["overhead"]["status"] == "pending"  # a stage the check never reached
+    assert list(gpu_check.read_stages(path, part=2)) == ["env", "pytest", "fidelity", "headroom"]
 
 
 def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop():
     overhead = pd.DataFrame([{"round": i, "device": "cuda", "model": "resnet50", "image_size": 224, "batch": 64,
                               "channels_last": True, "optimizer": "adamw", "impl": "fused", "device_name": H200,
-                              "precision": "amp_bf16", "warmup": 10, "steps": 30, "harness_ms": h, "plain_ms": p,
-                              "ratio": h / p, "harness_gap_fraction": 0.001, "target": 1.02}
+                              "precision": "amp_bf16", "warmup": 10, "steps": 30, "harness_throughput": 64e3 / h,
+                              "plain_throughput": 64e3 / p, "ratio": h / p, "harness_ms": h - 0.2, "plain_ms": p - 0.2,
+                              "harness_gap_fraction": 0.001, "target": 1.02}
                              for i, (h, p) in enumerate([(19.4, 19.2), (19.6, 19.3)])])
-    page = gpu_check.render(_data(overhead=overhead, matmul={"tflops": 781.0}))
-    assert page.startswith("# amp_bench GPU check\n\n**PASSED** on NVIDIA H200 (compute capability 9.0).")
+    page = gpu_check.render(_data(overhead=overhead, matmul={"tflops": 781.0}, part=1))
+    assert page.startswith("# amp_bench GPU check, part 1 of 2\n\n**PASSED** on NVIDIA H200 (compute capability 9.0).")
+    assert "Every stage was reached." in page and "## Fidelity" not in page
     anchors = page[page.index("## Beside the published figures"):page.index("## Beside a plain")]
     assert "| bf16 8192^3 matmul, TFLOP/s | 781 | 790 | 0.989 |" in anchors
     # ResNet-50 NCHW: our tf32 (64 / 40 ms = 1600 img/s) and amp_fp16 (2560) beside Lambda's H200 2259 / 3079
@@ -113,31 +144,45 @@ def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop():
     assert "| ResNet-50 NCHW AMP (amp_fp16), img/s | 2560 | 3079 | 0.831 |" in anchors
     assert "GPT-2 small counted FLOPs per step / 6*N*tokens" in anchors
     plain = page[page.index("## Beside a plain"):]
-    assert "the suite's case resnet50-bs64-224px-cl-amp_bf16 | 19.2" in plain  # 24 ms * 0.8
-    assert "| plain hand-written loop | 19.2" in plain and "| amp_bench worker (overhead rounds) | 19.5" in plain
-    assert "Harness over plain loop (median of paired rounds): 1.013, within the target 1.02" in plain
+    assert "the suite's case resnet50-bs64-224px-cl-amp_bf16 | 3333 | 19.2 |" in plain  # 64 / (24 ms * 0.8)
+    # wall-clock window throughput first, the median step time beside it
+    assert "| plain hand-written loop | 3325 | 19.1 |" in plain and "| amp_bench worker (overhead rounds) | 3282 |" in plain
+    assert "Plain loop over harness, wall-clock window throughput (median of paired rounds): 1.013, within" in plain
     suite = page[page.index("## Suite"):page.index("## Beside the published")]
     assert "| resnet50 | NCHW | 64 | amp_bf16 | eager | ok | 24.0 |" in suite and "| 5.00 | 1.67 |" in suite  # x fp32, x tf32
     assert "scaler host sync" in suite
 
 
-def test_summary_files_are_flat_few_and_whole(tmp_path):
+def test_anchors_put_our_channels_last_beside_a_published_nchw_figure_and_say_so():
+    page = gpu_check.render(_data(suite=_suite(layouts=(True,)), part=1))
+    anchors = page[page.index("## Beside the published figures"):page.index("## Beside a plain")]
+    # our channels_last tf32 (64 / 32 ms = 2000 img/s) beside Lambda's NCHW H200 figure
+    assert "| ResNet-50 NCHW (ours: channels_last) tf32, img/s | 2000 | 2259 | 0.885 | Lambda" in anchors
+
+
+def test_summary_files_are_flat_few_and_whole_and_temporary_files_stay_outside_out(tmp_path, monkeypatch):
     work, out = tmp_path / "work", tmp_path / "out"
     run = work / "suite" / "20261130T000000Z-h-nvidia-h200"
     run.mkdir(parents=True)
     _suite().to_csv(run / "results.csv", index=False)
     (work / "stages.tsv").write_text("env\tok\t5\t40\t\n")
     (work / "env.json").write_text(json.dumps({"device": {"type": "cuda", "name": H200, "capability": [9, 0]}}))
-    status, reasons = gpu_check.summarize(work, out)
-    assert status == "INCOMPLETE" and "stage pytest: not finished" in reasons
+    moved = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (moved.append((Path(src), Path(dst))), real_replace(src, dst)))
+    status, reasons = gpu_check.summarize(work, out, part=1)
+    assert status == "INCOMPLETE" and reasons == ["stage suite: not finished", "stage overhead: not finished"]
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["stages.csv", "suite.csv", "summary.md"]  # flat: nothing in a folder, no temp file left
-    assert len(pd.read_csv(out / "suite.csv")) == 12
-    assert "| pytest | pending |" in (out / "summary.md").read_text()
+    assert files == ["part1_stages.csv", "part1_suite.csv", "part1_summary.md"]  # flat, no temp file left
+    assert {dst.name for _, dst in moved} == set(files)
+    assert all(src.parent == work for src, _ in moved)  # written in the work folder, then renamed into OUT
+    assert len(pd.read_csv(out / "part1_suite.csv")) == 12
+    page = (out / "part1_summary.md").read_text()
+    assert "| suite | pending |" in page and "Stages not reached: suite, overhead." in page
 
 
 def test_the_summary_path_imports_neither_torch_nor_plotly_nor_sklearn():
-    code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check_tables, amp_bench.studies.fidelity.run, "
+    code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check.tables, amp_bench.studies.fidelity.run, "
             "amp_bench.studies.headroom; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'plotly', 'sklearn'})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -145,54 +190,64 @@ def test_the_summary_path_imports_neither_torch_nor_plotly_nor_sklearn():
     assert json.loads(out.stdout) == []
 
 
-def _run_script(tmp_path, env_extra):
+def _run_script(tmp_path, env_extra, *args):
     env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable, "TMPDIR": str(tmp_path), **env_extra}
     started = time.monotonic()
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=env)
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
     return proc, time.monotonic() - started
 
 
-def _flat_outputs(out):
+def _flat_outputs(out, part):
     entries = list(out.iterdir())
     assert all(p.is_file() for p in entries), entries  # nothing in a folder: remote copies keep 2 levels
     assert len(entries) <= 8, entries
-    assert (out / "gpu_check.log").is_file() and (out / "summary.md").is_file()
+    assert all(p.name.startswith(f"part{part}_") for p in entries), entries  # no temporary file either
+    assert (out / f"part{part}_gpu_check.log").is_file() and (out / f"part{part}_summary.md").is_file()
     return {p.name for p in entries}
 
 
-@pytest.mark.slow
-def test_script_on_a_cpu_machine_finishes_in_two_minutes_and_says_what_it_skipped(tmp_path):
-    """The default CPU budget (110 s) bounds the run whatever the machine's speed; on a busy machine a
-    stage may be cut by its timeout, and then the check must say so and fail, never pass."""
+def _cpu_only():
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the script is run for real by whoever holds one")
-    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": ""})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", [1, 2])
+def test_each_part_on_a_cpu_machine_finishes_inside_its_budget_and_says_what_it_skipped(tmp_path, part):
+    """The default CPU budget (130 s a part) bounds the run whatever the machine's speed; on a busy
+    machine a stage may be cut by its timeout, and then the check must say so and fail, never pass."""
+    _cpu_only()
+    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": ""}, "--part", str(part))
     log = proc.stdout
-    assert took < 120  # the default CPU budget is 110 s, and every stage is sized inside it
-    assert "NO CUDA GPU" in log and "Nothing here validates CUDA" in log and "budget: 110 s" in log
-    assert "9 skipped" in log  # pytest's own count of the GPU tests
-    assert "SKIPPED fidelity: needs a CUDA GPU" in log and "SKIPPED headroom: needs a CUDA GPU" in log
-    files = _flat_outputs(tmp_path / "out")
-    assert (tmp_path / "out" / "gpu_check.log").read_text() == log  # tee finished before the exit
-    stages = pd.read_csv(tmp_path / "out" / "stages.csv").set_index("stage")["status"]
-    assert stages["env"] == stages["pytest"] == "ok" and stages["fidelity"] == stages["headroom"] == "skipped"
+    out = tmp_path / "out"
+    assert took < 150  # the default CPU budget is 130 s, and every stage is sized inside it
+    assert "NO CUDA GPU" in log and "Nothing here validates CUDA" in log and "budget: 130 s" in log
+    files = _flat_outputs(out, part)
+    assert (out / f"part{part}_gpu_check.log").read_text() == log  # tee finished before the exit
+    stages = pd.read_csv(out / f"part{part}_stages.csv").set_index("stage")["status"]
+    assert list(stages.index) == list(gpu_check.PARTS[part])
     assert set(stages) <= {"ok", "skipped", "timeout", "budget"}, stages.to_dict()  # nothing failed outright
+    page = (out / f"part{part}_summary.md").read_text()
+    if part == 2:
+        assert "9 skipped" in log  # pytest's own count of the GPU tests
+        assert "SKIPPED fidelity: needs a CUDA GPU" in log and "SKIPPED headroom: needs a CUDA GPU" in log
+        assert stages["fidelity"] == stages["headroom"] == "skipped" and "| fidelity | skipped |" in page
     verdict = log.rstrip().splitlines()[-2]
     if set(stages) <= {"ok", "skipped"}:
         assert proc.returncode == 0, log[-4000:] + proc.stderr[-2000:]
         assert verdict.startswith("gpu check: PASSED (CPU smoke only")
-        assert {"suite.csv", "overhead.csv", "stages.csv", "env.json"} <= files
-        suite = pd.read_csv(tmp_path / "out" / "suite.csv")
-        assert set(suite["status"]) == {"ok"} and set(suite["precision"]) == {"fp32", "amp_bf16"}
-        assert "Harness over plain loop" in (tmp_path / "out" / "summary.md").read_text()
+        if part == 1:
+            assert {"part1_suite.csv", "part1_overhead.csv", "part1_stages.csv", "part1_env.json"} <= files
+            suite = pd.read_csv(out / "part1_suite.csv")
+            assert set(suite["status"]) == {"ok"} and set(suite["precision"]) == {"fp32", "amp_bf16"}
+            assert "Plain loop over harness, wall-clock window throughput" in page
     else:  # too busy a machine for the budget: said, and not a pass
         assert proc.returncode == 1 and verdict in ("gpu check: FAILED", "gpu check: INCOMPLETE"), verdict
-    assert "| fidelity | skipped |" in (tmp_path / "out" / "summary.md").read_text()
 
 
-def test_script_with_a_small_budget_stops_inside_it_even_when_a_stage_hangs(tmp_path):
+def test_part_2_with_a_small_budget_stops_inside_it_even_when_a_stage_hangs(tmp_path):
     """pytest hangs (a stand-in interpreter sleeps instead): its stage is cut at its timeout, later
     stages get what is left or are skipped for the budget, and the whole call ends inside it."""
     fake = tmp_path / "python"
@@ -200,14 +255,43 @@ def test_script_with_a_small_budget_stops_inside_it_even_when_a_stage_hangs(tmp_
                     f'exec {sys.executable} "$@"\n')
     fake.chmod(0o755)
     budget = 45
-    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": str(budget), "PYTHON": str(fake)})
+    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": str(budget), "PYTHON": str(fake)}, "--part", "2")
     log = proc.stdout
     assert took < budget + 3, (took, log[-3000:])  # +3: process exit after the last line
     assert proc.returncode == 1, log[-3000:]
     assert "TIMED OUT: pytest" in log
-    stages = pd.read_csv(tmp_path / "out" / "stages.csv").set_index("stage")["status"]
+    stages = pd.read_csv(tmp_path / "out" / "part2_stages.csv").set_index("stage")["status"]
     assert stages["pytest"] == "timeout" and stages["env"] == "ok"
     assert set(stages) <= {"ok", "timeout", "budget", "skipped"}
     assert "gpu check: FAILED" in log and "stage pytest: timeout" in log
-    _flat_outputs(tmp_path / "out")
-    assert "## Stages" in (tmp_path / "out" / "summary.md").read_text()
+    _flat_outputs(tmp_path / "out", 2)
+    assert "## Stages" in (tmp_path / "out" / "part2_summary.md").read_text()
+
+
+def test_part_1_refuses_in_one_line_on_an_fp8_gpu_without_torchao(tmp_path):
+    """A stand-in interpreter answers the script's probe as an H200 without torchao would: part 1
+    stops at once (exit 2) with one line saying how to fetch and carry the wheel; part 2, which has
+    no fp8, is not refused."""
+    fake = tmp_path / "python"
+    fake.write_text('#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "1 9.0 0"; exit 0 ;; esac\n'
+                    'echo "a stage ran" >&2; exit 3\n')
+    fake.chmod(0o755)
+    proc, took = _run_script(tmp_path, {"PYTHON": str(fake)}, "--part", "1")
+    refusals = [line for line in proc.stdout.splitlines() if line.startswith("REFUSED")]
+    assert proc.returncode == 2 and len(refusals) == 1 and "a stage ran" not in proc.stdout, proc.stdout
+    assert "compute capability 9.0" in refusals[0] and "torchao" in refusals[0] and "DEVELOPERS.md" in refusals[0]
+    assert "carry .whl" in refusals[0]
+    proc, _ = _run_script(tmp_path, {"PYTHON": str(fake), "GPU_CHECK_BUDGET_S": "20"}, "--part", "2")
+    assert "REFUSED" not in proc.stdout and "GPU: compute capability 9.0" in proc.stdout
+    ada = tmp_path / "python_ada"  # 8.9 runs fp8 natively too; 8.6 does not, so it is not refused
+    for capability, refused in (("8.9", True), ("8.6", False)):
+        ada.write_text(f'#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "1 {capability} 0"; '
+                       'exit 0 ;; esac\nexit 3\n')
+        ada.chmod(0o755)
+        proc, _ = _run_script(tmp_path, {"PYTHON": str(ada), "GPU_CHECK_BUDGET_S": "20"}, "--part", "1")
+        assert ("REFUSED" in proc.stdout) == refused, (capability, proc.stdout[-2000:])
+
+
+def test_the_script_takes_part_1_or_2(tmp_path):
+    proc, _ = _run_script(tmp_path, {}, "--part", "3")
+    assert proc.returncode == 2 and "--part takes 1 or 2" in proc.stderr

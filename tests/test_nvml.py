@@ -148,3 +148,41 @@ def test_clock_event_reasons_come_from_in_window_samples_only():
     out = short.end(baseline_used=GIB, steps=1, samples=1)
     assert out["clock_event_reasons"] is None and "no reading inside the window" in out["nvml_notes"]
     assert out["nvml_mem_used_peak_bytes"] == GIB  # memory is still read at the edges
+
+
+def test_the_sampler_stops_before_the_windows_closing_synchronisation():
+    """measure_window halts the sampler after the last step is launched and before the final
+    synchronise: while the queue drains and the GPU then idles, a late sample would add gpu_idle."""
+    from amp_bench.measure.window import StopRule, measure_window
+    fake = FakeNvml(used=[GIB], energy=[0, 1000])
+    idle = [False]
+    fake.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: 0x1 if idle[0] else 0x0
+    sampler = NvmlSampler(NvmlReader(fake, "h"), interval_s=0.002, slow_interval_s=0.0, process_interval_s=0.0)
+
+    class Timer:  # a CUDA-like timer: the closing synchronise waits while the GPU has gone idle
+        cheap_times = False
+
+        def begin_window(self):
+            pass
+
+        def step_started(self):
+            pass
+
+        def step_ended(self):
+            pass
+
+        def end_window(self):
+            idle[0] = True
+            time.sleep(0.3)  # 150 sampling intervals: a running sampler reads gpu_idle here
+            return [1.0, 1.0], 0.2
+
+    sampler.start()
+    measure_window(lambda: time.sleep(0.02), Timer(), StopRule.fixed(2), before_end=sampler.halt)
+    out = sampler.stop(GIB, steps=2, samples=2)
+    assert "gpu_idle" not in str(out["clock_event_reasons"]), out["clock_event_reasons"]
+    # without the halt the same window reports gpu_idle: the test can fail
+    idle[0] = False
+    late = NvmlSampler(NvmlReader(fake, "h"), interval_s=0.002, slow_interval_s=0.0, process_interval_s=0.0)
+    late.start()
+    measure_window(lambda: time.sleep(0.02), Timer(), StopRule.fixed(2))
+    assert "gpu_idle" in late.stop(GIB, steps=2, samples=2)["clock_event_reasons"]

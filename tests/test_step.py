@@ -100,3 +100,33 @@ def test_scaler_host_sync_is_what_torch_does():
             step(x, y)
         assert step.scaler_host_sync is expected, (precision, impl)
         assert bool(calls) is expected, (precision, impl, len(calls))
+
+
+class _StaticOutput(torch.autograd.Function):
+    """The loss written into one persistent buffer and returned as a view of it, the way a CUDA
+    graph (torch.compile mode reduce-overhead) returns its static output: the next call overwrites it."""
+    buffer = torch.zeros(())
+
+    @staticmethod
+    def forward(ctx, value):
+        _StaticOutput.buffer.copy_(value)
+        return _StaticOutput.buffer.view_as(_StaticOutput.buffer)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def test_a_returned_loss_outlives_the_next_step_even_when_the_loss_is_a_reused_buffer():
+    torch.manual_seed(0)
+    model, make_batch, loss_fn = mlp()
+    step = TrainStep(model, lambda out, y: _StaticOutput.apply(loss_fn(out, y)),
+                     build_optimizer(model.parameters(), OptimizerSpec("sgd", "foreach", 0.5, 0.0)),
+                     get_mode("fp32"), "cpu")
+    x, y = make_batch(8, torch.device("cpu"))
+    first = step(x, y)
+    value = first.item()
+    second = step(x, y)
+    assert second.item() != value  # the step trained: the buffer now holds another loss
+    assert first.item() == value  # ... and the first step's returned loss kept its own
+    assert torch.stack([first, second]).tolist() == [value, second.item()]

@@ -141,3 +141,36 @@ def test_environment_record_has_allocator_module_loading_device_order_and_nccl(m
                 "NCCL_DEBUG"):
         assert env[key] == "x", key
     assert "NCCLX_UNRELATED" not in env and "HOME_NCCL_" not in env
+
+
+class _CompiledLike(torch.nn.Module):
+    """Stands in for torch.compile's wrapper: the original module as `_orig_mod`, and a call whose
+    kernels the FLOP counter cannot see (here: it records the call and counts as nothing)."""
+
+    def __init__(self, module):
+        super().__init__()
+        self._orig_mod = module
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        with torch.no_grad():
+            out = self._orig_mod(x)
+        return out.requires_grad_()  # no matmul in the graph the counter sees, like a Triton template
+
+
+def test_flops_of_a_compiled_model_are_counted_on_its_original_module():
+    step, x, y = mlp_step(batch=8)
+    eager = count_step_flops(step, x, y)
+    wrapper = _CompiledLike(step.model)
+    step.model = wrapper
+    assert count_step_flops(step, x, y) == eager
+    assert wrapper.calls == 0 and step.model is wrapper  # the wrapper is put back for the timed steps
+    step.model = torch.compile(wrapper._orig_mod, backend="eager")
+    assert count_step_flops(step, x, y) == eager
+
+
+def test_mfu_on_the_bf16_basis_beside_the_modes_own():
+    cols = flops_columns(2e12, 10.0, 1979.0, "fp8 dense peak: datasheet", bf16_peak=989.0)
+    assert cols["mfu"] == pytest.approx(200 / 1979) and cols["mfu_bf16_basis"] == pytest.approx(200 / 989)
+    assert flops_columns(2e12, 10.0, 19.5, "fp32 dense peak")["mfu_bf16_basis"] is None  # no bf16 peak known

@@ -166,9 +166,12 @@ def _after_window(case, device, torch_device, step, inputs, target, median_ms: f
         peak, source = case.peak_tflops, "given by the user"
     elif device.type == "cuda":
         peak, source = peak_tflops(device.name, case.precision)
+        if peak:  # which of the datasheet's rates mfu is against
+            source = f"{modes.get(case.precision).peak_math} dense peak: {source}"
     else:
         peak, source = None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)"
-    out.update(flops_columns(flops, median_ms, peak, source))
+    bf16_peak = peak_tflops(device.name, "amp_bf16")[0] if device.type == "cuda" else None
+    out.update(flops_columns(flops, median_ms, peak, source, bf16_peak))
     return out
 
 
@@ -317,7 +320,8 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     watch.start()
     per_step_ms, window_s, record["stop_reason"] = measure_window(
         lambda: losses.append(step(inputs, target)), timer, rule,
-        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i, total=total))
+        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i, total=total),
+        before_end=sampler.halt if sampler is not None else lambda: None)
     contention = watch.stop()
     window_compile, recompiled = compiling.window_columns(record, compiling.CompileWatch().snapshot()) \
         if case.compiled else ({}, "")

@@ -148,6 +148,7 @@ def aggregate(records: list[dict], case, backend: str) -> dict:
         out.update(energy_rates(out["energy_j"], world * case.batch_size * case.steps))
     if out.get("flops_per_step") and stats.median:  # per-rank FLOPs at the job's step time: per-GPU MFU
         out.update(achieved_rate(out["flops_per_step"], stats.median, out.get("peak_tflops")))
+        out["mfu_bf16_basis"] = achieved_rate(out["flops_per_step"], stats.median, out.get("peak_tflops_bf16"))["mfu"]
     out["rank_step_time_ms_medians"] = " ".join(f"{StepStats.from_samples(t).median:.4g}" for t in per_rank)
     warnings = [w for w in (stats.instability(),) if w]
     for rank, record in enumerate(records):

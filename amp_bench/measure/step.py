@@ -25,7 +25,7 @@ def build_optimizer(params, spec: OptimizerSpec) -> torch.optim.Optimizer:
 
 
 class TrainStep:
-    """Callable that runs one training step and returns the detached loss (no host sync)."""
+    """Callable that runs one training step and returns a detached copy of the loss (no host sync)."""
 
     def __init__(self, model, loss_fn, optimizer, mode: PrecisionMode, device_type: str):
         self.model = model
@@ -70,7 +70,9 @@ class TrainStep:
             self.optimizer.step()
         if marks:
             marks("end")
-        return loss.detach()
+        # a copy, not a view: under reduce-overhead (CUDA graphs) the loss can be a view of a graph
+        # output that the next replay overwrites. One scalar copy on the device, no host sync.
+        return loss.detach().clone()
 
     @property
     def scaler_host_sync(self) -> bool:

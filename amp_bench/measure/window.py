@@ -70,10 +70,13 @@ def stop_rule(case, rank=None):
     return StopRule(case.min_steps, case.max_steps, case.target_ci, case.case_budget_s)
 
 
-def measure_window(run_step, timer, rule, on_step=lambda i: None) -> tuple[list[float], float, str]:
+def measure_window(run_step, timer, rule, on_step=lambda i: None,
+                   before_end=lambda: None) -> tuple[list[float], float, str]:
     """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
     The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
-    at checkpoints, about ten times a window, so the GPU queue stays full in between."""
+    at checkpoints, about ten times a window, so the GPU queue stays full in between. `before_end`
+    runs after the last step is launched and before the closing synchronisation (the NVML sampler
+    stops there: once the queue drains the GPU idles, and a late sample would report gpu_idle)."""
     timer.begin_window()
     n, next_check, reason = 0, rule.min_steps, None
     while reason is None:
@@ -91,6 +94,7 @@ def measure_window(run_step, timer, rule, on_step=lambda i: None) -> tuple[list[
             next_check = n + max(5, n // 10)
         elif rule.adaptive and timer.cheap_times and rule.over_budget(n, timer.elapsed_s()):
             reason = "budget"  # a clock read: the CPU window ends on the step that spends the budget
+    before_end()
     per_step_ms, window_s = timer.end_window()
     return per_step_ms, window_s, reason
 

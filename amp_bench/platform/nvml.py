@@ -255,10 +255,15 @@ class NvmlSampler:
         while not self._stop.wait(self.interval_s):
             self.sample()
 
-    def stop(self, baseline_used: int | None, steps: int, samples: int) -> dict:
+    def halt(self) -> None:
+        """Stop sampling (the thread ends) without closing the window: called before the window's
+        final synchronisation, so no sample is taken while the drained GPU idles (gpu_idle)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+    def stop(self, baseline_used: int | None, steps: int, samples: int) -> dict:
+        self.halt()
         return self.end(baseline_used, steps, samples)
 
     def summary(self, baseline_used: int | None, energy_end: int | None, window_s: float, steps: int,

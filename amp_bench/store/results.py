@@ -39,7 +39,7 @@ RESULT_COLUMNS = [
     "gpu_other_processes", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
     "peak_rss_lifetime_bytes", "rss_before_model_bytes", "rss_hwm_bytes", "cuda_num_alloc_retries", "peak_mem_forward_bytes",
     "peak_mem_backward_bytes", "peak_mem_optimizer_bytes", "phase_memory_source", "flops_per_step",
-    "achieved_tflops", "peak_tflops", "mfu", "peak_tflops_source", *NVML_COLUMNS, "loss_first", "loss_last", "scaler_skipped_steps",
+    "achieved_tflops", "peak_tflops", "mfu", "peak_tflops_source", "peak_tflops_bf16", "mfu_bf16_basis", *NVML_COLUMNS, "loss_first", "loss_last", "scaler_skipped_steps",
     "scaler_skipped_warmup_steps", "scaler_final_scale", "output_dtype", "emulated", "emulated_reason", "tf32_matmul",
     "tf32_cudnn", "cudnn_benchmark", "float32_matmul_precision", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
     "compile_mode", "compile_note", "compile_backend", "compile_fullgraph", "compile_optimizer", "compile_cache", "compile_cache_dir",

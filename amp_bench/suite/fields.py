@@ -239,6 +239,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "compile_optimizer": _bool,
         "compile_cache": _choice(COMPILE_CACHES),
         "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
+        "compile_timeout_s": _optional(_number(0, 7 * 24 * 3600)),
         "fp8_recipe": _choice(FP8_RECIPES),
         "fp8_skip_first_last": _bool,
         "fp8_compile": _bool,

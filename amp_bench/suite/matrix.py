@@ -75,7 +75,7 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 suite=suite.name, model=spec, batch_size=batch_size, precision=precision,
                 channels_last=channels_last, image_size=image_size, seq_len=seq_len,
                 warmup_steps=settings["warmup_steps"], steps=settings["steps"], repeats=settings["repeats"],
-                optimizer=settings["optimizer"], seed=settings["seed"], timeout_s=settings["timeout_s"],
+                optimizer=settings["optimizer"], seed=settings["seed"], timeout_s=_timeout(compile_mode, settings),
                 allow_emulated=settings["allow_emulated"], cudnn_benchmark=settings["cudnn_benchmark"],
                 target_ci=settings["target_ci"], min_steps=settings["min_steps"], max_steps=settings["max_steps"],
                 case_budget_s=settings["case_budget_s"], budget_s=settings["budget_s"],
@@ -90,6 +90,13 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 compile_note=note, fp8_recipe=settings["fp8_recipe"],
                 fp8_skip_first_last=settings["fp8_skip_first_last"]))
     return cases
+
+
+def _timeout(compile_mode: str, settings: dict) -> float:
+    """A compiled case's deadline covers a cold compile too: compile_timeout_s where given."""
+    if compile_mode_name(compile_mode) != "eager" and settings["compile_timeout_s"] is not None:
+        return settings["compile_timeout_s"]
+    return settings["timeout_s"]
 
 
 def _compile_for(precision: str, compile_mode: str, settings: dict) -> tuple[str, str]:

@@ -53,6 +53,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "compile_optimizer": False,  # true: the optimizer step is compiled too, not only the model
         "compile_cache": "warm",  # warm: one inductor cache per run, shared; cold: an empty one per case
         "compile_precisions": None,  # None: every precision is compiled; a list: only these are
+        "compile_timeout_s": None,  # a compiled case's timeout_s (fp8 trains compiled): None, the suite's
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)
         "fp8_recipe": "tensorwise",  # or rowwise (per-row scales: slower, more accurate)
         "fp8_skip_first_last": False,  # true: the first and last linear layers stay in bf16

@@ -1,39 +1,47 @@
-"""The GPU check's summary (scripts/gpu_check.sh): one markdown page and a few flat CSVs that are
-complete whenever the check stops, and the verdict that can't pass by accident.
+"""The GPU check's summary (scripts/gpu_check.sh --part 1 | --part 2): one markdown page and a few
+flat CSVs per part that are complete whenever the check stops, and the verdict that can't pass by
+accident.
 
-The script runs its stages into a work folder and, after each, calls
+The script runs a part's stages into a work folder and, after each, calls
 
-    python3 -m amp_bench.gpu_check summary WORK OUT [--final]
+    python3 -m amp_bench.gpu_check summary WORK OUT --part N [--final]
 
 which reads what the stages left (WORK/stages.tsv, WORK/env.json, WORK/matmul.json, the run
-directories under WORK/suite, WORK/fidelity, WORK/headroom, WORK/overhead.csv), copies the tables
-flat into OUT (at most 8 files come back from a remote GPU machine) and writes OUT/summary.md:
-our figures beside the published anchors (shared/FIELD_NOTES.md) and beside a plain hand-written
-AMP loop run in the same call. `--final` prints the verdict and exits 1 unless it passed.
+directories under WORK/suite, WORK/fidelity, WORK/headroom, WORK/overhead.csv), copies the part's
+tables flat into OUT as partN_*.csv (at most 8 files per part come back from a remote GPU machine)
+and writes OUT/partN_summary.md, via a temporary file in WORK (never a ninth file in OUT): part 1
+puts our figures beside the published anchors (shared/FIELD_NOTES.md) and beside a plain
+hand-written AMP loop run in the same call; part 2 has pytest -m gpu, fidelity and headroom.
+`--final` prints the verdict and exits 1 unless it passed.
 `python3 -m amp_bench.gpu_check matmul FILE` measures the bf16 dense matmul rate (GPU only).
 Torch-free at import; no plotly, no scikit-learn.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from amp_bench import gpu_check_tables as tables
+from amp_bench.gpu_check import tables
 
-STAGES = ("env", "pytest", "suite", "overhead", "fidelity", "headroom")
+PARTS = {1: ("env", "suite", "overhead"), 2: ("env", "pytest", "fidelity", "headroom")}  # in running order
+STAGES = ("env", "suite", "overhead", "pytest", "fidelity", "headroom")
 FINISHED = ("ok", "failed", "timeout", "skipped", "budget")  # a stage's last word; "pending" until then
+TABLES = {1: ("suite", "overhead"), 2: ("fidelity", "headroom")}  # what each part copies flat into OUT
 
 
-def read_stages(path: Path) -> dict[str, dict]:
-    """stage -> its latest line in stages.tsv (name, status, seconds, timeout, note)."""
-    stages = {name: {"stage": name, "status": "pending", "seconds": "", "timeout": "", "note": ""} for name in STAGES}
+def read_stages(path: Path, part: int | None = None) -> dict[str, dict]:
+    """stage -> its latest line in stages.tsv (name, status, seconds, timeout, note); the part's
+    stages that have no line yet are "pending" (not reached)."""
+    names = PARTS[part] if part else STAGES
+    stages = {name: {"stage": name, "status": "pending", "seconds": "", "timeout": "", "note": ""} for name in names}
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             parts = (line.split("\t") + [""] * 5)[:5]
-            if parts[0]:
+            if parts[0] and (part is None or parts[0] in names):
                 stages[parts[0]] = dict(zip(("stage", "status", "seconds", "timeout", "note"), parts))
     return stages
 
@@ -57,20 +65,20 @@ def _read(folder: Path, table: str) -> pd.DataFrame:
         except (ValueError, pd.errors.ParserError, OSError):
             continue
         if not frame.empty:
-            frame["run_dir"] = str(run_dir)
+            frame = frame.assign(run_dir=str(run_dir))
             frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pd.concat(frames, ignore_index=True).copy() if frames else pd.DataFrame()
 
 
-def load(work: Path) -> dict:
-    """Everything the stages left in the work folder (empty frames / dicts where a stage left nothing)."""
+def load(work: Path, part: int | None = None) -> dict:
+    """Everything a part's stages left in the work folder (empty frames / dicts where a stage left nothing)."""
     overhead = pd.DataFrame()
     if (work / "overhead.csv").is_file():
         try:
             overhead = pd.read_csv(work / "overhead.csv")
         except (ValueError, pd.errors.ParserError):
             pass
-    return {"stages": read_stages(work / "stages.tsv"), "env": _read_json(work / "env.json"),
+    return {"part": part, "stages": read_stages(work / "stages.tsv", part), "env": _read_json(work / "env.json"),
             "matmul": _read_json(work / "matmul.json"), "suite": _read(work / "suite", "results"),
             "fidelity": _read(work / "fidelity", "fidelity"), "headroom": _read(work / "headroom", "headroom"),
             "overhead": overhead}
@@ -94,7 +102,8 @@ def failures(data: dict) -> list[str]:
     """Why the check failed: a stage that failed or ran out of time; any suite case not ok, except an
     `unsupported` one whose mode this GPU does not run natively (modes.Mode.cuda_min_capability: fp16
     and bf16 from 8.0 on are required, fp8 from 8.9 on; unknown capability: unsupported is allowed);
-    any fidelity or headroom row not ok."""
+    any fidelity or headroom row not ok; a fidelity verdict of "worse"; an AMP mode whose largest
+    batch (headroom) is below fp32's."""
     from amp_bench.analysis.fidelity import failed_rows as fidelity_failed
     from amp_bench.analysis.headroom import failed_rows as headroom_failed
     out = [f"stage {s['stage']}: {s['status']}" + (f" ({s['note']})" if s["note"] else "")
@@ -108,8 +117,50 @@ def failures(data: dict) -> list[str]:
             out.append(f"suite {row['case_id']}: {row['status']}" + (f" ({reason})" if reason else ""))
     if not data["fidelity"].empty:
         out += [f"fidelity {line}" for line in fidelity_failed(data["fidelity"], allow_unsupported=False)]
+        out += [f"fidelity {line}" for line in worse_fidelity(data["fidelity"])]
     if not data["headroom"].empty:
         out += [f"headroom {line}" for line in headroom_failed(data["headroom"], allow_unsupported=False)]
+        out += [f"headroom {line}" for line in less_headroom(data["headroom"])]
+    return out
+
+
+def worse_fidelity(fidelity: pd.DataFrame) -> list[str]:
+    """A precision whose test accuracy is worse than fp32's (or its also_against mode's) by more
+    than the tolerance."""
+    from amp_bench.analysis.fidelity import load_fidelity, verdicts
+    if "run_dir" in fidelity:  # as the stage left it: each run judged with its suite's tolerance
+        table = load_fidelity([Path(d) for d in fidelity["run_dir"].unique()])["verdicts"]
+    elif {"run_id", "dataset", "model", "seed", "test_accuracy", "final_train_loss"} <= set(fidelity.columns):
+        table = verdicts(fidelity, 1.0)
+    else:  # rows without accuracies: nothing to judge (a row not ok has failed the check already)
+        return []
+    out = []
+    for _, row in table.iterrows():
+        for column, base in (("verdict", "fp32"), ("verdict_also", row.get("also_against"))):
+            if row.get(column) == "worse":
+                diff = row.get("accuracy_diff_pp" if column == "verdict" else "accuracy_diff_also_pp")
+                out.append(f"{row['precision']}: worse than {base} ({diff:+.2f} pp test accuracy, "
+                           f"tolerance {row.get('tolerance_pp')} pp)")
+    return out
+
+
+def less_headroom(headroom: pd.DataFrame) -> list[str]:
+    """An AMP mode that fits a smaller largest batch than fp32 under the same cap: AMP's activations
+    are smaller, so less room means something is wrong (an autocast weight cache, a leak)."""
+    from amp_bench import modes
+    if not {"model_label", "precision", "status", "max_batch_size"} <= set(headroom.columns):
+        return []
+    ok = headroom[headroom["status"] == "ok"]
+    out = []
+    for model, rows in ok.groupby("model_label"):
+        fp32 = rows[rows["precision"] == "fp32"]["max_batch_size"]
+        if fp32.empty or pd.isna(fp32.iloc[0]):
+            continue
+        for _, row in rows.iterrows():
+            name = row["precision"]
+            if name in modes.names() and modes.get(name).is_amp and row["max_batch_size"] < fp32.iloc[0]:
+                out.append(f"{model} {name}: largest batch {row['max_batch_size']:.0f} is below fp32's "
+                           f"{fp32.iloc[0]:.0f}")
     return out
 
 
@@ -145,42 +196,63 @@ def render(data: dict) -> str:
     device = env.get("device") or {}
     name = device.get("name") or (suite["device_name"].dropna().iloc[0] if not suite.empty else "unknown device")
     cap = capability(data)
-    lines = ["# amp_bench GPU check", "",
+    part = data.get("part")
+    lines = [f"# amp_bench GPU check{f', part {part} of 2' if part else ''}", "",
              f"**{status}** on {name}" + (f" (compute capability {cap[0]}.{cap[1]})" if cap else "") + ".", ""]
     lines += [f"- {r}" for r in reasons] + ([""] if reasons else [])
     if device.get("type") == "cpu" or (not cap and not suite.empty and (suite["device"] == "cpu").all()):
         lines += ["No CUDA GPU: this run is the CPU smoke of the script's path; nothing here validates CUDA.", ""]
+    unreached = [s["stage"] for s in data["stages"].values() if s["status"] in ("pending", "budget")]
+    lines += [f"Stages not reached: {', '.join(unreached)}." if unreached else "Every stage was reached.", ""]
     lines += ["## Stages", "", tables.markdown(pd.DataFrame(data["stages"].values())), ""]
     lines += tables.environment(env)
-    lines += tables.suite_section(suite)
-    lines += tables.anchors_section(suite, data["matmul"], name)
-    lines += tables.plain_loop_section(data["overhead"], suite)
-    lines += tables.fidelity_section(data["fidelity"])
-    lines += tables.headroom_section(data["headroom"])
+    if part in (None, 1):
+        lines += tables.suite_section(suite)
+        lines += tables.anchors_section(suite, data["matmul"], name)
+        lines += tables.plain_loop_section(data["overhead"], suite)
+    if part in (None, 2):
+        lines += tables.fidelity_section(data["fidelity"])
+        lines += tables.headroom_section(data["headroom"])
     lines += tables.failure_logs(suite)
     return "\n".join(lines) + "\n"
 
 
-def write_flat(data: dict, out: Path) -> list[Path]:
-    """The tables as flat CSVs in OUT (suite.csv, fidelity.csv, headroom.csv, overhead.csv, stages.csv)."""
+def _place(text: str, dest: Path, work: Path) -> None:
+    """dest whole or not at all: written to a temporary file outside OUT (in the work folder, else
+    beside OUT), then renamed over dest; a kill mid-write leaves the previous one and no extra file
+    in OUT. Across file systems, where no rename can, it is written in place."""
+    for folder in (work, dest.parent.parent):
+        tmp = folder / f".{dest.name}.{os.getpid()}.tmp"
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, dest)
+            return
+        except OSError:
+            tmp.unlink(missing_ok=True)
+    dest.write_text(text, encoding="utf-8")
+
+
+def write_flat(data: dict, out: Path, work: Path, prefix: str = "") -> list[Path]:
+    """The part's tables as flat CSVs in OUT (PREFIX + suite.csv, overhead.csv | fidelity.csv,
+    headroom.csv; stages.csv)."""
     written = []
-    for key, file in (("suite", "suite.csv"), ("fidelity", "fidelity.csv"), ("headroom", "headroom.csv"),
-                      ("overhead", "overhead.csv")):
+    for key in TABLES.get(data.get("part"), ("suite", "overhead", "fidelity", "headroom")):
         frame = data[key]
         if not frame.empty:
-            frame.drop(columns=["run_dir"], errors="ignore").to_csv(out / file, index=False)
-            written.append(out / file)
-    pd.DataFrame(data["stages"].values()).to_csv(out / "stages.csv", index=False)
-    return written + [out / "stages.csv"]
+            _place(frame.drop(columns=["run_dir"], errors="ignore").to_csv(index=False), out / f"{prefix}{key}.csv",
+                   work)
+            written.append(out / f"{prefix}{key}.csv")
+    _place(pd.DataFrame(data["stages"].values()).to_csv(index=False), out / f"{prefix}stages.csv", work)
+    return written + [out / f"{prefix}stages.csv"]
 
 
-def summarize(work: Path, out: Path) -> tuple[str, list[str]]:
-    data = load(work)
+def summarize(work: Path, out: Path, part: int | None = None) -> tuple[str, list[str]]:
+    """Read WORK, write OUT/partN_summary.md and the part's CSVs; (verdict, reasons)."""
+    data = load(work, part)
     out.mkdir(parents=True, exist_ok=True)
-    write_flat(data, out)
-    tmp = out / ".summary.md.tmp"
-    tmp.write_text(render(data), encoding="utf-8")
-    tmp.replace(out / "summary.md")  # whole or not at all: a kill mid-write leaves the previous one
+    prefix = f"part{part}_" if part else ""
+    write_flat(data, out, work, prefix)
+    _place(render(data), out / f"{prefix}summary.md", work)
     return verdict(data)
 
 
@@ -207,7 +279,8 @@ def matmul_tflops(path: Path, n: int = 8192, repeats: int = 20) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 3 and argv[0] == "summary":
-        status, reasons = summarize(Path(argv[1]), Path(argv[2]))
+        part = int(argv[argv.index("--part") + 1]) if "--part" in argv[:-1] else None
+        status, reasons = summarize(Path(argv[1]), Path(argv[2]), part)
         if "--final" in argv:
             for reason in reasons:
                 print(f"  {reason}")

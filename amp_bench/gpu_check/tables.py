@@ -1,4 +1,4 @@
-"""The sections of the GPU check's summary page (amp_bench.gpu_check): suite figures, the published
+"""The sections of the GPU check's summary page (amp_bench.gpu_check.summary): suite figures, the published
 anchors from shared/FIELD_NOTES.md, the plain hand-written loop, fidelity, headroom, failure logs.
 Each takes plain frames/dicts and returns markdown lines; torch-free."""
 from __future__ import annotations
@@ -109,6 +109,7 @@ def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
             "alloc GiB": gib("peak_mem_allocated_bytes"), "reserved GiB": gib("peak_mem_reserved_bytes"),
             "NVML delta GiB": gib("nvml_mem_used_delta_bytes"),
             "TFLOP/s": r.get("achieved_tflops") if ok else None, "MFU": r.get("mfu") if ok else None,
+            "MFU bf16 basis": r.get("mfu_bf16_basis") if ok else None,
             "scaler host sync": _flag(r.get("scaler_host_sync")),
             "skips": r.get("scaler_skipped_steps") if pd.notna(r.get("scaler_skipped_steps")) else None,
             "clock events": r.get("clock_event_reasons") if isinstance(r.get("clock_event_reasons"), str) else "",
@@ -118,12 +119,14 @@ def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
 
 
 def suite_section(suite: pd.DataFrame) -> list[str]:
-    lines = ["## Suite (suites/gpu_check.yaml)", ""]
+    lines = ["## Suite (suites/gpu_check_part1.yaml)", ""]
     if suite.empty:
         return lines + ["(no results: the suite stage did not run or finished no case)", ""]
     lines += [markdown(suite_table(suite)), "",
               "x fp32 / x tf32 / x bf16: median step time of that baseline over this one (same model, layout, "
               "batch, compile mode). fp8 layers: linear layers trained in float8 / all linear layers. "
+              "MFU: against the mode's own dense peak (fp8: the fp8 peak, though lm_head and attention stay "
+              "bf16); MFU bf16 basis: against the bf16 dense peak, comparable across modes. "
               "NVML delta: device memory used in the window above the idle process (context, libraries, "
               "NCCL). scaler host sync: GradScaler reads found_inf with .item() every fp16 step "
               "(a non-fused optimizer); fused optimizers avoid it.", ""]
@@ -165,6 +168,11 @@ def anchors_section(suite: pd.DataFrame, matmul: dict, device_name: str) -> list
         layout = "channels_last" if channels_last else "NCHW"
         ours_base, ours_amp = _case(suite, "resnet50", base, channels_last), _case(suite, "resnet50", "amp_fp16",
                                                                                    channels_last)
+        if ours_base is None and ours_amp is None:  # the check runs one layout: ours beside theirs, said
+            other = "NCHW" if channels_last else "channels_last"
+            ours_base, ours_amp = (_case(suite, "resnet50", base, not channels_last),
+                                   _case(suite, "resnet50", "amp_fp16", not channels_last))
+            layout = f"{layout} (ours: {other})"
         b = ours_base["throughput"] if ours_base is not None else None
         a = ours_amp["throughput"] if ours_amp is not None else None
         for figure, ours, published in ((f"ResNet-50 {layout} {base}, img/s", b, base_ips),
@@ -184,8 +192,8 @@ def anchors_section(suite: pd.DataFrame, matmul: dict, device_name: str) -> list
         rule = 6 * gpt2["model_parameters"] * gpt2["batch_size"] * gpt2["seq_len"]
         rows.append({"figure": "GPT-2 small counted FLOPs per step / 6*N*tokens", "ours": gpt2["flops_per_step"] / rule,
                      "published": 1.0, "ours / published": None,
-                     "source": "the 6N rule (embeddings are no matmul; attention adds ~4% at 256 tokens): "
-                               "expect about 1.0-1.1"})
+                     "source": "the 6N rule (embeddings are no matmul; attention adds a few % at 128-256 "
+                               "tokens): expect about 1.0-1.1"})
     if not rows:
         return lines + [f"No published figure for {device_name or 'this device'} in FIELD_NOTES.md.", ""]
     return lines + [markdown(pd.DataFrame(rows)), "",
@@ -201,23 +209,26 @@ def plain_loop_section(overhead: pd.DataFrame, suite: pd.DataFrame) -> list[str]
     label = (f"{first['model']} {first['image_size']}px batch {first['batch']} "
              f"{'channels_last' if _flag(first['channels_last']) == 'yes' else 'NCHW'} {first['precision']} "
              f"{first['optimizer']} ({first['impl']})")
-    rows = [{"measured by": "amp_bench worker (overhead rounds)", "ms/step": overhead["harness_ms"].median()},
-            {"measured by": "plain hand-written loop", "ms/step": overhead["plain_ms"].median()}]
+    rows = [{"measured by": "amp_bench worker (overhead rounds)", "samples/s": overhead["harness_throughput"].median(),
+             "median ms/step": overhead["harness_ms"].median()},
+            {"measured by": "plain hand-written loop", "samples/s": overhead["plain_throughput"].median(),
+             "median ms/step": overhead["plain_ms"].median()}]
     case = _case(suite, str(first["model"]), str(first["precision"]), _flag(first["channels_last"]) == "yes")
     if case is not None and case["batch_size"] == first["batch"]:
-        rows.insert(0, {"measured by": f"the suite's case {case['case_id']}", "ms/step": case["step_time_ms_median"]})
-    table = pd.DataFrame(rows)
-    table["samples/s"] = first["batch"] / table["ms/step"] * 1e3
+        rows.insert(0, {"measured by": f"the suite's case {case['case_id']}", "samples/s": case["throughput"],
+                        "median ms/step": case["step_time_ms_median"]})
     paired = overhead["ratio"].median()
     verdict = "within" if paired <= first["target"] else "ABOVE"
     return lines + [f"{label}, {len(overhead)} round(s) x {first['steps']} steps on {first['device_name']}:", "",
-                    markdown(table), "",
-                    f"Harness over plain loop (median of paired rounds): {paired:.3f}, {verdict} the target "
-                    f"{first['target']:g}.", ""]
+                    markdown(pd.DataFrame(rows)), "",
+                    f"Plain loop over harness, wall-clock window throughput (median of paired rounds): {paired:.3f}, "
+                    f"{verdict} the target {first['target']:g}. Throughput is samples over the synchronised window, "
+                    "where the harness's host-side cost would show; median step times (CUDA events) are beside it.",
+                    ""]
 
 
 def fidelity_section(fidelity: pd.DataFrame) -> list[str]:
-    lines = ["## Fidelity (suites/fidelity.yaml, short)", ""]
+    lines = ["## Fidelity (suites/gpu_check_fidelity.yaml)", ""]
     if fidelity.empty:
         return lines + ["(not run)", ""]
     from amp_bench.analysis.fidelity import load_fidelity
@@ -227,7 +238,7 @@ def fidelity_section(fidelity: pd.DataFrame) -> list[str]:
 
 
 def headroom_section(headroom: pd.DataFrame) -> list[str]:
-    lines = ["## Headroom (suites/gpu_headroom.yaml)", ""]
+    lines = ["## Headroom (suites/gpu_check_headroom.yaml)", ""]
     if headroom.empty:
         return lines + ["(not run)", ""]
     return lines + [markdown(headroom.reindex(columns=["model_label", "precision", "status", "max_batch_size",
