@@ -126,6 +126,11 @@ def test_imports_go_down_the_layers():
     assert not violations, "imports against the layers: " + "; ".join(violations)
 
 
+def test_the_top_level_holds_at_most_eight_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+
+
 @pytest.mark.parametrize("module", ["amp_bench.analysis.compare", "amp_bench.analysis.gate.history",
                                     "amp_bench.analysis.gate.nightly", "amp_bench.analysis.speedups",
                                     "amp_bench.analysis.headline", "amp_bench.analysis.fidelity",
