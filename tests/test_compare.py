@@ -265,7 +265,7 @@ def test_unsupported_on_both_sides_is_neutral(tmp_path):
     assert status["mlp-tf32"].detail == NO_TF32
     assert f"{NOT_RUN}: mlp-tf32 ({NO_TF32})" in result.notes
     junit = to_junit(result)
-    assert 'failures="0"' in junit and f'name="mlp-tf32.status"><skipped message="{NOT_RUN}: {NO_TF32}"' in junit
+    assert 'failures="0"' in junit and f'name="mlp-tf32.status">\n      <skipped message="{NOT_RUN}: {NO_TF32}"' in junit
     assert f"| mlp-tf32 | status | - | - | - | --- | - | {NOT_RUN} |" in to_markdown(result)
     # the reasons differ between the sides: still neutral, and the detail says so
     other = generated_run(tmp_path, "other", 100, 3, 20, unsupported={**lost, "mlp-tf32": "tf32: not run"})
@@ -330,3 +330,33 @@ def test_compare_and_history_agree_on_throughput_of_a_host_bound_case(tmp_path):
     assert abs(tput.ratio - 1 / step.ratio) > 0.15  # ...which batch / median step would not show
     assert step.verdict == "no change" and tput.verdict == "regression"
     assert tput.ci_low <= tput.ratio <= tput.ci_high < 0.97
+
+
+def test_one_junit_writer_escapes_and_counts():
+    """compare and nightly share analysis.junit: the file parses back, with every count and message
+    intact, whatever characters a case id or a reason holds."""
+    import xml.etree.ElementTree as ET
+    from amp_bench.analysis.junit import TestCase, to_junit
+    text = to_junit("gate", [("host smoke", [TestCase("h.smoke", 'a"b&<c>.step_time', failure="+5.0% vs\nlevel",
+                                                      failure_type="regression"),
+                                             TestCase("h.smoke", "x.status", skipped="unstable: CI 0.9-1.3"),
+                                             TestCase("h.smoke", "y.throughput")]),
+                             ("other", [])])
+    root = ET.fromstring(text.split("\n", 1)[1])
+    assert (root.tag, root.get("tests"), root.get("failures"), root.get("skipped")) == ("testsuites", "3", "1", "1")
+    suite = root.find("testsuite")
+    assert (suite.get("name"), suite.get("failures"), suite.get("skipped")) == ("host smoke", "1", "1")
+    failed = suite.find("testcase/failure")
+    assert failed.get("message") == "+5.0% vs\nlevel" and failed.text == "regression"
+    assert suite.findall("testcase")[0].get("name") == 'a"b&<c>.step_time'
+    assert suite.findall("testcase")[2].find("*") is None  # judged and fine: no child element
+    assert root.findall("testsuite")[1].get("tests") == "0"
+
+
+def test_compare_and_nightly_write_junit_through_the_one_writer():
+    import inspect
+    from amp_bench.analysis import compare_outputs
+    from amp_bench.analysis.gate import nightly
+    for module in (compare_outputs, nightly):
+        source = inspect.getsource(module)
+        assert "junit.to_junit(" in source and "<testcase" not in source, module.__name__

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from xml.sax.saxutils import escape as xml_escape
 
 import numpy as np
+
+from amp_bench.analysis import junit
+from amp_bench.analysis.junit import TestCase
 
 
 def _fmt(value, spec=".3f") -> str:
@@ -36,22 +38,16 @@ def to_json(comparison) -> str:
 
 
 def to_junit(comparison) -> str:
+    """One test per case and metric: a finding fails; no verdict or a neutral one is skipped."""
     cases = []
-    failures = 0
     for r in comparison.results:
-        name = xml_escape(f"{r.case_id}.{r.metric}", {'"': "&quot;"})
-        body = ""
         text = r.detail if r.metric == "status" else \
             f"ratio {_fmt(r.ratio)} (95% CI {_fmt(r.ci_low)}-{_fmt(r.ci_high)}); {r.detail}"
-        message = xml_escape(text, {'"': "&quot;"})
-        if comparison.finding(r):
-            failures += 1
-            body = f'<failure message="{message}">{r.verdict}</failure>'
-        elif not comparison.judged(r):  # not enough data, unstable, contended, not run on either side, new
-            body = f'<skipped message="{xml_escape(r.verdict)}: {message}"/>'
-        cases.append(f'  <testcase classname="amp_bench.analysis.compare" name="{name}">{body}</testcase>')
-    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuite name="amp_bench compare" '
-            f'tests="{len(cases)}" failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+        finding = comparison.finding(r)
+        skipped = None if finding or comparison.judged(r) else f"{r.verdict}: {text}"
+        cases.append(TestCase("amp_bench.analysis.compare", f"{r.case_id}.{r.metric}",
+                              failure=text if finding else None, failure_type=r.verdict, skipped=skipped))
+    return junit.to_junit("amp_bench compare", [("amp_bench compare", cases)])
 
 
 def write_outputs(comparison, stem: Path) -> dict[str, Path]:

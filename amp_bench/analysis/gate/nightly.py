@@ -18,12 +18,13 @@ import fnmatch
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 import pandas as pd
 import yaml
 
+from amp_bench.analysis import junit
 from amp_bench.analysis.gate import annotations as notes
+from amp_bench.analysis.junit import TestCase
 from amp_bench.errors import UserError
 from amp_bench.analysis.gate.history import HistoryResult, evaluate
 from amp_bench.store.results import write_text_atomic
@@ -229,34 +230,23 @@ def to_json(result: NightlyResult) -> str:
 
 
 def to_junit(result: NightlyResult) -> str:
-    q = {'"': "&quot;"}
+    """One suite per machine and suite, one test per case and metric run tonight: red fails;
+    contended and missing cases are skipped with the reason."""
     red = {(s.fingerprint, s.suite, s.case_id, s.metric): s for s in result.red}
-    suites, failures, total = [], 0, 0
-    by_group = {(g.fingerprint, g.suite): g for g in result.groups}
-    for (fp, suite), g in sorted(by_group.items()):
-        cases = []
+    suites = []
+    for (fp, suite), g in sorted({(g.fingerprint, g.suite): g for g in result.groups}.items()):
+        classname, cases = f"{g.hostname}.{suite}", []
         for s in result.history.states:
             if (s.fingerprint, s.suite) != (fp, suite) or s.latest_run != g.tonight:
                 continue
-            name = escape(f"{s.case_id}.{s.metric}", q)
-            body = ""
-            if (fp, suite, s.case_id, s.metric) in red:
-                failures += 1
-                body = (f'<failure message="{escape(f"{s.ratio - 1:+.1%} vs {s.against} level since {s.since_date}", q)}">'
-                        "red</failure>")
-            cases.append(f'    <testcase classname="{escape(f"{g.hostname}.{suite}", q)}" name="{name}">{body}</testcase>')
-        for case in g.contended:
-            message = escape(f"contended tonight: not judged ({g.contention or 'no reason recorded'})", q)
-            cases.append(f'    <testcase classname="{escape(f"{g.hostname}.{suite}", q)}" name="{escape(case, q)}">'
-                         f'<skipped message="{message}"/></testcase>')
-        for case in g.missing:
-            cases.append(f'    <testcase classname="{escape(f"{g.hostname}.{suite}", q)}" name="{escape(case, q)}">'
-                         '<skipped message="missing tonight"/></testcase>')
-        total += len(cases)
-        suites.append(f'  <testsuite name="{escape(f"{g.hostname or fp} {suite}", q)}" tests="{len(cases)}">\n'
-                      + "\n".join(cases) + "\n  </testsuite>")
-    return (f'<?xml version="1.0" encoding="utf-8"?>\n<testsuites name="amp_bench nightly" tests="{total}" '
-            f'failures="{failures}">\n' + "\n".join(suites) + "\n</testsuites>\n")
+            failure = (f"{s.ratio - 1:+.1%} vs {s.against} level since {s.since_date}"
+                       if (fp, suite, s.case_id, s.metric) in red else None)
+            cases.append(TestCase(classname, f"{s.case_id}.{s.metric}", failure=failure, failure_type="red"))
+        cases += [TestCase(classname, case, skipped=f"contended tonight: not judged ({g.contention or 'no reason recorded'})")
+                  for case in g.contended]
+        cases += [TestCase(classname, case, skipped="missing tonight") for case in g.missing]
+        suites.append((f"{g.hostname or fp} {suite}", cases))
+    return junit.to_junit("amp_bench nightly", suites)
 
 
 def write_outputs(result: NightlyResult, stem: Path) -> dict[str, Path]:
