@@ -151,13 +151,17 @@ def test_history_cli_exit_codes(tmp_path):
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "regression" in proc.stdout and "2 red series" in proc.stdout  # step time and throughput
-    assert "| regression | no |" in (tmp_path / "h.md").read_text() and (tmp_path / "h.json").exists()
+    # one case on one machine: one series, red in step time and throughput; header and summary agree
+    assert "regression" in proc.stdout and "1 red series (2 red metrics)" in proc.stdout
+    assert "1 series over" in proc.stdout
+    markdown = (tmp_path / "h.md").read_text()
+    assert markdown.startswith("# amp_bench history: 1 red series (2 red metrics)") and "\n1 series, " in markdown
+    assert "| regression | no |" in markdown and (tmp_path / "h.json").exists()
     run_id = pd.read_json(tmp_path / "h.json", typ="series")["changes"][0]["run_id"]
     (tmp_path / "results" / "annotations.yaml").write_text(f"- {{run: {run_id}, note: intended}}\n")
     accepted = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
-    assert "accepted" in accepted.stdout and "0 red series" in accepted.stdout
+    assert "accepted" in accepted.stdout and "0 red series (0 red metrics)" in accepted.stdout
 
 
 def test_report_draws_the_history(tmp_path):

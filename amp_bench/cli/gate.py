@@ -33,7 +33,7 @@ def _print_contended(console, contended) -> None:
 def cmd_history(args, console) -> int:
     from rich.table import Table
 
-    from amp_bench.analysis.gate.history import evaluate, load_annotations, to_json, to_markdown
+    from amp_bench.analysis.gate.history import SERIES_KEYS, evaluate, load_annotations, to_json, to_markdown
     from amp_bench.store.cache import load_cached
     results = load_cached(args.results, use_cache=not getattr(args, "no_cache", False))
     annotations_path = args.annotations
@@ -43,7 +43,7 @@ def cmd_history(args, console) -> int:
     result = evaluate(results, load_annotations(annotations_path), _thresholds(args),
                       annotations_path=annotations_path)
     series = result.series
-    console.print(f"{series[['case_id', 'fingerprint']].drop_duplicates().shape[0]} series over "
+    console.print(f"{series[SERIES_KEYS].drop_duplicates().shape[0]} series over "
                   f"{series['run_id'].nunique()} runs, {len(result.changes)} changes in their history"
                   + (f"; annotations: {annotations_path}" if annotations_path else ""), highlight=False)
     for warning in result.warnings:
@@ -71,7 +71,7 @@ def cmd_history(args, console) -> int:
         stem.with_name(stem.name + ".json").write_text(to_json(result), encoding="utf-8")
     except OSError as exc:
         raise UserError(f"{stem}: cannot write the history ({exc.strerror or exc})") from None
-    console.print(f"{len(result.red)} red series; wrote {stem}.md and {stem}.json", highlight=False)
+    console.print(f"{result.red_series} red series ({len(result.red)} red metrics); wrote {stem}.md and {stem}.json", highlight=False)
     return 1 if result.red else 0
 
 

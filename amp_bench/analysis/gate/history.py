@@ -81,7 +81,14 @@ class HistoryResult:
 
     @property
     def red(self) -> list[SeriesState]:
+        """Red (case, machine, metric) states: one line each in the table."""
         return [s for s in self.states if s.red]
+
+    @property
+    def red_series(self) -> int:
+        """Series (a case on a machine, SERIES_KEYS) with at least one red metric: the unit the
+        header's series count uses, so "N red series" and "M series" count the same thing."""
+        return len({(s.case_id, s.fingerprint) for s in self.red})
 
 
 def _ok_rows(results: pd.DataFrame) -> pd.DataFrame:
@@ -263,7 +270,7 @@ def _pct(ratio: float) -> str:
 
 def to_markdown(result: HistoryResult, max_changes: int = 200) -> str:
     series = result.series
-    lines = [f"# amp_bench history: {len(result.red)} red series", "",
+    lines = [f"# amp_bench history: {result.red_series} red series ({len(result.red)} red metrics)", "",
              f"{series[SERIES_KEYS].drop_duplicates().shape[0]} series, {series['run_id'].nunique()} runs, "
              f"{len(result.changes)} changes in their history.", ""]
     lines += [f"- warning: {w}" for w in result.warnings] + ([""] if result.warnings else [])
