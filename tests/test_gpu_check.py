@@ -181,6 +181,24 @@ def test_summary_files_are_flat_few_and_whole_and_temporary_files_stay_outside_o
     assert "| suite | pending |" in page and "Stages not reached: suite, overhead." in page
 
 
+def test_an_unreadable_table_fails_the_check_naming_its_file(tmp_path):
+    """The summary reads through the store's one reader: a garbled results.csv is a failure with
+    its path, not a stage silently missing its rows."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    good, bad = work / "suite" / "a", work / "suite" / "b"
+    good.mkdir(parents=True), bad.mkdir(parents=True)
+    _suite().to_csv(good / "results.csv", index=False)
+    (bad / "results.csv").write_text('case_id,status\n"unclosed,ok\n')
+    (work / "stages.tsv").write_text("env\tok\t5\t40\t\nsuite\tok\t9\t300\t\noverhead\tok\t9\t60\t\n")
+    data = gpu_check.load(work, part=1)
+    assert data["suite"].empty and len(data["unreadable"]) == 1 and str(bad / "results.csv") in data["unreadable"][0]
+    status, reasons = gpu_check.summarize(work, out, part=1)
+    assert status != "PASS" and any(r.startswith("unreadable: ") and "results.csv" in r for r in reasons)
+    (bad / "results.csv").unlink()
+    data = gpu_check.load(work, part=1)
+    assert len(data["suite"]) == 12 and set(data["suite"]["run_dir"]) == {str(good)} and not data["unreadable"]
+
+
 def test_the_summary_path_imports_neither_torch_nor_plotly_nor_sklearn():
     code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check.tables, amp_bench.studies.fidelity.run, "
             "amp_bench.studies.headroom; "

@@ -53,35 +53,29 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def _run_dirs(folder: Path, table: str) -> list[Path]:
-    return sorted(p.parent for p in folder.rglob(f"{table}.csv")) if folder.is_dir() else []
-
-
-def _read(folder: Path, table: str) -> pd.DataFrame:
-    frames = []
-    for run_dir in _run_dirs(folder, table):
-        try:
-            frame = pd.read_csv(run_dir / f"{table}.csv")
-        except (ValueError, pd.errors.ParserError, OSError):
-            continue
-        if not frame.empty:
-            frame = frame.assign(run_dir=str(run_dir))
-            frames.append(frame)
-    return pd.concat(frames, ignore_index=True).copy() if frames else pd.DataFrame()
+def _read(folder: Path, table: str, unreadable: list[str], nested: bool = True) -> pd.DataFrame:
+    """A stage's tables through the store's one reader (`nested`: every run directory under the
+    folder, else the folder's own file); a file it cannot read fails the check (listed in
+    `unreadable`) instead of being skipped."""
+    from amp_bench.errors import UserError
+    from amp_bench.store.results import dirs_with_table, read_table
+    try:
+        return read_table(dirs_with_table(folder, table) if nested else [folder], table, with_run_dir=True)
+    except UserError as exc:
+        unreadable.append(str(exc))
+        return pd.DataFrame()
 
 
 def load(work: Path, part: int | None = None) -> dict:
     """Everything a part's stages left in the work folder (empty frames / dicts where a stage left nothing)."""
-    overhead = pd.DataFrame()
-    if (work / "overhead.csv").is_file():
-        try:
-            overhead = pd.read_csv(work / "overhead.csv")
-        except (ValueError, pd.errors.ParserError):
-            pass
+    unreadable: list[str] = []
+    tables = {key: _read(work / key, table, unreadable)
+              for key, table in (("suite", "results"), ("fidelity", "fidelity"), ("headroom", "headroom"))}
+    # overhead.csv is the plain-loop cross-check's own table (not a run directory), in the work folder
+    overhead = _read(work, "overhead", unreadable, nested=False)
     return {"part": part, "stages": read_stages(work / "stages.tsv", part), "env": _read_json(work / "env.json"),
-            "matmul": _read_json(work / "matmul.json"), "suite": _read(work / "suite", "results"),
-            "fidelity": _read(work / "fidelity", "fidelity"), "headroom": _read(work / "headroom", "headroom"),
-            "overhead": overhead}
+            "matmul": _read_json(work / "matmul.json"), **tables,
+            "overhead": overhead.drop(columns=["run_dir"], errors="ignore"), "unreadable": unreadable}
 
 
 def capability(data: dict) -> tuple[int, int] | None:
@@ -108,6 +102,7 @@ def failures(data: dict) -> list[str]:
     from amp_bench.analysis.headroom import failed_rows as headroom_failed
     out = [f"stage {s['stage']}: {s['status']}" + (f" ({s['note']})" if s["note"] else "")
            for s in data["stages"].values() if s["status"] in ("failed", "timeout")]
+    out += [f"unreadable: {line}" for line in data.get("unreadable", [])]
     suite, cap = data["suite"], capability(data)
     if not suite.empty:
         for _, row in suite[suite["status"] != "ok"].iterrows():

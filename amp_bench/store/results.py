@@ -169,9 +169,19 @@ def find_run_dirs(inputs) -> list[Path]:
     return unique
 
 
-def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None) -> pd.DataFrame:
+def dirs_with_table(folder: str | os.PathLike, name: str) -> list[Path]:
+    """The run directories under `folder` that hold NAME.csv (a study's table: fidelity, headroom),
+    none when the folder is absent: for callers that read what a stage may not have written."""
+    folder = Path(folder)
+    return sorted(p.parent for p in folder.rglob(f"{name}.csv")) if folder.is_dir() else []
+
+
+def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None,
+               with_run_dir: bool = False) -> pd.DataFrame:
     """One table (NAME.csv) of every run directory that has it, concatenated; header-only files are
-    left out (concatenating them would turn every column to object). Empty: a frame with `columns`."""
+    left out (concatenating them would turn every column to object). Empty: a frame with `columns`.
+    with_run_dir adds a `run_dir` column (where each row came from). An unreadable file is a
+    UserError naming it, never skipped."""
     frames = []
     for run_dir in run_dirs:
         file = Path(run_dir) / f"{name}.csv"
@@ -181,7 +191,7 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
             except (ValueError, pd.errors.ParserError) as exc:
                 raise UserError(f"{file}: unreadable results table ({exc})") from None
             if not frame.empty:
-                frames.append(frame)
+                frames.append(frame.assign(run_dir=str(run_dir)) if with_run_dir else frame)
     if frames:
         # one block per dtype: frames with different columns concatenate into one block per column,
         # and a caller adding a column to that would trip pandas' fragmentation warning
