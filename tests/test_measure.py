@@ -7,6 +7,8 @@ import inspect
 import pytest
 
 from amp_bench.measure import case as measure
+from amp_bench.measure.devices.cpu import CpuOps
+from amp_bench.measure.devices.cuda import CudaOps
 from amp_bench.platform.device import DeviceInfo
 from amp_bench.measure.precision import Fp32MathError, get_mode, set_fp32_math
 from amp_bench.suite import Case, ModelSpec, OptimizerSpec
@@ -62,8 +64,8 @@ def strict_flags():
 
 def test_settle_drops_the_autotuning_cache_then_steps_then_resets_peaks_then_reads_nvml():
     calls, record = [], {}
-    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, "cuda", "cuda:0",
-                                 FakeReader(calls), record, cuda=FakeCuda(calls))
+    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None,
+                                 CudaOps("cuda:0", cuda=FakeCuda(calls)), FakeReader(calls), record)
     assert calls == ["synchronize", "empty_cache", "untimed_step", "synchronize", "reset_peak_memory_stats",
                      "nvml_used"]
     assert record == {"settle_steps": 1, "nvml_mem_used_settled_bytes": 7 * 2**30}
@@ -72,12 +74,11 @@ def test_settle_drops_the_autotuning_cache_then_steps_then_resets_peaks_then_rea
 def test_settle_on_the_cpu_takes_no_extra_step_but_rechecks_the_fp32_math():
     import torch
     calls = []
-    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, "cpu", "cpu", None, {},
-                                 cuda=FakeCuda(calls))
+    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, CpuOps("cpu"), None, {})
     assert calls == []
     torch.backends.cudnn.allow_tf32 = True  # as if building the model had turned cuDNN's TF32 back on
     with pytest.raises(Fp32MathError, match="fp32 needs strict IEEE FP32 outside autocast, but cuDNN"):
-        measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, "cpu", "cpu", None, {})
+        measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, CpuOps("cpu"), None, {})
 
 
 class FakeRank:
@@ -93,15 +94,14 @@ def test_nvml_baseline_is_read_after_the_process_group_and_the_same_library_warm
     """The same sequence whatever the mode: the AMP modes' autocast proof must not be what decides
     whether cuBLAS's workspace is inside the baseline or the training memory."""
     calls = []
-    used = measure._nvml_baseline(FakeReader(calls), "cuda:0", FakeRank(calls), cuda=FakeCuda(calls),
-                                  warm=lambda device: calls.append("warm_libraries"))
+    ops = CudaOps("cuda:0", cuda=FakeCuda(calls), warm=lambda device: calls.append("warm_libraries"))
+    used = ops.nvml_baseline(FakeReader(calls), FakeRank(calls))
     assert used == 7 * 2**30
     assert calls == ["barrier", "warm_libraries", "synchronize", "empty_cache", "nvml_used"]
-    assert "precision" not in inspect.signature(measure._nvml_baseline).parameters
+    assert "precision" not in inspect.signature(CudaOps.nvml_baseline).parameters
     # without NVML the warm-up (and the collective) still happen on every rank alike
     calls.clear()
-    assert measure._nvml_baseline(None, "cuda:0", FakeRank(calls), cuda=FakeCuda(calls),
-                                  warm=lambda device: calls.append("warm_libraries")) is None
+    assert ops.nvml_baseline(None, FakeRank(calls)) is None
     assert calls == ["barrier", "warm_libraries", "synchronize", "empty_cache"]
 
 
@@ -119,9 +119,9 @@ def _call_lines(function, names):
 
 def test_run_case_hooks_in_at_the_right_points():
     """DDP: the baseline after init_process_group; the settle after warmup and before the window."""
-    lines = _call_lines(measure.run_case, {"rank.init", "_open_nvml", "_settle_after_warmup", "build_step",
+    lines = _call_lines(measure.run_case, {"rank.init", "ops.open_telemetry", "_settle_after_warmup", "build_step",
                                            "measure_window", "prepare_case"})
-    assert lines["prepare_case"] < lines["rank.init"] < lines["_open_nvml"] < lines["build_step"]
+    assert lines["prepare_case"] < lines["rank.init"] < lines["ops.open_telemetry"] < lines["build_step"]
     assert lines["build_step"] < lines["_settle_after_warmup"] < lines["measure_window"]
 
 

@@ -152,6 +152,44 @@ def test_no_module_over_400_lines():
     assert not long, long
 
 
+# --------------------------------------------------------------------------- one seam per device
+
+DEVICE_TYPES = {"cpu", "cuda", "xpu", "mps", "hip", "rocm"}
+
+
+def _device_branches(source: str) -> list[int]:
+    """Lines that compare something with a device type ("cuda", ...) or compare a device's type
+    (`device_type`, `x.type`): the branches the per-device objects (measure/devices/) replace."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        sides += [e for side in sides if isinstance(side, (ast.Tuple, ast.List, ast.Set)) for e in side.elts]
+        for side in sides:
+            if (isinstance(side, ast.Constant) and side.value in DEVICE_TYPES) or \
+                    (isinstance(side, ast.Name) and side.id == "device_type") or \
+                    (isinstance(side, ast.Attribute) and side.attr in ("type", "device_type")):
+                lines.append(node.lineno)
+                break
+    return sorted(lines)
+
+
+def test_the_device_branch_check_can_fail():
+    assert _device_branches("if device.type == 'cuda':\n    pass\nx = a if device_type != 'cpu' else b\n"
+                            "y = kind in ('xpu',)\n") == [1, 3, 4]
+    assert _device_branches("if backend == 'nccl':\n    pass\nops = for_device(device)\n") == []
+
+
+@pytest.mark.parametrize("module", ["measure/case.py", "measure/compiling.py", "measure/ddp.py", "measure/step.py",
+                                    "measure/window.py", "measure/telemetry/phase_memory.py",
+                                    "studies/pytest_plugin.py"])
+def test_case_code_asks_the_device_object_instead_of_branching_on_the_device_type(module):
+    """A new backend (ROCm, XPU) is one module in measure/devices/: no `== "cuda"` elsewhere."""
+    assert not _device_branches((PACKAGE / module).read_text(encoding="utf-8")), \
+        f"{module} branches on the device type at lines {_device_branches((PACKAGE / module).read_text())}"
+
+
 # --------------------------------------------------------------------------- one list of modes
 
 @pytest.fixture

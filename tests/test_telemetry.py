@@ -97,9 +97,8 @@ class FakeCuda:
 
 
 def test_cuda_phase_probe_resets_and_reads_at_each_boundary():
-    probe = CudaPhaseProbe.__new__(CudaPhaseProbe)
     fake = FakeCuda([3 * 2**30, 5 * 2**30, 4 * 2**30])
-    probe.torch, probe.device, probe.peaks, probe._current = type("T", (), {"cuda": fake}), "cuda:0", {}, None
+    probe = CudaPhaseProbe("cuda:0", cuda=fake)
     for phase in ("forward", "backward", "optimizer", "end"):
         probe.mark(phase)
     assert probe.peaks == {"forward": 3 * 2**30, "backward": 5 * 2**30, "optimizer": 4 * 2**30}

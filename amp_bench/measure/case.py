@@ -15,162 +15,40 @@ import random
 from amp_bench import modes
 from amp_bench.measure import compiling
 from amp_bench.measure.channel import EventChannel, read_rss_bytes, read_status_bytes
-
-def _rehearse(case, device_type: str, torch_device) -> None:
-    """A training step on a tiny model, and the model's library imported: everything the real
-    step loads lazily (modules, the thread pool) is in place before the cap is measured from."""
-    import torch
-
-    from amp_bench.suite.model_refs import import_callable, kind_of
-    from amp_bench.measure.precision import get_mode
-    from amp_bench.measure.step import TrainStep, build_optimizer
-    model = torch.nn.Linear(64, 64).to(torch_device)
-    step = TrainStep(model, torch.nn.functional.mse_loss, build_optimizer(model.parameters(), case.optimizer),
-                     get_mode(case.precision), device_type)
-    step(torch.ones(8, 64, device=torch_device), torch.ones(8, 64, device=torch_device))
-    kind = kind_of(case.model.ref)
-    if kind == "torchvision":
-        import torchvision.models  # noqa: F401
-    elif kind == "transformers":
-        import transformers  # noqa: F401
-    elif kind == "python":
-        import_callable(case.model.ref, case.search_dirs)
+from amp_bench.measure.devices import for_device
 
 
-def _predictable_malloc() -> None:
-    """glibc: one arena and a fixed mmap threshold. Otherwise whether a thread reserves its own 64 MiB
-    arena, and whether a large block comes from mmap or the heap, varies from run to run, and the
-    address space a batch needs with it: the same batch would fit in one probe and not the next."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-8, 1)  # M_ARENA_MAX
-        libc.mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD: large blocks always mmap, returned on free
-    except (OSError, AttributeError):  # not glibc: the cap still holds, only less sharply
-        pass
-
-
-def apply_memory_cap(case, device_type: str, torch_device) -> dict:
+def apply_memory_cap(case, ops) -> dict:
     """Cap this worker's memory at case.memory_cap_bytes so that running out is an ordinary,
-    catchable OOM.
-
-    CUDA: the caching allocator's per-process fraction of the device. CPU: an address-space limit
-    (RLIMIT_AS) of the process as it stands after a rehearsal step, plus the cap, so the cap is what
-    the model and its training may use on top of the bare runtime.
-    """
-    import torch
-    cap_bytes = case.memory_cap_bytes
-    if device_type == "cuda":
-        total = torch.cuda.get_device_properties(torch_device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), torch_device)
-        return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "cuda allocator fraction of the device"}
-    import resource
-    _predictable_malloc()
-    _rehearse(case, device_type, torch_device)
-    baseline = read_status_bytes("VmSize:") or 0
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = baseline + cap_bytes
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "address space above the bare torch process",
-            "memory_cap_baseline_bytes": baseline}
+    catchable OOM: the device's own kind of cap (DeviceOps.cap_memory; CUDA: the caching
+    allocator's fraction, CPU: an address-space limit above the bare torch process)."""
+    return ops.cap_memory(case)
 
 
-def _open_nvml(device, torch_device, record: dict, rank=None):
-    """(reader, idle used-memory baseline) for this CUDA device, or (None, None) with the reason.
-    Under DDP call it after the process group exists: every rank takes part (a barrier), NVML or not."""
-    import torch
-
-    from amp_bench.platform.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
-    # create the CUDA context first: torch makes it lazily, and the baseline must include it on
-    # every device index alike, so that the delta is the model's and the step's memory alone
-    torch.zeros(1, device=torch_device)
-    torch.cuda.synchronize(torch_device)
-    reader = None
-    try:
-        nvml = load_nvml()
-        handle, note = device_handle(nvml, *cuda_identity(torch_device.index or 0))
-        reader = NvmlReader(nvml, handle, note)
-    except Exception as exc:  # no library, no driver, no device: the run goes on without NVML
-        record["nvml_notes"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    baseline = _nvml_baseline(reader, torch_device, rank)  # on every rank alike: it holds a collective
-    return (reader, baseline) if reader is not None else (None, None)
-
-
-def _warm_cuda_libraries(torch_device) -> None:
-    """The same library state in every mode before the baseline: cuBLAS handles and workspaces (an
-    fp32, fp16 and, from compute capability 8.0, bf16 GEMM) and cuDNN's (a convolution). Without it
-    the AMP modes' autocast proof made them before the baseline and fp32's first matmul after it."""
-    import torch
-    x = torch.ones(64, 64, device=torch_device)
-    dtypes = [torch.float32, torch.float16]
-    if torch.cuda.get_device_capability(torch_device) >= (8, 0):
-        dtypes.append(torch.bfloat16)
-    for dtype in dtypes:
-        torch.nn.functional.linear(x.to(dtype), x.to(dtype))
-    torch.nn.functional.conv2d(torch.ones(1, 8, 8, 8, device=torch_device),
-                               torch.ones(8, 8, 3, 3, device=torch_device))
-
-
-def _nvml_baseline(reader, torch_device, rank=None, cuda=None, warm=None) -> int | None:
-    """NVML `used` of the idle process, taken at the same point in every mode: after the CUDA
-    context, the process group (DDP: a barrier, so NCCL's communicator and buffers exist and are not
-    counted as training memory) and the same library warm-up, before the model exists."""
-    import torch
-    cuda = cuda or torch.cuda
-    if rank is not None:
-        rank.barrier()
-    (warm or _warm_cuda_libraries)(torch_device)
-    cuda.synchronize(torch_device)
-    cuda.empty_cache()  # the warm-up's tensors back to the driver: the baseline holds none
-    return reader.memory_used() if reader is not None else None
-
-
-def _settle_after_warmup(case, mode, step, inputs, target, device_type: str, torch_device, reader,
-                         record: dict, cuda=None) -> None:
+def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: dict) -> None:
     """Between warmup and the window. Every device: the FP32 math checked again as it resolves now
-    (building the model, or a library it imported, may have changed the flags). CUDA: cudnn.benchmark's
-    search left its workspaces cached, so the reserved peak and NVML `used` would report the
-    search's high-water mark: synchronize, empty_cache(), one untimed step (the allocator reserves
-    what the step itself needs), synchronize, reset the peaks, then NVML `used` as the window opens."""
+    (building the model, or a library it imported, may have changed the flags). Then the device's
+    own settling (DeviceOps.settle; CUDA: cudnn.benchmark's cached workspaces dropped, one untimed
+    step, the peaks reset, NVML `used` read as the window opens)."""
     from amp_bench.measure.precision import check_fp32_math, read_fp32_math_flags
-    check_fp32_math(mode.name, mode.fp32_math, read_fp32_math_flags(), os.environ if device_type == "cuda" else None)
-    if device_type != "cuda":
-        return
-    import torch
-    cuda = cuda or torch.cuda
-    cuda.synchronize(torch_device)
-    cuda.empty_cache()
-    step.untimed_step(inputs, target)  # under DDP every rank runs it: it all-reduces like any step
-    cuda.synchronize(torch_device)
-    cuda.reset_peak_memory_stats(torch_device)
-    record["settle_steps"] = 1
-    if reader is not None:
-        record["nvml_mem_used_settled_bytes"] = reader.memory_used()
+    check_fp32_math(mode.name, mode.fp32_math, read_fp32_math_flags(), ops.fp32_math_env())
+    ops.settle(step, inputs, target, reader, record)
 
 
-def _after_window(case, device, torch_device, step, inputs, target, median_ms: float) -> dict:
+def _after_window(case, device, ops, step, inputs, target, median_ms: float) -> dict:
     """Outside the timed window: one instrumented step for per-phase memory, one counted for FLOPs."""
     from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
-    from amp_bench.platform.peaks import peak_tflops
-    from amp_bench.measure.telemetry.phase_memory import CpuPhaseProbe, CudaPhaseProbe, phase_columns
+    from amp_bench.measure.telemetry.phase_memory import phase_columns
 
     out: dict = {}
-    probe = CudaPhaseProbe(torch_device) if device.type == "cuda" else CpuPhaseProbe()
-    if device.type == "cuda" or probe.available():
+    probe = ops.phase_probe()
+    if probe is not None:
         step(inputs, target, marks=probe.mark)
         out.update(phase_columns(probe))
     flops = count_step_flops(step, inputs, target)
+    peak, source, bf16_peak = ops.peak_rates(device.name, case.precision)
     if case.peak_tflops:
         peak, source = case.peak_tflops, "given by the user"
-    elif device.type == "cuda":
-        peak, source = peak_tflops(device.name, case.precision)
-        if peak:  # which of the datasheet's rates mfu is against
-            source = f"{modes.get(case.precision).peak_math} dense peak: {source}"
-    else:
-        peak, source = None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)"
-    bf16_peak = peak_tflops(device.name, "amp_bf16")[0] if device.type == "cuda" else None
     out.update(flops_columns(flops, median_ms, peak, source, bf16_peak))
     return out
 
@@ -197,7 +75,7 @@ def prepare_case(case, device, record: dict, support=None):
     record.update(read_fp32_math_flags())
     # checked as resolved (a backend- or generic-level setting, an environment override): an fp32
     # baseline that really ran TF32 would make every speedup measured against it wrong
-    check_fp32_math(mode.name, mode.fp32_math, record, os.environ if device.type == "cuda" else None)
+    check_fp32_math(mode.name, mode.fp32_math, record, for_device(device.torch_device).fp32_math_env())
     # cuDNN autotuning, as NVIDIA's and timm's training scripts use it; the warmup absorbs the search
     torch.backends.cudnn.benchmark = case.cudnn_benchmark
     record["cudnn_benchmark"] = case.cudnn_benchmark
@@ -258,34 +136,32 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     from amp_bench.measure.telemetry.contention import WindowWatch, gpu_contention
     from amp_bench.measure.telemetry.contention import merge as merge_contention
     from amp_bench.stats import MEASURED_PHASE, Window, median_ci
-    from amp_bench.measure.window import CpuStepTimer, CudaStepTimer, measure_window, stop_rule
+    from amp_bench.measure.window import measure_window, stop_rule
 
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
         from amp_bench.measure.ddp import threads_per_rank
         torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
     record: dict = {"num_threads": torch.get_num_threads()}
     device_type = device.type
-    torch_device = torch.device(device.torch_device)
+    ops = for_device(torch.device(device.torch_device))  # every per-device difference goes through ops
     backend = None
     if rank is not None:
         backend = rank.backend(case, device_type)
         rank.check(case, device, backend)
-        if device_type == "cuda":
-            torch_device = torch.device("cuda", rank.cuda_index(device))
+        ops = ops.for_rank(rank, device)
         record["threads_per_rank"] = record["num_threads"]
-    if device_type == "cuda":
-        torch.cuda.set_device(torch_device)
+    torch_device = ops.torch_device
+    ops.make_current()
     mode = prepare_case(case, device, record, support)
 
     if case.memory_cap_bytes:
-        record.update(apply_memory_cap(case, device_type, torch_device))
+        record.update(apply_memory_cap(case, ops))
     seed_case(case)
     record["rss_before_model_bytes"] = read_rss_bytes()
 
     if rank is not None:
         rank.init(backend, torch_device)
-    nvml_reader, nvml_baseline = (_open_nvml(device, torch_device, record, rank) if device_type == "cuda"
-                                  else (None, None))
+    nvml_reader, nvml_baseline = ops.open_telemetry(device, record, rank)
     step, inputs, target = build_step(case, device_type, torch_device, record,
                                       wrap=None if rank is None else lambda m: rank.wrap(m, torch_device))
 
@@ -301,14 +177,10 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     compiling.log_summary(compile_columns)
     warmup_steps = len(losses)  # a compiled case warms up until compilation settles: maybe more
     record.update(compile_columns)
-    _settle_after_warmup(case, mode, step, inputs, target, device_type, torch_device, nvml_reader, record)
+    _settle_after_warmup(case, mode, step, inputs, target, ops, nvml_reader, record)
 
-    if device_type == "cuda":
-        timer = CudaStepTimer(lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize, rule.max_steps)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats(torch_device)
-    else:
-        timer = CpuStepTimer()
+    timer = ops.step_timer(rule.max_steps)
+    ops.reset_peak_memory()
     if rank is not None:  # every rank has warmed up (DDP rebuilt its buckets): start the window together
         rank.barrier()
     sampler = None
@@ -329,7 +201,7 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     steps = len(per_step_ms)
     if sampler is not None:
         record.update(sampler.stop(nvml_baseline, steps, steps * case.batch_size))
-    if device_type == "cuda" and nvml_reader is not None:
+    if nvml_reader is not None:  # a device meter (NVML) also sees the other processes on the device
         contention = merge_contention(contention, gpu_contention(nvml_reader.other_processes(),
                                                                  record.get("clock_event_reasons")))
     record.update(contention)
@@ -337,10 +209,7 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
                   case_budget_s=rule.budget_s)
     total = warmup_steps + steps
 
-    if device_type == "cuda":
-        record["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
-        record["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)
-        record["cuda_num_alloc_retries"] = torch.cuda.memory_stats(torch_device).get("num_alloc_retries")
+    record.update(ops.peak_memory_columns())
     # the process's peak RSS so far: the phase probe below resets the kernel's high-water mark
     record["rss_hwm_bytes"] = read_status_bytes("VmHWM:")
     loss_values = torch.stack(losses).float().cpu().tolist()
@@ -380,7 +249,7 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
             # under DDP without gradient sync: no collective that a rank-local failure here could desync
             no_sync = step.model.no_sync() if rank is not None else contextlib.nullcontext()
             with no_sync:
-                record.update(_after_window(case, device, torch_device, step, inputs, target, stats.median))
+                record.update(_after_window(case, device, ops, step, inputs, target, stats.median))
     except Exception as exc:  # instrumentation must never cost the measurement taken above
         record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
                                                     f"failed: {type(exc).__name__}: {exc}"[:300]) if w)

@@ -98,10 +98,10 @@ def warm_up(case, step, inputs, target, losses: list, emit) -> dict:
             losses.append(step(inputs, target))
             emit(i)
         return {}
-    import torch
+    from amp_bench.measure.devices import for_device
     watch = CompileWatch()
     compile_s, first_ms, quiet, i = 0.0, None, 0, 0
-    sync = torch.cuda.synchronize if step.device_type == "cuda" else (lambda: None)
+    sync = for_device(step.device_type).synchronize  # 'cuda': the current device (run_case made it so)
     while i < case.warmup_steps or (quiet < SETTLE_STEPS and i < case.warmup_steps + MAX_SETTLE_STEPS):
         before = watch.snapshot()
         started = time.perf_counter()

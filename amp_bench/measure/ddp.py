@@ -64,23 +64,19 @@ class Rank:
     def backend(self, case, device_type: str) -> str:
         if case.dist_backend != "auto":
             return case.dist_backend
-        return "nccl" if device_type == "cuda" else "gloo"
-
-    def cuda_index(self, device) -> int:
-        return (device.index or 0) + self.local_rank
+        from amp_bench.measure.devices import ops_class
+        return ops_class(device_type).dist_backend
 
     def check(self, case, device, backend: str) -> None:
         """Raises UnsupportedCase (on every rank alike, before any collective)."""
         from amp_bench.measure.step import UnsupportedCase
-        if backend == "nccl" and device.type != "cuda":
-            raise UnsupportedCase("dist_backend nccl needs CUDA GPUs; the CPU runs gloo")
-        if device.type == "cuda":
-            import torch
-            count = torch.cuda.device_count()
-            needed = (device.index or 0) + self.local_world_size
-            if needed > count:
-                raise UnsupportedCase(f"nproc_per_node={self.local_world_size} from {device.torch_device} needs "
-                                      f"{needed} GPUs on this node, {count} visible")
+        from amp_bench.measure.devices import for_device
+        ops = for_device(device.torch_device)
+        if backend == "nccl" and ops.dist_backend != "nccl":
+            raise UnsupportedCase(f"dist_backend nccl needs CUDA GPUs; the {ops.type.upper()} runs {ops.dist_backend}")
+        why = ops.check_ranks(device, self.local_world_size)
+        if why:
+            raise UnsupportedCase(why)
 
     def init(self, backend: str, torch_device) -> None:
         import datetime
@@ -92,9 +88,9 @@ class Rank:
 
     def wrap(self, model, torch_device):
         from torch.nn.parallel import DistributedDataParallel
-        if torch_device.type == "cuda":
-            return DistributedDataParallel(model, device_ids=[torch_device.index], output_device=torch_device.index)
-        return DistributedDataParallel(model)
+
+        from amp_bench.measure.devices import for_device
+        return DistributedDataParallel(model, **for_device(torch_device).ddp_kwargs())
 
     def barrier(self) -> None:
         import torch.distributed as dist

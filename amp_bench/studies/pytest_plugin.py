@@ -38,6 +38,7 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
 
     from amp_bench.platform.device import probe_device
     from amp_bench.measure.case import build_step, prepare_case, seed_case
+    from amp_bench.measure.devices import for_device
     from amp_bench.measure.step import UnsupportedCase
     from amp_bench.suite import load_suite
 
@@ -48,8 +49,8 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
         raise pytest.UsageError(f"{suite_path}: no case {case_id!r} on {info.type} (cases: {', '.join(cases)})")
     case = cases[case_id]
     torch_device = torch.device(info.torch_device)
-    if info.type == "cuda":
-        torch.cuda.set_device(torch_device)
+    ops = for_device(torch_device)
+    ops.make_current()
     record: dict = {}
     try:  # the worker's own set-up: gate, math flags, cuDNN autotuning and the autocast proof
         prepare_case(case, info, record)
@@ -57,22 +58,18 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
         pytest.skip(f"{case_id}: unsupported here: {exc}")
     seed_case(case)
     step, inputs, target = build_step(case, info.type, torch_device, record)
-    synchronize = torch.cuda.synchronize if info.type == "cuda" else (lambda: None)
 
     def one_step():
         step(inputs, target)
-        synchronize()  # pytest-benchmark reads a host clock: wait for the GPU
+        ops.synchronize()  # pytest-benchmark reads a host clock: wait for the GPU
 
-    if info.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(torch_device)
+    ops.reset_peak_memory()
     benchmark.pedantic(one_step, rounds=case.steps, iterations=1, warmup_rounds=case.warmup_steps)
     extra = {"amp_bench_case": case.to_json(), "case_id": case_id, "suite": suite.name,
              "precision": case.precision, "batch_size": case.batch_size, "device": info.type,
              "device_name": info.name, "output_dtype": str(step.output_dtype).replace("torch.", ""),
              **{k: record[k] for k in ("emulated", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn") if k in record}}
-    if info.type == "cuda":
-        extra["peak_mem_allocated_bytes"] = torch.cuda.max_memory_allocated(torch_device)
-        extra["peak_mem_reserved_bytes"] = torch.cuda.max_memory_reserved(torch_device)
+    extra.update({k: v for k, v in ops.peak_memory_columns().items() if k.startswith("peak_mem_")})
     if step.scaler.is_enabled():
         extra["scaler_skipped_steps"] = len(step.skipped_steps(first=case.warmup_steps))
     stats = getattr(benchmark, "stats", None)

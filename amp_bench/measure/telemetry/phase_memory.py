@@ -12,17 +12,19 @@ PHASES = ("forward", "backward", "optimizer")
 class CudaPhaseProbe:
     source = "cuda_allocated"
 
-    def __init__(self, device):
-        import torch
-        self.torch, self.device = torch, device
+    def __init__(self, device, cuda=None):
+        if cuda is None:
+            import torch
+            cuda = torch.cuda
+        self.cuda, self.device = cuda, device  # cuda: torch.cuda, or a test's fake
         self.peaks: dict[str, int] = {}
         self._current: str | None = None
 
     def mark(self, phase: str) -> None:
-        self.torch.cuda.synchronize(self.device)
+        self.cuda.synchronize(self.device)
         if self._current is not None:
-            self.peaks[self._current] = int(self.torch.cuda.max_memory_allocated(self.device))
-        self.torch.cuda.reset_peak_memory_stats(self.device)
+            self.peaks[self._current] = int(self.cuda.max_memory_allocated(self.device))
+        self.cuda.reset_peak_memory_stats(self.device)
         self._current = phase if phase in PHASES else None
 
 

@@ -1,0 +1,84 @@
+"""The CPU: the step is synchronous (the host clock times it), memory is the process's (RSS, an
+address-space cap), and there is no device meter or peak-rate table."""
+from __future__ import annotations
+
+from amp_bench.measure.devices.base import DeviceOps
+
+
+def _rehearse(case, device_type: str, torch_device) -> None:
+    """A training step on a tiny model, and the model's library imported: everything the real
+    step loads lazily (modules, the thread pool) is in place before the cap is measured from."""
+    import torch
+
+    from amp_bench.measure.precision import get_mode
+    from amp_bench.measure.step import TrainStep, build_optimizer
+    from amp_bench.suite.model_refs import import_callable, kind_of
+    model = torch.nn.Linear(64, 64).to(torch_device)
+    step = TrainStep(model, torch.nn.functional.mse_loss, build_optimizer(model.parameters(), case.optimizer),
+                     get_mode(case.precision), device_type)
+    step(torch.ones(8, 64, device=torch_device), torch.ones(8, 64, device=torch_device))
+    kind = kind_of(case.model.ref)
+    if kind == "torchvision":
+        import torchvision.models  # noqa: F401
+    elif kind == "transformers":
+        import transformers  # noqa: F401
+    elif kind == "python":
+        import_callable(case.model.ref, case.search_dirs)
+
+
+def _predictable_malloc() -> None:
+    """glibc: one arena and a fixed mmap threshold. Otherwise whether a thread reserves its own 64 MiB
+    arena, and whether a large block comes from mmap or the heap, varies from run to run, and the
+    address space a batch needs with it: the same batch would fit in one probe and not the next."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-8, 1)  # M_ARENA_MAX
+        libc.mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD: large blocks always mmap, returned on free
+    except (OSError, AttributeError):  # not glibc: the cap still holds, only less sharply
+        pass
+
+
+class CpuOps(DeviceOps):
+    type = "cpu"
+    dist_backend = "gloo"
+
+    def synchronize(self) -> None:
+        pass  # CPU work is done when the call returns
+
+    def cap_memory(self, case) -> dict:
+        """An address-space limit (RLIMIT_AS) of the process as it stands after a rehearsal step, plus
+        the cap, so the cap is what the model and its training may use on top of the bare runtime."""
+        import resource
+
+        from amp_bench.measure.channel import read_status_bytes
+        cap_bytes = case.memory_cap_bytes
+        _predictable_malloc()
+        _rehearse(case, self.type, self.torch_device)
+        baseline = read_status_bytes("VmSize:") or 0
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = baseline + cap_bytes
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+        return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "address space above the bare torch process",
+                "memory_cap_baseline_bytes": baseline}
+
+    def reset_peak_memory(self) -> None:
+        pass  # the RSS high-water mark is the process's: run_case reads VmHWM, the phase probe resets it
+
+    def peak_memory_columns(self) -> dict:
+        return {}
+
+    def phase_probe(self):
+        """The RSS high-water mark through /proc (Linux >= 4.0), where the kernel offers it."""
+        from amp_bench.measure.telemetry.phase_memory import CpuPhaseProbe
+        probe = CpuPhaseProbe()
+        return probe if probe.available() else None
+
+    def step_timer(self, max_steps: int):
+        from amp_bench.measure.window import CpuStepTimer
+        return CpuStepTimer()
+
+    def peak_rates(self, device_name: str, precision: str) -> tuple:
+        return None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)", None

@@ -1,0 +1,260 @@
+"""The per-device seam (amp_bench/measure/devices): the CPU object on this CPU, and the CUDA object's
+logic through a fake torch.cuda that replays the readings of a real GPU (an H100's 80 GiB, allocator
+counters and CUDA event times), so both run without a GPU."""
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from amp_bench.measure import devices
+from amp_bench.measure.devices import DeviceOps, for_device
+from amp_bench.measure.devices.cpu import CpuOps
+from amp_bench.measure.devices.cuda import CudaOps
+from amp_bench.measure.window import CpuStepTimer, CudaStepTimer, StopRule, measure_window
+from amp_bench.platform.device import DeviceInfo
+from conftest import ROOT
+
+GiB = 2**30
+H100_TOTAL = 85_045_231_616  # torch.cuda.get_device_properties(0).total_memory on an H100 80GB HBM3
+
+
+class FakeEvent:
+    """torch.cuda.Event(enable_timing=True): elapsed_time(end) in ms, from a GPU-side clock."""
+
+    def __init__(self, gpu):
+        self.gpu, self.at = gpu, None
+
+    def record(self):
+        self.at = self.gpu.now_ms
+
+    def elapsed_time(self, end):
+        return end.at - self.at
+
+
+class FakeCuda:
+    """torch.cuda as the seam uses it: a caching allocator that allocates and frees as steps run
+    (allocated <= reserved; reset_peak_memory_stats brings the peaks down to the current values),
+    a GPU clock that each `work(ms)` advances, and a log of the calls."""
+
+    def __init__(self, devices_visible=8):
+        self.calls, self.devices_visible = [], devices_visible
+        self.now_ms, self.allocated, self.reserved = 0.0, 0, 0
+        self.peak_allocated, self.peak_reserved = 0, 0
+        self.fraction = None
+
+    def work(self, ms, alloc=0, free=0):
+        self.now_ms += ms
+        self.allocated += alloc
+        self.reserved = max(self.reserved, self.allocated)
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self.allocated -= free
+
+    def Event(self, enable_timing=False):  # noqa: N802 (torch's name)
+        assert enable_timing
+        return FakeEvent(self)
+
+    def synchronize(self, device=None):
+        self.calls.append("synchronize")
+
+    def empty_cache(self):
+        self.calls.append("empty_cache")
+        self.reserved = self.allocated
+
+    def set_device(self, device):
+        self.calls.append(f"set_device {device}")
+
+    def device_count(self):
+        return self.devices_visible
+
+    def get_device_properties(self, device):
+        return SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=H100_TOTAL)
+
+    def set_per_process_memory_fraction(self, fraction, device=None):
+        self.fraction = fraction
+
+    def memory_allocated(self, device=None):
+        return self.allocated
+
+    def max_memory_allocated(self, device=None):
+        return self.peak_allocated
+
+    def max_memory_reserved(self, device=None):
+        return self.peak_reserved
+
+    def reset_peak_memory_stats(self, device=None):
+        self.calls.append("reset_peak_memory_stats")
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+    def memory_stats(self, device=None):
+        return {"num_alloc_retries": 2, "allocated_bytes.all.current": self.allocated}
+
+
+def test_for_device_picks_the_object_by_the_device_type():
+    import torch
+    assert type(for_device(torch.device("cpu"))) is CpuOps
+    ops = for_device(torch.device("cuda", 1))
+    assert type(ops) is CudaOps and ops.index == 1 and ops.type == "cuda"
+    assert for_device("cuda:3").index == 3 and for_device("cuda").index == 0
+    assert devices.kind_of(DeviceInfo("cuda", "NVIDIA H200", index=0)) == "cuda"
+    assert isinstance(for_device("cpu"), DeviceOps)
+
+
+def test_an_unknown_backend_says_which_file_to_add():
+    with pytest.raises(ValueError, match=r"no device seam for 'xpu'.*devices/xpu.py"):
+        for_device("xpu:0")
+
+
+def test_a_backend_must_name_every_seam_method():
+    class Half(DeviceOps):
+        type = "half"
+
+        def synchronize(self):
+            pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        Half("half")
+
+
+def test_the_seam_imports_no_torch():
+    code = ("import sys, json, amp_bench.measure.devices as d, amp_bench.measure.devices.cpu, "
+            "amp_bench.measure.devices.cuda; d.for_device('cuda:0'); d.for_device('cpu'); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True)
+    assert json.loads(out.stdout) == []
+
+
+# --------------------------------------------------------------------------- the CPU
+
+def test_the_cpu_times_with_the_host_clock_and_keeps_no_device_counters():
+    ops = CpuOps("cpu")
+    assert ops.dist_backend == "gloo" and ops.fp32_math_env() is None
+    ops.make_current()
+    ops.synchronize()
+    ops.reset_peak_memory()
+    assert ops.peak_memory_columns() == {}
+    assert isinstance(ops.step_timer(5), CpuStepTimer)
+    assert ops.open_telemetry(DeviceInfo("cpu", "cpu"), {}) == (None, None)
+    record = {}
+    ops.settle(None, None, None, None, record)  # nothing to settle: no extra step
+    assert record == {}
+    assert ops.for_rank(SimpleNamespace(local_rank=1), DeviceInfo("cpu", "cpu")) is ops
+    assert ops.check_ranks(DeviceInfo("cpu", "cpu"), 4) is None and ops.ddp_kwargs() == {}
+    assert ops.peak_rates("AMD EPYC", "amp_bf16") == (
+        None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)", None)
+
+
+def test_the_cpu_phase_probe_only_where_the_kernel_offers_it(monkeypatch):
+    from amp_bench.measure.telemetry import phase_memory
+    monkeypatch.setattr(phase_memory.CpuPhaseProbe, "available", lambda self: True)
+    assert isinstance(CpuOps("cpu").phase_probe(), phase_memory.CpuPhaseProbe)
+    monkeypatch.setattr(phase_memory.CpuPhaseProbe, "available", lambda self: False)
+    assert CpuOps("cpu").phase_probe() is None
+
+
+def test_the_cpu_caps_the_address_space_above_the_rehearsed_process(monkeypatch):
+    import resource
+
+    from amp_bench.measure import channel
+    from amp_bench.measure.devices import cpu
+    steps, limits = [], []
+    monkeypatch.setattr(cpu, "_predictable_malloc", lambda: steps.append("malloc"))
+    monkeypatch.setattr(cpu, "_rehearse", lambda case, kind, device: steps.append(f"rehearse {kind} {device}"))
+    monkeypatch.setattr(channel, "read_status_bytes", lambda key: 3 * GiB if key == "VmSize:" else None)
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    monkeypatch.setattr(resource, "setrlimit", lambda what, pair: limits.append((what, pair)))
+    columns = CpuOps("cpu").cap_memory(SimpleNamespace(memory_cap_bytes=2 * GiB))
+    assert steps == ["malloc", "rehearse cpu cpu"]
+    assert limits == [(resource.RLIMIT_AS, (5 * GiB, resource.RLIM_INFINITY))]
+    assert columns == {"memory_cap_bytes": 2 * GiB, "memory_cap_kind": "address space above the bare torch process",
+                       "memory_cap_baseline_bytes": 3 * GiB}
+
+
+# --------------------------------------------------------------------------- CUDA, through a fake torch.cuda
+
+def test_cuda_caps_the_allocator_at_its_fraction_of_the_device():
+    fake = FakeCuda()
+    columns = CudaOps("cuda:0", cuda=fake).cap_memory(SimpleNamespace(memory_cap_bytes=40 * GiB))
+    assert fake.fraction == pytest.approx(40 * GiB / H100_TOTAL)
+    assert columns == {"memory_cap_bytes": 40 * GiB, "memory_cap_kind": "cuda allocator fraction of the device"}
+    CudaOps("cuda:0", cuda=fake).cap_memory(SimpleNamespace(memory_cap_bytes=200 * GiB))
+    assert fake.fraction == 1.0  # never above the whole device
+
+
+def test_cuda_times_the_window_with_events_and_reads_the_peaks_since_the_reset():
+    fake = FakeCuda()
+    ops = CudaOps("cuda:0", cuda=fake)
+    fake.work(50.0, alloc=30 * GiB, free=0)  # the model, optimizer state and warmup's high-water mark
+    fake.work(5.0, alloc=20 * GiB, free=20 * GiB)
+    timer = ops.step_timer(4)
+    assert isinstance(timer, CudaStepTimer)
+    ops.reset_peak_memory()
+    assert fake.calls[-2:] == ["synchronize", "reset_peak_memory_stats"]
+    gpu_ms = iter([12.5, 12.0, 12.25, 12.0])
+
+    def step():
+        fake.work(next(gpu_ms), alloc=8 * GiB, free=8 * GiB)  # activations, freed by the step's end
+
+    per_step, _, reason = measure_window(step, timer, StopRule.fixed(4))
+    assert per_step == [12.5, 12.0, 12.25, 12.0] and reason == "fixed steps"
+    assert ops.peak_memory_columns() == {"peak_mem_allocated_bytes": 38 * GiB,  # not warmup's 50
+                                         "peak_mem_reserved_bytes": 50 * GiB,  # reserved stays cached
+                                         "cuda_num_alloc_retries": 2}
+
+
+def test_cuda_settle_drops_the_cache_steps_once_then_resets_the_peaks():
+    fake, record, steps = FakeCuda(), {}, []
+    fake.work(1.0, alloc=30 * GiB, free=20 * GiB)  # cudnn.benchmark's search: 30 GiB reserved, 10 in use
+    step = SimpleNamespace(untimed_step=lambda inputs, target: steps.append("untimed") or fake.work(1.0, 4 * GiB, 4 * GiB))
+    reader = SimpleNamespace(memory_used=lambda: 16 * GiB)
+    CudaOps("cuda:0", cuda=fake).settle(step, None, None, reader, record)
+    assert fake.calls == ["synchronize", "empty_cache", "synchronize", "reset_peak_memory_stats"]
+    assert steps == ["untimed"]
+    assert fake.max_memory_reserved() == 14 * GiB  # the search's 30 GiB is gone from the peak
+    assert record == {"settle_steps": 1, "nvml_mem_used_settled_bytes": 16 * GiB}
+
+
+def test_cuda_phase_probe_reads_the_allocator_through_the_same_fake():
+    from amp_bench.measure.telemetry.phase_memory import CudaPhaseProbe, phase_columns
+    fake = FakeCuda()
+    fake.work(0.0, alloc=10 * GiB)  # weights and optimizer state
+    probe = CudaOps("cuda:0", cuda=fake).phase_probe()
+    assert isinstance(probe, CudaPhaseProbe)
+    probe.mark("forward")
+    fake.work(1.0, alloc=6 * GiB)  # activations kept for backward
+    probe.mark("backward")
+    fake.work(1.0, alloc=2 * GiB, free=8 * GiB)  # gradients in, activations out
+    probe.mark("optimizer")
+    fake.work(1.0, alloc=1 * GiB, free=1 * GiB)
+    probe.mark("end")
+    assert phase_columns(probe) == {"peak_mem_forward_bytes": 16 * GiB, "peak_mem_backward_bytes": 18 * GiB,
+                                    "peak_mem_optimizer_bytes": 11 * GiB, "phase_memory_source": "cuda_allocated"}
+
+
+def test_cuda_under_ddp_takes_the_ranks_gpu_and_checks_there_are_enough():
+    import torch
+    fake = FakeCuda(devices_visible=2)
+    ops = CudaOps(torch.device("cuda", 0), cuda=fake)
+    mine = ops.for_rank(SimpleNamespace(local_rank=1), DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", index=0))
+    assert mine.torch_device == torch.device("cuda", 1) and mine.cuda is fake
+    assert mine.ddp_kwargs() == {"device_ids": [1], "output_device": 1}
+    mine.make_current()
+    assert fake.calls == ["set_device cuda:1"]
+    assert ops.dist_backend == "nccl" and ops.fp32_math_env() is os.environ
+    gpu = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", index=1)
+    assert ops.check_ranks(gpu, 1) is None
+    assert ops.check_ranks(gpu, 2) == "nproc_per_node=2 from cuda:1 needs 3 GPUs on this node, 2 visible"
+
+
+def test_cuda_peak_rates_come_from_the_datasheet_table():
+    ops = CudaOps("cuda:0", cuda=FakeCuda())
+    peak, source, bf16 = ops.peak_rates("NVIDIA H100 80GB HBM3", "amp_fp16")
+    assert peak == 989.0 and bf16 == 989.0 and source.startswith("fp16 dense peak: NVIDIA H100 datasheet")
+    peak, source, bf16 = ops.peak_rates("NVIDIA H100 80GB HBM3", "fp32")
+    assert peak == 67.0 and source.startswith("fp32 dense peak:") and bf16 == 989.0
+    peak, _, bf16 = ops.peak_rates("Some Future GPU", "amp_bf16")
+    assert peak is None and bf16 is None
