@@ -172,6 +172,10 @@ def _after_window(case, device, torch_device, step, inputs, target, median_ms: f
         peak, source = None, "no peak-rate table for CPUs (give peak_tflops to get an MFU)"
     bf16_peak = peak_tflops(device.name, "amp_bf16")[0] if device.type == "cuda" else None
     out.update(flops_columns(flops, median_ms, peak, source, bf16_peak))
+    if getattr(case, "explain", False):  # issue 23: one more step under torch.profiler; rank 0 saves it
+        from amp_bench.measure.telemetry.profile import TRACE_ENV, capture
+        trace = os.environ.get(TRACE_ENV) if os.environ.get("RANK", "0") == "0" else None
+        out.update(capture(step, inputs, target, device.type, trace))
     return out
 
 
