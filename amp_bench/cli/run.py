@@ -45,6 +45,8 @@ def add_parsers(sub) -> None:
     run.add_argument("--compile-cache", choices=("warm", "cold"), help="inductor/triton cache: warm, one per run "
                      "shared by its cases; cold, an empty one per case")
     run.add_argument("--seed", type=int)
+    run.add_argument("--explain", action="store_true", default=None, help="profile one more step per case after its "
+                     "window: where the time goes, per category (the suite key explain: true)")
     run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
@@ -71,7 +73,7 @@ def cmd_run(args, console) -> int:
                  "case_budget_s": args.case_budget, "budget_s": args.budget, "allow_emulated": args.allow_emulated,
                  "compile": args.compile, "compile_backend": args.compile_backend,
                  "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
-                 "compile_cache": args.compile_cache}
+                 "compile_cache": args.compile_cache, "explain": args.explain}
     reporter = render_console.rich_reporter(console)
     try:
         results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,

@@ -50,6 +50,10 @@ def _after_window(case, device, ops, step, inputs, target, median_ms: float) -> 
     if case.peak_tflops:
         peak, source = case.peak_tflops, "given by the user"
     out.update(flops_columns(flops, median_ms, peak, source, bf16_peak))
+    if getattr(case, "explain", False):  # issue 23: one more step under torch.profiler; rank 0 saves it
+        from amp_bench.measure.telemetry.profile import TRACE_ENV, capture
+        trace = os.environ.get(TRACE_ENV) if os.environ.get("RANK", "0") == "0" else None
+        out.update(capture(step, inputs, target, device.type, trace))
     return out
 
 

@@ -26,7 +26,21 @@ MANIFEST_FILE = "manifest.json"
 # read, and an older reader says plainly that it cannot). 1: results/samples CSV + manifest.json.
 FORMAT_VERSION = 1
 
-# The documented columns, in order; records may carry more (appended after these).
+# Issue 23's breakdown of one profiled step (analysis/explain/): ms per category (its CATEGORIES, in
+# order), host and busy time, the profiled step against the measured median, shares, Tensor Core
+# alignment, ms per phase, the saved trace, and whether the breakdown is there. Empty in runs without
+# `explain: true`; written out here, as every documented column is (a test holds it to CATEGORIES).
+EXPLAIN_COLUMNS = [
+    "explain_gemm_ms", "explain_conv_ms", "explain_attention_ms", "explain_elementwise_ms", "explain_norm_ms",
+    "explain_reduction_ms", "explain_cast_ms", "explain_layout_ms", "explain_optimizer_ms",
+    "explain_communication_ms", "explain_other_ms", "explain_host_ms", "explain_busy_ms", "explain_profiled_ms",
+    "explain_profiled_vs_measured", "explain_cast_share", "explain_other_share", "explain_misaligned_flop_share",
+    "explain_misaligned_layers", "explain_phase_forward_ms", "explain_phase_backward_ms",
+    "explain_phase_optimizer_ms", "explain_phase_scaler_ms", "explain_trace", "explain_status", "explain_reason",
+]
+# The documented columns, in order; records may carry more (appended after these). Adding columns
+# keeps FORMAT_VERSION: an older reader keeps unknown columns after its own, a newer one reads older
+# files with the new columns empty.
 RESULT_COLUMNS = [
     "run_id", "suite", "case_id", "group_id", "model", "model_label", "batch_size", "precision",
     "channels_last", "image_size", "seq_len", "device", "device_name", "architecture",
@@ -51,7 +65,7 @@ RESULT_COLUMNS = [
     "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "fingerprint",
     "gpu_uuid", "driver_version", "compute_capability", "gpu_memory_bytes", "cpu_model", "cpu_count", "cpu_bf16_isa",
     "timestamp",
-    "worker_seconds", "log_file",
+    "worker_seconds", "log_file", *EXPLAIN_COLUMNS,
 ]
 SAMPLE_COLUMNS = ["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"]
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
+from amp_bench.analysis.explain.judge import explain_row
 from amp_bench.workers.launch import run_one
 from amp_bench.store.results import RunStore, order_columns
 from amp_bench.studies.session import Session
@@ -106,6 +107,8 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
             row, samples = run_one(case, repeat, info, session.versions, store,
                                    on_event=lambda event, case=case: reporter.worker_event(case, event),
                                    support=supports[index])
+            if case.explain:  # the worker saved a profiled step: judged here, torch-free (issue 23)
+                row.update(explain_row(row, store.dir))
             row["hostname"] = session.host["hostname"]
             row.update(session.fingerprint)
             store.add(row, samples)

@@ -237,6 +237,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "compile_backend": _choice(COMPILE_BACKENDS),
         "compile_fullgraph": _bool,
         "compile_optimizer": _bool,
+        "explain": _bool,
         "compile_cache": _choice(COMPILE_CACHES),
         "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
         "compile_timeout_s": _optional(_number(0, 7 * 24 * 3600)),

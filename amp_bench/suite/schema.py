@@ -54,6 +54,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "compile_cache": "warm",  # warm: one inductor cache per run, shared; cold: an empty one per case
         "compile_precisions": None,  # None: every precision is compiled; a list: only these are
         "compile_timeout_s": None,  # a compiled case's timeout_s (fp8 trains compiled): None, the suite's
+        "explain": False,  # one more step per case under torch.profiler: where the time goes (analysis/explain/)
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)
         "fp8_recipe": "tensorwise",  # or rowwise (per-row scales: slower, more accurate)
         "fp8_skip_first_last": False,  # true: the first and last linear layers stay in bf16
@@ -143,6 +144,7 @@ class TrainingSettings:
     compile_backend: str = _SETTINGS["compile_backend"]
     compile_fullgraph: bool = _SETTINGS["compile_fullgraph"]
     fp8_recipe: str = _SETTINGS["fp8_recipe"]
+    explain: bool = _SETTINGS["explain"]  # profile one more step after the window (measure/telemetry/profile.py)
     fp8_skip_first_last: bool = _SETTINGS["fp8_skip_first_last"]
 
     @property

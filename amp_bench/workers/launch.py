@@ -54,6 +54,8 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     if cache_dir is not None:
         extra_env = {**(extra_env or {}), **compile_cache_env(cache_dir)}
         row["compile_cache_dir"] = str(cache_dir.relative_to(store.dir))
+    if case.explain:  # where the worker saves the profiled step's trace (measure/telemetry/profile.py)
+        extra_env = {**(extra_env or {}), "AMP_BENCH_EXPLAIN_TRACE": str(store.dir / "traces" / f"{stem}.json.gz")}
     outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json(),
                                                 "support": dataclasses.asdict(support)}, case.timeout_s,
                       on_event=on_event, launcher=launcher, extra_env=extra_env)
@@ -67,6 +69,8 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
         samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
                     "repeat": repeat, **s} for s in record.pop("samples", [])]
         row.update(record)
+        if row.get("explain_trace"):  # relative to the run directory, as log_file
+            row["explain_trace"] = str(Path(row["explain_trace"]).relative_to(store.dir))
         # peak RSS over the training steps: the worker's high-water mark read right after the
         # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
         if record.get("rss_hwm_bytes"):

@@ -1,0 +1,58 @@
+"""A results row's `explain_*` columns, from what its worker saved after the timed window: the
+profiled step's trace (traces/STEM.json.gz) and its GEMM/conv layers (traces/STEM.layers.json).
+
+Called by the parent for every case that asked for a breakdown (studies/benchmark.py), so the
+worker only captures (measure/telemetry/profile.py) and everything that judges stays torch-free and
+testable on saved files. A failure here never costs the measured row: the columns say "unavailable"
+and why, and the trace's path is kept for Perfetto.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from amp_bench import modes
+from amp_bench.analysis.explain.alignment import alignment_table, misaligned_flop_share, misaligned_summary, read_layers
+from amp_bench.analysis.explain.decompose import profile_columns, unavailable_columns
+from amp_bench.analysis.explain.trace import read_profile
+
+CAPTURED = "captured"  # the worker's explain_status when it saved a trace for this module to read
+
+
+def layers_path(trace_path) -> Path:
+    """traces/STEM.json.gz -> traces/STEM.layers.json (where the worker saves the layer records)."""
+    trace_path = Path(trace_path)
+    name = trace_path.name
+    for suffix in (".json.gz", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return trace_path.with_name(name + ".layers.json")
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and number > 0 else None  # NaN and 0 are "not known"
+
+
+def explain_row(row: dict, run_dir) -> dict:
+    """The explain_* columns of one results row (its `explain_trace` is relative to `run_dir`)."""
+    status, trace = row.get("explain_status"), row.get("explain_trace") or ""
+    if status != CAPTURED:
+        why = row.get("explain_reason") or (f"the case ended {row.get('status')} before its profiled step"
+                                            if row.get("status") != "ok" else "no profiled step was taken")
+        return {**unavailable_columns(why), "explain_trace": trace}
+    device_type = "cuda" if str(row.get("device", "cpu")).startswith("cuda") else "cpu"
+    try:
+        path = Path(run_dir) / trace
+        profile = read_profile(path, device_type, trace_path=trace)
+        table = alignment_table(read_layers(layers_path(path)), int(_number(row.get("flops_per_step")) or 0) or None,
+                                device_type)
+        multiple = 16 if modes.get(str(row.get("precision"))).float8_linear else 8  # fp8 wants 16
+        return profile_columns(profile, _number(row.get("step_time_ms_median")), misaligned_flop_share(table, multiple),
+                               misaligned_summary(table, multiple))
+    except Exception as exc:  # noqa: BLE001 the breakdown is an explanation, never a reason to lose the row
+        return {**unavailable_columns(f"reading the profile failed: {type(exc).__name__}: {exc}"[:300]),
+                "explain_trace": trace}

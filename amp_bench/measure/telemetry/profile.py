@@ -1,0 +1,215 @@
+"""One extra training step under torch.profiler, after the timed window and outside every timed
+figure (issue 23): this module only captures; analysis/explain/ reads and judges what it saved.
+
+What it saves, for the parent to read: the step's Chrome trace, gzipped (Perfetto opens it), at the
+path the launcher gives in AMP_BENCH_EXPLAIN_TRACE (RUN_DIR/traces/STEM.json.gz), and beside it
+STEM.layers.json, the shapes of every GEMM (Linear, transformers' Conv1D) and convolution layer as
+the step's forward saw them, named by module (what Tensor Core alignment is judged on; the profiler
+records shapes per aten op but not which module they belong to). The row gets explain_trace and
+explain_status "captured", or "unavailable" and why; a failure here never costs the measurement.
+
+Why the trace and not `prof.key_averages()`: it has no step window, no phases, no idea of the device
+being idle and no categories; reading the trace gives one code path for a trace taken now and one
+saved earlier. CUDA: the first profiler start in a process initialises CUPTI (a fraction of a second
+to seconds); a throwaway CUDA profiler session pays it first, and the profiled step is timed from its
+own region in the trace, synchronised inside it, so every kernel it launched ends inside the window.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import inspect
+import json
+import os
+import shutil
+import tempfile
+
+TRACE_ENV = "AMP_BENCH_EXPLAIN_TRACE"  # where the worker saves the trace (workers/launch.py sets it)
+# the regions analysis/explain/trace.py reads (it holds the same two strings; a test keeps them equal)
+STEP_REGION = "amp_bench::step"
+PHASE_PREFIX = "amp_bench::"
+MARKED_PHASES = ("forward", "backward", "optimizer")
+
+
+class _PhaseMarks:
+    """`marks(phase)` as TrainStep calls it at each phase boundary: closes the open
+    `amp_bench::<phase>` region and opens the next ("end" just closes)."""
+
+    def __init__(self, record_function):
+        self.record_function = record_function
+        self.current = None
+
+    def __call__(self, phase: str) -> None:
+        self.close()
+        if phase in MARKED_PHASES:
+            self.current = self.record_function(PHASE_PREFIX + phase)
+            self.current.__enter__()
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.__exit__(None, None, None)
+            self.current = None
+
+
+def _takes_marks(step_fn) -> bool:
+    try:
+        return "marks" in inspect.signature(step_fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def warm_cuda_profiler() -> None:
+    """Start and stop a CUDA profiler session once, so CUPTI's one-off start-up is paid here."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]):
+        torch.cuda.synchronize()
+
+
+def profile_step(step_fn, device_type: str, trace_path: str | os.PathLike, record_shapes: bool = True) -> str:
+    """Run `step_fn` once under torch.profiler and save its gzip Chrome trace at `trace_path`.
+
+    `step_fn()`, or `step_fn(marks=...)` when it takes `marks` (then the forward, backward and
+    optimizer phases are marked as regions, e.g. `lambda marks=None: step(inputs, target, marks=marks)`).
+    CPU activity always; CUDA as well when `device_type == "cuda"`. Returns the path as a string.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if device_type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+        warm_cuda_profiler()
+        torch.cuda.synchronize()
+    marks = _PhaseMarks(record_function)
+    with profile(activities=activities, record_shapes=record_shapes) as prof:
+        with record_function(STEP_REGION):
+            try:
+                if _takes_marks(step_fn):
+                    step_fn(marks=marks)
+                else:
+                    step_fn()
+            finally:
+                marks.close()
+            if device_type == "cuda":
+                torch.cuda.synchronize()
+    saved = str(trace_path)
+    os.makedirs(os.path.dirname(os.path.abspath(saved)), exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="amp_bench_trace_")
+    try:
+        raw = os.path.join(workdir, "trace.json")
+        prof.export_chrome_trace(raw)
+        with open(raw, "rb") as src, gzip.open(saved, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return saved
+
+
+def _strip(name: str) -> str:
+    """Module names as the user wrote the model: without DDP's `module.` and compile's `_orig_mod.`."""
+    for prefix in ("module.", "_orig_mod."):
+        while name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.replace("._orig_mod.", ".")
+
+
+def _layer_of(name: str, module, inputs, output) -> dict | None:
+    """{name, kind, dims, calls} of a GEMM or conv layer's call (alignment.Layer's fields)."""
+    import torch
+    x = inputs[0] if inputs else None
+    if not isinstance(x, torch.Tensor):
+        return None
+    if isinstance(module, torch.nn.Linear):
+        k, n = module.in_features, module.out_features
+    elif type(module).__name__ == "Conv1D" and hasattr(module, "nf"):  # transformers GPT-2: weight (in, out)
+        k, n = module.weight.shape[0], module.nf
+    elif isinstance(module, torch.nn.modules.conv._ConvNd):
+        out = output if isinstance(output, torch.Tensor) else None
+        positions = out.shape[0] if out is not None else x.shape[0]
+        for size in (out.shape[2:] if out is not None else ()):
+            positions *= size
+        return {"name": _strip(name), "kind": type(module).__name__, "calls": 1, "dims": {
+            "in": module.in_channels, "out": module.out_channels, "groups": module.groups,
+            "kernel": list(module.kernel_size), "positions": int(positions)}}
+    else:
+        return None
+    return {"name": _strip(name), "kind": "Linear", "calls": 1,
+            "dims": {"in": int(k), "out": int(n), "rows": int(x.numel() // max(k, 1))}}
+
+
+@contextlib.contextmanager
+def record_layers(model):
+    """Forward hooks on every Linear, Conv1D (transformers) and ConvNd of `model` for as long as the
+    block runs; yields a list that holds the layer records (one per module, calls counted) once the
+    block has exited. Use it around a step of an eager model; a compiled model would recompile for
+    the hooks, so give its `_orig_mod` and run an eager forward instead."""
+    import torch
+    records: dict[str, dict] = {}
+    handles = []
+
+    def hook_for(name):
+        def hook(module, inputs, output):
+            if name in records:
+                records[name]["calls"] += 1
+                return
+            layer = _layer_of(name, module, inputs, output)
+            if layer is not None:
+                records[name] = layer
+        return hook
+
+    for name, module in model.named_modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) or type(module).__name__ == "Conv1D":
+            handles.append(module.register_forward_hook(hook_for(name)))
+    layers: list[dict] = []
+    try:
+        yield layers
+    finally:
+        for handle in handles:
+            handle.remove()
+        layers.extend(records.values())
+
+
+def layers_path(trace_path: str) -> str:
+    """traces/STEM.json.gz -> traces/STEM.layers.json (analysis/explain/judge.py reads it there)."""
+    base = str(trace_path)
+    for suffix in (".json.gz", ".json"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return base + ".layers.json"
+
+
+def _eager_module(model):
+    """The module the user wrote: DDP's `.module`, compile's `._orig_mod` unwrapped; and whether it
+    was compiled (then hooks would make dynamo recompile, so shapes come from a separate forward)."""
+    inner = getattr(model, "module", model)
+    original = getattr(inner, "_orig_mod", None)
+    return (original, True) if original is not None else (inner, False)
+
+
+def capture(step, inputs, target, device_type: str, trace_path: str | None) -> dict:
+    """Profile one more step of `step` (a TrainStep) and save its trace and layers; the row's
+    explain_trace / explain_status / explain_reason. Never raises."""
+    if not trace_path:
+        return {"explain_status": "unavailable", "explain_trace": "",
+                "explain_reason": f"no trace path ({TRACE_ENV} unset: only a run saves traces)"}
+    try:
+        import torch
+
+        from amp_bench.measure.models import forward
+        module, compiled = _eager_module(step.model)
+        run = lambda marks=None: step(inputs, target, marks=marks)  # noqa: E731
+        if compiled:
+            with record_layers(module) as layers, torch.no_grad():
+                forward(module, inputs)
+            profile_step(run, device_type, trace_path)
+        else:
+            with record_layers(module) as layers:
+                profile_step(run, device_type, trace_path)
+        with open(layers_path(trace_path), "w", encoding="utf-8") as fh:
+            json.dump(layers, fh)
+        return {"explain_status": "captured", "explain_trace": str(trace_path), "explain_reason": ""}
+    except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the measurement
+        return {"explain_status": "unavailable", "explain_trace": "",
+                "explain_reason": f"profiling failed: {type(exc).__name__}: {exc}"[:300]}

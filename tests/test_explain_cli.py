@@ -1,0 +1,55 @@
+"""`explain SUITE` and `run --explain` through the CLI on this CPU: real workers, one profiled step per
+case after its window; a suite with nothing to explain says so per case and exits non-zero."""
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from amp_bench.cli import build_parser
+from amp_bench.store.results import EXPLAIN_COLUMNS
+from conftest import ROOT
+
+
+def amp_bench_cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "amp_bench", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
+
+
+def test_the_suite_key_and_the_run_flag():
+    from amp_bench.suite import load_suite
+    assert build_parser().parse_args(["run", "suites/smoke.yaml", "--explain"]).explain is True
+    assert build_parser().parse_args(["run", "suites/smoke.yaml"]).explain is None  # the suite's own setting
+    suite = load_suite(ROOT / "suites" / "smoke.yaml")
+    assert not any(case.explain for case in suite.cases("cpu"))  # off by default
+    assert all(case.explain for case in suite.cases("cpu", {"explain": True}))
+
+
+def test_nothing_to_explain_is_one_line_per_case_and_exit_3(tmp_path):
+    proc = amp_bench_cli("explain", "suites/smoke.yaml", "--device", "cpu", "--precision", "tf32",
+                         "--results-dir", str(tmp_path), "--no-report")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("not explained: ")]
+    assert len(lines) == 2 and all("unsupported: TF32 is a CUDA tensor-core mode" in line for line in lines)
+    assert "nothing to explain" in proc.stdout
+
+
+@pytest.mark.slow
+def test_explain_smoke_on_cpu(tmp_path):
+    proc = amp_bench_cli("explain", "suites/smoke.yaml", "--device", "cpu", "--precision", "fp32", "--precision",
+                         "amp_bf16", "--steps", "3", "--results-dir", str(tmp_path / "results"),
+                         "--reports-dir", str(tmp_path / "reports"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    run_dir = next((tmp_path / "results").iterdir())
+    table = pd.read_csv(run_dir / "results.csv")
+    assert set(EXPLAIN_COLUMNS) <= set(table.columns)
+    ok = table[table["status"] == "ok"]
+    assert len(ok) >= 2 and ok["explain_status"].isin(["ok", "distorted"]).all(), ok["explain_reason"].tolist()
+    for _, row in ok.iterrows():
+        assert (run_dir / row["explain_trace"]).exists()  # relative to the run directory
+        assert row["explain_other_share"] < 0.10
+    assert "Where the profiled step's time went" in proc.stdout
+    assert "resnet18 bs 4: amp_bf16 made" in proc.stdout.replace("\n", " ")
+    html = next((tmp_path / "reports").glob("*.html")).read_text()
+    assert "chart-explain" in html and "Where the time goes" in html
