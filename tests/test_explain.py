@@ -411,6 +411,7 @@ def test_the_step_after_the_window_captures_when_asked(tmp_path, monkeypatch):
     import torch
 
     from amp_bench.measure import case as measure_case
+    from amp_bench.measure.devices import for_device
     from amp_bench.measure.precision import get_mode
     from amp_bench.measure.step import TrainStep
 
@@ -421,9 +422,9 @@ def test_the_step_after_the_window_captures_when_asked(tmp_path, monkeypatch):
     device = SimpleNamespace(type="cpu", name="cpu")
     case = SimpleNamespace(precision="fp32", peak_tflops=None, explain=True)
     monkeypatch.setenv("AMP_BENCH_EXPLAIN_TRACE", str(tmp_path / "case.json.gz"))  # set by launch.run_one
-    out = measure_case._after_window(case, device, torch.device("cpu"), step, x, y, median_ms=1e6)
+    out = measure_case._after_window(case, device, for_device("cpu"), step, x, y, median_ms=1e6)
     assert out["explain_status"] == "captured" and (tmp_path / "case.json.gz").exists()
     assert json.loads((tmp_path / "case.layers.json").read_text())[0]["dims"] == {"in": 16, "out": 8, "rows": 4}
     del case.explain
-    assert "explain_status" not in measure_case._after_window(case, device, torch.device("cpu"), step, x, y,
+    assert "explain_status" not in measure_case._after_window(case, device, for_device("cpu"), step, x, y,
                                                               median_ms=1.0)
