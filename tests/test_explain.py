@@ -309,6 +309,19 @@ def test_explain_results_pairs_modes_with_fp32_and_uses_the_measured_speedup():
     assert [label for label, _ in explain_results(two)] == ["resnet50 bs 8 on cpu", "resnet50 bs 8 on NVIDIA H100 80GB HBM3"]
 
 
+def test_a_repeat_whose_profile_was_distorted_is_left_out_while_another_is_clean():
+    clean = _rows()
+    slowed = _rows().assign(step_time_ms_median=[130.0, 62.0])  # a slow fp32 repeat ...
+    slowed.loc[slowed["precision"] == "fp32", "explain_conv_ms"] = BASE["conv"] * 3  # ... its profile 3x off
+    slowed.loc[slowed["precision"] == "fp32", "explain_status"] = "distorted"
+    (_, d), = explain_results(pd.concat([clean, slowed, clean]))
+    (_, ref), = explain_results(clean)
+    assert not d.distorted and d.base_total_ms == ref.base_total_ms  # the breakdown is the clean repeats'
+    assert d.measured_speedup == pytest.approx(100 / 62)  # the measured median is every repeat's
+    all_slowed = explain_results(slowed)[0][1]
+    assert all_slowed.distorted and all_slowed.base_total_ms > ref.base_total_ms  # nothing clean: said, not hidden
+
+
 def test_torch_free_modules_do_not_import_torch():
     modules = ["amp_bench.analysis.explain.categories", "amp_bench.analysis.explain.trace",
                "amp_bench.analysis.explain.decompose", "amp_bench.analysis.explain.alignment",

@@ -19,10 +19,11 @@ def amp_bench_cli(*args, timeout=600):
 def test_the_suite_key_and_the_run_flag():
     from amp_bench.suite import load_suite
     assert build_parser().parse_args(["run", "suites/smoke.yaml", "--explain"]).explain is True
+    assert build_parser().parse_args(["run", "suites/smoke.yaml", "--no-explain"]).explain is False
     assert build_parser().parse_args(["run", "suites/smoke.yaml"]).explain is None  # the suite's own setting
     suite = load_suite(ROOT / "suites" / "smoke.yaml")
-    assert not any(case.explain for case in suite.cases("cpu"))  # off by default
-    assert all(case.explain for case in suite.cases("cpu", {"explain": True}))
+    assert all(case.explain for case in suite.cases("cpu"))  # on by default
+    assert not any(case.explain for case in suite.cases("cpu", {"explain": False}))
 
 
 def test_nothing_to_explain_is_one_line_per_case_and_exit_3(tmp_path):

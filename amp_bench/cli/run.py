@@ -4,6 +4,7 @@
 auto_report, the report written at the end of a run, lives here too; fidelity and headroom end with it."""
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -45,8 +46,9 @@ def add_parsers(sub) -> None:
     run.add_argument("--compile-cache", choices=("warm", "cold"), help="inductor/triton cache: warm, one per run "
                      "shared by its cases; cold, an empty one per case")
     run.add_argument("--seed", type=int)
-    run.add_argument("--explain", action="store_true", default=None, help="profile one more step per case after its "
-                     "window: where the time goes, per category (the suite key explain: true)")
+    run.add_argument("--explain", action=argparse.BooleanOptionalAction, default=None, help="profile one more step "
+                     "per case after its window: where the time goes, per category (on by default; the suite key "
+                     "explain: false or --no-explain turns it off)")
     run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
@@ -87,9 +89,22 @@ def cmd_run(args, console) -> int:
     counts = results["status"].value_counts().to_dict()
     console.print(f"finished: {', '.join(f'{v} {k}' for k, v in counts.items())} -> {results.attrs['run_dir']}")
     render_console.print_summary(results, console)
+    _print_explained(results, console)
     if not args.no_report:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
     return 0
+
+
+def _print_explained(results, console) -> None:
+    """With explain on, the run ends with why each speedup is what it is: one sentence per model, batch
+    and mode (the full table is `explain SUITE`'s and the report's)."""
+    if "explain_status" not in results or not results["explain_status"].isin(["ok", "distorted"]).any():
+        return
+    from rich.markup import escape
+
+    from amp_bench.analysis.explain.decompose import sentences
+    for text in sentences(results):
+        console.print(f"why: {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def auto_report(run_dir: str, reports_dir: Path, console) -> None:
