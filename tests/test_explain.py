@@ -275,6 +275,20 @@ def test_decomposition_shares_ceiling_and_sentence():
     assert "the profiled steps show 1.6x: the timed windows and the profile disagree" in noisy
 
 
+def test_an_emulated_mode_is_named_so_and_a_slowdown_is_said_as_one():
+    """On a CPU without bf16 instructions (allow_emulated), bf16 is slower: the sentence says 'slower'
+    and '(emulated)', never '0.1x faster' of a mode the hardware does not have."""
+    slow = {k: v * 8 for k, v in MODE.items()}
+    text = sentence(decompose(BASE, slow, "amp_bf16", measured_speedup=0.2, device_type="cpu", emulated=True))
+    assert text.startswith("amp_bf16 (emulated) made GEMM+conv 3.0x slower, but they are 58% of the fp32 step")
+    assert "elementwise and norms (31%) ran 6.2x slower" in text and "0.2x measured" in text
+    rows = _rows().assign(emulated=[False, True])
+    (_, d), = explain_results(rows)
+    assert d.emulated and sentence(d).startswith("amp_bf16 (emulated) made")
+    (_, native), = explain_results(_rows())
+    assert not native.emulated and "emulated" not in sentence(native)
+
+
 def test_profile_columns_mark_a_distorted_profile_and_unavailable_rows():
     profile = Profile("cpu", wall_ms=30.0, busy_ms=28.0, categories_ms={c: 0.0 for c in CATEGORIES} | {"gemm": 20.0,
                       "cast": 7.0, "other": 1.0}, phases_ms={"forward": 10.0}, trace_path="t.json.gz")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST, LABELS, MEMORY_BOUND
+from amp_bench.store.flags import true_rows
 from amp_bench.store.results import EXPLAIN_COLUMNS  # the results-table columns, in order: one list
 
 DISTORTED_RATIO = 1.5
@@ -74,6 +75,7 @@ class Decomposition:
     distorted: bool = False
     device_type: str = "cuda"
     notes: list[str] = field(default_factory=list)
+    emulated: bool = False  # the mode ran on hardware that only emulates it: the sentence says so
 
     @property
     def profiled_speedup(self) -> float | None:
@@ -97,7 +99,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 def decompose(base: dict[str, float], mode: dict[str, float], mode_name: str, baseline: str | None = None,
               measured_speedup: float | None = None, distorted: bool = False,
-              device_type: str = "cuda") -> Decomposition:
+              device_type: str = "cuda", emulated: bool = False) -> Decomposition:
     """`base`, `mode`: {category: ms per step} (CATEGORIES, plus 'host' when known) of one profiled
     step each; `baseline` names the base's mode (the registry's reference unless given)."""
     baseline = baseline or modes.reference()
@@ -121,11 +123,16 @@ def decompose(base: dict[str, float], mode: dict[str, float], mode_name: str, ba
     return Decomposition(mode_name, baseline, table, base_total, mode_total, factor,
                          acc_base / base_total if base_total else 0.0,
                          (mode.get("cast", 0.0) - base.get("cast", 0.0)) / base_total if base_total else 0.0,
-                         ceiling, measured_speedup, distorted, device_type)
+                         ceiling, measured_speedup, distorted, device_type, emulated=emulated)
 
 
 def _join(labels: list[str]) -> str:
     return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
+
+
+def _faster(factor: float) -> str:
+    """'2.6x faster', or for a slowdown '7.7x slower' (never '0.1x faster')."""
+    return f"{factor:.1f}x faster" if factor >= 1 else f"{1 / factor:.1f}x slower"
 
 
 def sentence(d: Decomposition) -> str:
@@ -134,20 +141,22 @@ def sentence(d: Decomposition) -> str:
     1.9x the ceiling with the rest unchanged'."""
     t = d.table.set_index("category")
     share = t["base_share"].fillna(0.0)
+    mode = modes.with_emulated(d.mode, d.emulated)  # an emulated mode's breakdown explains the emulation
     present = [k for k in ACCELERATED if share.get(k, 0.0) >= 0.01] or [k for k in ACCELERATED if t.loc[k, "base_ms"] > 0]
     parts = []
     if present and d.accelerated_speedup:
         they = "they are" if len(present) > 1 else "it is"
-        parts.append(f"{d.mode} made {'+'.join(LABELS[k] for k in present)} {d.accelerated_speedup:.1f}x faster, but "
+        parts.append(f"{mode} made {'+'.join(LABELS[k] for k in present)} {_faster(d.accelerated_speedup)}, but "
                      f"{they} {d.accelerated_share:.0%} of the {d.baseline} step")
     else:
-        parts.append(f"{d.mode}: no GEMM, convolution or attention time in the {d.baseline} profile")
+        parts.append(f"{mode}: no GEMM, convolution or attention time in the {d.baseline} profile")
     memory = sorted((k for k in MEMORY_BOUND if share.get(k, 0.0) >= 0.05), key=lambda k: -share[k])[:3]
     if memory:
         b, m = t.loc[memory, "base_ms"].sum(), t.loc[memory, "mode_ms"].sum()
         gain = _ratio(b, m)
         parts.append(f"{_join([LABELS[k] for k in memory])} ({share[memory].sum():.0%}) "
-                     + (f"gained {gain:.1f}x" if gain else "did not change"))
+                     + ((f"gained {gain:.1f}x" if gain >= 1 else f"ran {1 / gain:.1f}x slower") if gain
+                        else "did not change"))
     cast = f"casts added {d.cast_added_share:.0%}" if d.cast_added_share >= 0.005 else \
         f"casts took {share.get('cast', 0.0):.0%}"
     head = "; ".join(parts + [cast])
@@ -200,6 +209,7 @@ def _cases(results: pd.DataFrame):
                 row["step_time_ms_median"] = rows["step_time_ms_median"].median()
             row["explain_status"] = "ok" if not clean.empty else "distorted"
             row["device_type"] = str(rows.iloc[0].get("device", "cpu"))
+            row["emulated"] = bool(true_rows(rows["emulated"]).any()) if "emulated" in rows else False
             by_mode[precision] = row
         yield label, by_mode
 
@@ -221,7 +231,7 @@ def explain_results(results: pd.DataFrame, baseline: str | None = None) -> list[
             distorted = "distorted" in (row["explain_status"], base["explain_status"])
             device = "cuda" if row["device_type"].startswith("cuda") else "cpu"
             out.append((label, decompose(times_from_row(base), times_from_row(row), precision, baseline,
-                                         measured, distorted, device)))
+                                         measured, distorted, device, emulated=row["emulated"])))
     return out
 
 
