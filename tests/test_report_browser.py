@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from amp_bench.report import build_report
-from fake_results import write_machine_runs, write_study_runs
+from fake_results import write_gpu_fleet, write_machine_runs, write_study_runs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.environ.get("CI") != "true":  # .ci/run installs it; a laptop may lack it
@@ -85,3 +85,17 @@ def test_fidelity_and_headroom_charts_draw_offline(tmp_path):
     assert_every_chart_drew(dom, charts)
     assert "Speedup over FP32" not in dom  # no benchmark rows: no empty benchmark sections
     assert "parity" in dom and "2.11x" in dom
+
+
+def test_gpus_compared_draws_offline_with_unsupported_modes_as_crosses(tmp_path):
+    """A V100, an A100, an L4 and an H100 as partitions: the section's chart draws, and the modes a GPU
+    lacks are labelled crosses (bf16 on the V100, fp8 below Ada), not bars of zero."""
+    write_gpu_fleet(tmp_path / "results")
+    dom, charts = report_charts(tmp_path)
+    assert "machines" in charts
+    assert_every_chart_drew(dom, charts)
+    section = dom.split('id="machines"', 1)[1].split("<h2", 1)[0]
+    assert "GPUs compared" in dom and "NVIDIA L4 (Ada) [l4]" in section
+    assert "not supported here: fp8 needs compute capability" in section
+    chart = dom.split('<div id="chart-machines"', 1)[1].split('<div id="chart-', 1)[0]
+    assert chart.count("not supported") >= 4  # V100 tf32, bf16, fp8 and A100 fp8, drawn as labelled crosses

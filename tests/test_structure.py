@@ -76,9 +76,10 @@ def test_no_import_circle_in_the_package():
 # The layers, top to bottom; a layer imports only from the layers it names (and the shared base).
 BASE = {"amp_bench", "amp_bench.errors", "amp_bench.modes", "amp_bench.stats"}
 LAYERS = {  # layer -> the layers it may import
-    "cli": {"studies", "workers", "measure", "platform", "suite", "report", "analysis", "store"},
+    "cli": {"studies", "executors", "workers", "measure", "platform", "suite", "report", "analysis", "store"},
     "worker": {"studies", "measure", "platform", "suite"},
-    "studies": {"workers", "measure", "platform", "suite", "analysis", "store"},
+    "studies": {"executors", "workers", "measure", "platform", "suite", "analysis", "store"},
+    "executors": {"suite", "store"},  # where jobs run (SLURM through submitit); knows nothing of measuring
     "workers": {"measure", "platform", "suite", "store"},
     "measure": {"platform", "suite"},
     "platform": set(),
@@ -120,8 +121,8 @@ def test_the_layer_check_can_fail():
 
 
 def test_imports_go_down_the_layers():
-    """cli and worker -> studies -> workers -> measure -> platform, suite, stats; report -> analysis ->
-    store -> stats, modes, errors. Analysis, store and report never import measure, workers or studies."""
+    """cli and worker -> studies -> executors, workers -> measure -> platform, suite, stats; report -> analysis ->
+    store -> stats, modes, errors. Analysis, store and report never import measure, workers, executors or studies."""
     violations = _layer_violations(_import_graph())
     assert not violations, "imports against the layers: " + "; ".join(violations)
 
@@ -136,7 +137,8 @@ def test_the_top_level_holds_at_most_eight_modules():
                                     "amp_bench.analysis.headline", "amp_bench.analysis.fidelity",
                                     "amp_bench.analysis.headroom", "amp_bench.report", "amp_bench.report.data",
                                     "amp_bench.report.charts", "amp_bench.report.render", "amp_bench.report.studies",
-                                    "amp_bench.store.results", "amp_bench.store.cache", "amp_bench.store.ingest",
+                                    "amp_bench.store.results", "amp_bench.store.cache", "amp_bench.store.ingest", "amp_bench.store.run_state",
+                                    "amp_bench.executors.job_states", "amp_bench.cli.status",
                                     "amp_bench.stats", "amp_bench.modes", "amp_bench.studies.fidelity.run",
                                     "amp_bench.studies.headroom"])
 def test_reading_and_analysing_results_does_not_import_torch(module):

@@ -27,7 +27,8 @@ MEMORY_METRICS = {
     "rss_above_baseline": "mem_above_baseline_bytes",
     "nvml": "nvml_mem_used_delta_bytes",
 }
-CARRIED = ["hostname", "architecture", "torch_version", "cuda_version"]  # constant within a run
+CARRIED = ["hostname", "architecture", "torch_version", "cuda_version", "compute_capability",
+           "slurm_partition"]  # constant within a run
 
 
 def _prepare(results: pd.DataFrame) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""The commands that read results and never run a model: `report`, `compare`, `history` and `ingest`,
+"""The commands that read results and never run a model: `report`, `compare`, `export` and `ingest`,
 with their options. None of them imports torch (the work is in report/, analysis/ and store/,
 imported inside each command), so they run on a machine without it."""
 from __future__ import annotations
@@ -16,6 +16,10 @@ def add_parsers(sub) -> None:
                         "the .md and .csv files go next to it")
     report.add_argument("--format", default="html,md,csv", help="comma-separated: html, md, csv (default: all)")
     report.add_argument("--images", choices=("png", "svg"), help="also export each chart (needs kaleido)")
+    report.add_argument("--prices", type=Path, metavar="PRICES.yaml", help="price per GPU-hour by GPU name (or a "
+                        "part of it, or a partition): samples per $ in 'GPUs compared' (no prices are built in)")
+    report.add_argument("--reference", metavar="GPU", help="divide every GPU's samples/s by this GPU's, mode by mode "
+                        "(a GPU's name, or a unique part of it)")
     report.set_defaults(func=cmd_report)
 
     comp = sub.add_parser("compare", help="is CANDIDATE slower or bigger than BASELINE? exit 0 no, 1 regression (or "
@@ -34,6 +38,15 @@ def add_parsers(sub) -> None:
                       help="path stem for .md, .json and .junit.xml (default reports/compare-CAND-vs-BASE)")
     comp.set_defaults(func=cmd_compare)
 
+    exp = sub.add_parser("export", help="results for other tools: Bencher Metric Format JSON (bmf) or Apache "
+                                        "Otava CSVs with their otava.yaml (otava)")
+    exp.add_argument("results", help="a run directory or a tree of them")
+    exp.add_argument("--format", required=True, choices=("bmf", "otava"))
+    exp.add_argument("-o", "--output", type=Path, help="bmf: a file (default: standard output); otava: a folder "
+                     "(default reports/otava)")
+    exp.add_argument("--machine", help="one machine of a tree of several (host [partition], host or fingerprint)")
+    exp.set_defaults(func=cmd_export)
+
     ing = sub.add_parser("ingest", help="import pytest-benchmark JSON files as run directories")
     ing.add_argument("files", nargs="+", type=Path)
     ing.add_argument("--results-dir", type=Path, default=Path("results"))
@@ -46,7 +59,8 @@ def cmd_report(args, console) -> int:
     unknown = [f for f in formats if f not in ("html", "md", "csv")]
     if unknown or not formats:
         raise UserError(f"--format: expected a comma-separated list of html, md, csv, got {args.format!r}")
-    written = build_report(args.results, args.output, formats, args.images)
+    written = build_report(args.results, args.output, formats, args.images, prices=args.prices,
+                           reference=args.reference)
     for kind, path in written.items():
         if kind == "images" and isinstance(path, str):
             console.print(path, highlight=False, soft_wrap=True)
@@ -72,6 +86,21 @@ def cmd_compare(args, console) -> int:
         raise UserError(f"{stem}: cannot write the comparison ({exc.strerror or exc})") from None
     console.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
     return comparison.exit_code
+
+
+def cmd_export(args, console) -> int:
+    from amp_bench.analysis import exports
+    if args.format == "bmf":
+        text = exports.write_bmf(args.results, args.output, args.machine)
+        if args.output is None:
+            print(text, end="")  # plain: the JSON goes to a pipe untouched by rich
+        else:
+            console.print(f"bmf: {args.output}", highlight=False, soft_wrap=True)
+        return 0
+    written = exports.write_otava(args.results, args.output or Path("reports") / "otava", args.machine)
+    console.print(f"otava: {written[0]} and {len(written) - 1} series CSV(s) in {written[0].parent}",
+                  highlight=False, soft_wrap=True)
+    return 0
 
 
 def cmd_ingest(args, console) -> int:

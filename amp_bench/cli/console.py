@@ -97,6 +97,68 @@ def rich_reporter(console):
     return RichReporter(console)
 
 
+def cluster_reporter(console):
+    """A cluster run's progress: per partition, its jobs (queued, running, ended) and its cases (ok,
+    failed, of planned). A terminal gets a live table; a log gets a line whenever a figure changes."""
+    from amp_bench.studies.cluster import ClusterReporter  # here: see the module docstring
+
+    class RichClusterReporter(ClusterReporter):
+        def __init__(self, console):
+            self.console, self.live, self.last = console, None, {}
+
+        def submitted(self, run, spec, device_type, time_min, gpus):
+            where = f"{len(run.job_ids)} job(s) {', '.join(run.job_ids[:4])}{' ...' if len(run.job_ids) > 4 else ''}"
+            self.console.print(f"[bold]{escape(run.partition)}[/]: {run.planned} cases for {device_type}, {where} "
+                               f"({time_min} min, {gpus} GPU(s) each) -> {escape(str(run.store.dir))}",
+                               highlight=False, soft_wrap=True)
+
+        def _table(self, runs, states):
+            table = Table("partition", "queued", "running", "ended", "ok", "not run", "failed", "planned", "jobs",
+                          box=box.SIMPLE_HEAD, title="SLURM jobs", title_justify="left")
+            lines = {}
+            for run in runs:
+                mine = [states[j] for j in run.job_ids if j in states]
+                queued = sum(s.queued for s in mine)
+                running = sum(s.active and not s.queued for s in mine)
+                ended = len(mine) - queued - running
+                counts = run.counts()
+                words = sorted({s.state for s in mine})
+                cells = [run.partition, str(queued), str(running), str(ended), str(counts["ok"]),
+                         str(counts["unsupported"]), str(counts["failed"]), str(counts["planned"]), ", ".join(words)]
+                lines[run.partition] = cells
+                table.add_row(*map(escape, cells))
+            return table, lines
+
+        def progress(self, runs, states):
+            table, lines = self._table(runs, states)
+            if self.console.is_terminal:
+                from rich.live import Live
+                if self.live is None:
+                    self.live = Live(table, console=self.console, refresh_per_second=2, transient=False)
+                    self.live.start()
+                self.live.update(table)
+                return
+            for partition, cells in lines.items():  # a log: a line when something changed
+                if self.last.get(partition) != cells:
+                    self.last[partition] = cells
+                    self.console.print(f"{partition}: jobs queued {cells[1]}, running {cells[2]}, ended {cells[3]}; "
+                                       f"cases ok {cells[4]}, not run {cells[5]}, failed {cells[6]} of {cells[7]} "
+                                       f"({cells[8]})",
+                                       highlight=False, soft_wrap=True)
+
+        def cancelling(self, job_ids):
+            self.close()
+            self.console.print(f"[yellow]cancelling[/] {len(job_ids)} SLURM job(s): {', '.join(job_ids)} "
+                               "(they write rows for their cases before they end)", highlight=False, soft_wrap=True)
+
+        def close(self):
+            if self.live is not None:
+                self.live.stop()
+                self.live = None
+
+    return RichClusterReporter(console)
+
+
 def print_summary(results, console) -> None:
     """One table per model: each precision's step time, speedup and memory saving vs fp32."""
     from amp_bench.analysis.speedups import summarize

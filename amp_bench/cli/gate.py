@@ -121,7 +121,8 @@ def cmd_nightly(args, console) -> int:
                   title=f"nightly: {result.summary}", title_justify="left")
     for g in sorted(result.groups, key=lambda g: (-g.red, g.hostname, g.suite)):
         missing = ("stale " if g.stale else "") + (f"{len(g.missing)} missing" if g.missing else "") \
-            + (f"{' ' if g.stale or g.missing else ''}{len(g.contended)} contended" if g.contended else "")
+            + (f"{' ' if g.stale or g.missing else ''}{len(g.contended)} contended" if g.contended else "") \
+            + (f" run {g.unfinished.split(':')[0]}" if g.unfinished else "")
         table.add_row(escape(g.hostname or g.fingerprint), escape(g.suite), g.tonight, g.baseline or "first night",
                       str(g.series), f"[red]{g.red}[/]" if g.red else "0", missing or "-")
     console.print(table)
@@ -131,6 +132,9 @@ def cmd_nightly(args, console) -> int:
     for warning in result.history.warnings:
         console.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False, soft_wrap=True)
     for g in result.groups:
+        if g.unfinished:
+            console.print(f"[yellow]tonight's run did not finish: no verdict[/]: {escape(g.hostname or g.fingerprint)} "
+                          f"{escape(g.suite)} {g.tonight} is {escape(g.unfinished)}", highlight=False, soft_wrap=True)
         if g.contended:
             console.print(f"[yellow]tonight's run was contended: not judged[/]: {escape(g.hostname or g.fingerprint)} "
                           f"{escape(g.suite)} {g.tonight} ({escape(g.contention or 'no reason recorded')}; "

@@ -13,8 +13,8 @@ from amp_bench.errors import UserError
 
 
 def add_parsers(sub) -> None:
-    run = sub.add_parser("run", help="run a suite and write results/<run-id>/")
-    run.add_argument("suite", type=Path)
+    run = sub.add_parser("run", help="run a suite and write results/<run-id>/ (here, or on SLURM partitions)")
+    run.add_argument("suite", type=Path, nargs="?", help="the suite file (not with --resume)")
     run.add_argument("--device", choices=None, help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
     run.add_argument("--results-dir", type=Path, default=Path("results"))
     run.add_argument("--steps", type=int, help="a fixed number of measured steps per case")
@@ -53,7 +53,50 @@ def add_parsers(sub) -> None:
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run the cases of RUN_DIR that have no row or "
+                     "whose job died (a killed parent, Ctrl-C, a cancelled or preempted SLURM job), where it ran")
+    add_executor_options(run)
     run.set_defaults(func=cmd_run)
+
+
+def add_executor_options(parser) -> None:
+    """--executor and the SLURM settings (the suite's `executor:` block takes the same, docs/cluster.md)."""
+    group = parser.add_argument_group("where the cases run (docs/cluster.md)")
+    group.add_argument("--executor", choices=("local", "slurm"), help="local: here (default); slurm: SLURM jobs "
+                       "through submitit, one run directory per partition")
+    group.add_argument("--slurm-partition", metavar="P1,P2", help="the partitions to run the suite on, each in full")
+    group.add_argument("--slurm-gpus-per-node", type=int, metavar="N", help="GPUs per job (default: 1 on a "
+                       "partition whose nodes have GPUs, else 0)")
+    group.add_argument("--slurm-gres", help="a --gres request instead (e.g. gpu:a100:1)")
+    group.add_argument("--slurm-constraint")
+    group.add_argument("--slurm-account")
+    group.add_argument("--slurm-qos")
+    group.add_argument("--slurm-time", type=int, metavar="MINUTES", dest="slurm_time_min",
+                       help="each job's time limit (default: its cases' timeouts added up, plus 10 minutes)")
+    group.add_argument("--slurm-cpus-per-task", type=int)
+    group.add_argument("--slurm-mem-gb", type=float)
+    group.add_argument("--slurm-setup", action="append", metavar="LINE", help="repeatable: a shell line the job "
+                       "runs first (module load cuda, source a venv)")
+    group.add_argument("--slurm-exclusive", action=argparse.BooleanOptionalAction, default=None,
+                       help="a node to itself (default: yes; a job beside a benchmark shares its CPU and PCIe)")
+    group.add_argument("--slurm-tasks", type=int, metavar="N", help="jobs per partition, each with whole "
+                       "model-and-batch groups (default 1)")
+    group.add_argument("--slurm-cluster", choices=("slurm", "local"), help="local: submitit's local executor (the "
+                       "jobs as processes on this machine: a dry run of a cluster run)")
+    group.add_argument("--detach", action="store_true", help="submit and return: the jobs write their rows; "
+                       "`amp_bench status RESULTS_DIR` shows progress, `run --resume RUN_DIR` what died")
+
+
+def executor_overrides(args) -> dict:
+    names = {"executor": "type", "slurm_partition": "partitions", "slurm_gpus_per_node": "gpus_per_node",
+             "slurm_gres": "gres", "slurm_constraint": "constraint", "slurm_account": "account", "slurm_qos": "qos",
+             "slurm_time_min": "time_min", "slurm_cpus_per_task": "cpus_per_task", "slurm_mem_gb": "mem_gb",
+             "slurm_setup": "setup", "slurm_exclusive": "exclusive", "slurm_tasks": "tasks",
+             "slurm_cluster": "cluster"}
+    given = {field: getattr(args, option, None) for option, field in names.items()}
+    if given["partitions"] is not None and given["type"] is None:
+        given["type"] = "slurm"  # naming partitions means the cluster
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _refuse_outer_torchrun() -> None:
@@ -68,6 +111,12 @@ def _refuse_outer_torchrun() -> None:
 def cmd_run(args, console) -> int:
     from amp_bench.studies.benchmark import run_suite
     _refuse_outer_torchrun()
+    if args.resume is not None:
+        if args.suite is not None:
+            raise UserError("run --resume RUN_DIR takes no suite: it runs what RUN_DIR planned")
+        return _resume(args, console)
+    if args.suite is None:
+        raise UserError("run: give a SUITE file, or --resume RUN_DIR")
     overrides = {"nproc_per_node": args.nproc_per_node, "steps": args.steps, "warmup_steps": args.warmup_steps,
                  "repeats": args.repeats, "batch_sizes": args.batch_size, "precisions": args.precision,
                  "timeout_s": args.timeout_s, "seed": args.seed, "peak_tflops": args.peak_tflops,
@@ -76,22 +125,107 @@ def cmd_run(args, console) -> int:
                  "compile": args.compile, "compile_backend": args.compile_backend,
                  "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
                  "compile_cache": args.compile_cache, "explain": args.explain}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    spec = _executor(args)
+    if spec.remote:
+        return _run_on_cluster(args, spec, overrides, console)
     reporter = render_console.rich_reporter(console)
     try:
         results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,
-                            **{k: v for k, v in overrides.items() if v is not None})
+                            **overrides)
     except KeyboardInterrupt:
         reporter.close()
         console.print("[yellow]interrupted[/]: every finished case is saved; see the results directory above")
         return 130
     finally:
         reporter.close()
+    _finish(results, args, console)
+    return 0
+
+
+def _finish(results, args, console) -> None:
     counts = results["status"].value_counts().to_dict()
     console.print(f"finished: {', '.join(f'{v} {k}' for k, v in counts.items())} -> {results.attrs['run_dir']}")
-    render_console.print_summary(results, console)
-    _print_explained(results, console)
-    if not args.no_report:
+    if not results.empty:
+        render_console.print_summary(results, console)
+        _print_explained(results, console)
+    if not args.no_report and not results.empty:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
+
+
+def _executor(args):
+    from amp_bench.suite import executor_spec, load_suite
+    suite = load_suite(args.suite)
+    return executor_spec(suite.executor, executor_overrides(args), str(args.suite))
+
+
+def _run_on_cluster(args, spec, overrides, console) -> int:
+    from amp_bench.studies.cluster import run_on_cluster
+    reporter = render_console.cluster_reporter(console)
+    try:
+        runs = run_on_cluster(args.suite, spec, device=args.device, results_dir=args.results_dir, reporter=reporter,
+                              detach=args.detach, **overrides)
+    except KeyboardInterrupt:
+        reporter.close()
+        console.print("[yellow]interrupted[/]: the jobs were cancelled; every finished case is saved "
+                      "(`run --resume RUN_DIR` runs the rest)")
+        return 130
+    finally:
+        reporter.close()
+    return _after_cluster(runs, args, console)
+
+
+def _after_cluster(runs, args, console) -> int:
+    if args.detach:
+        for run in runs:
+            console.print(f"submitted {run.partition}: jobs {', '.join(run.job_ids)} -> {run.store.dir}",
+                          highlight=False, soft_wrap=True)
+        console.print(f"detached: `python -m amp_bench status {args.results_dir}` shows progress", highlight=False)
+        return 0
+    from amp_bench.store.results import load_results
+    for run in runs:
+        console.print(f"[bold]{run.partition}[/]: {run.store.dir}", highlight=False, soft_wrap=True)
+        try:
+            render_console.print_summary(load_results(run.store.dir), console)
+        except UserError as exc:
+            console.print(f"  no results: {exc.lines[0]}", highlight=False)
+    if not args.no_report and runs:
+        auto_report([str(r.store.dir) for r in runs], args.reports_dir, console)
+    return 0
+
+
+def _resume(args, console) -> int:
+    from amp_bench.store.results import read_manifest
+    manifest = read_manifest(args.resume)
+    if manifest is None:
+        raise UserError(f"{args.resume}: not a run directory (no manifest.json)")
+    if manifest.get("kind", "benchmark") != "benchmark":
+        raise UserError(f"{args.resume}: a {manifest.get('kind')} run: only benchmark runs resume")
+    if (manifest.get("executor") or {}).get("type", "local") == "slurm":
+        from amp_bench.studies.cluster import resume
+        reporter = render_console.cluster_reporter(console)
+        try:
+            run = resume(args.resume, reporter=reporter, detach=args.detach)
+        except KeyboardInterrupt:
+            reporter.close()
+            console.print("[yellow]interrupted[/]: the jobs were cancelled; every finished case is saved")
+            return 130
+        finally:
+            reporter.close()
+        if not run.job_ids:
+            console.print(f"nothing to resume: every case of {args.resume} has a row", highlight=False)
+        return _after_cluster([run], args, console)
+    from amp_bench.studies.benchmark import resume_local
+    reporter = render_console.rich_reporter(console)
+    try:
+        results = resume_local(args.resume, reporter=reporter)
+    except KeyboardInterrupt:
+        reporter.close()
+        console.print("[yellow]interrupted[/]: every finished case is saved; `run --resume` again runs the rest")
+        return 130
+    finally:
+        reporter.close()
+    _finish(results, args, console)
     return 0
 
 
@@ -107,8 +241,9 @@ def _print_explained(results, console) -> None:
         console.print(f"why: {escape(text)}", highlight=False, soft_wrap=True)
 
 
-def auto_report(run_dir: str, reports_dir: Path, console) -> None:
-    """The run's report; a missing plotly or an unwritable folder never costs the measured results."""
+def auto_report(run_dir, reports_dir: Path, console) -> None:
+    """The run's report (a list: the runs of a cluster run, one per partition, in one report); a missing
+    plotly or an unwritable folder never costs the measured results."""
     from amp_bench.report import build_report
     try:
         import plotly  # noqa: F401
@@ -116,8 +251,11 @@ def auto_report(run_dir: str, reports_dir: Path, console) -> None:
         console.print("report skipped: plotly is not installed (results are saved; "
                       "`python -m amp_bench report` renders them elsewhere)", highlight=False)
         return
+    run_dirs = [run_dir] if isinstance(run_dir, (str, Path)) else list(run_dir)
+    name = Path(run_dirs[0]).name if len(run_dirs) == 1 else f"{Path(run_dirs[0]).name}-and-{len(run_dirs) - 1}-more"
+    run_dir = " ".join(map(str, run_dirs))
     try:
-        written = build_report([run_dir], reports_dir / f"{Path(run_dir).name}.html")
+        written = build_report(run_dirs, reports_dir / f"{name}.html")
     except UserError as exc:
         console.print(f"report skipped: {exc.lines[0]}", highlight=False)
         return

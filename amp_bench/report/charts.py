@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import modes
-from amp_bench.report.data import ARCH_ORDER, machine_label, precision_sort_key
+from amp_bench.report.data import machine_label, precision_sort_key
 from amp_bench.store.flags import is_true, text_column, true_rows
 
 TEMPLATE = "plotly_white"
@@ -234,25 +234,6 @@ def energy_and_mfu_chart(summary: pd.DataFrame, results: pd.DataFrame):
     fig = _px().bar(long, x="x", y="value", color="precision", barmode="group", color_discrete_map=modes.colours(),
                     labels={"x": "batch size · metric"}, **_facets(long))
     return _finish(fig, "Energy per sample (J) and model-FLOPs utilisation", "value")
-
-
-def machines_chart(summary: pd.DataFrame):
-    """The same cases on different machines side by side, ordered by architecture family."""
-    if summary["machine"].nunique() < 2:
-        return None
-    frame = summary[summary["throughput"].notna()].copy()
-    if frame.empty:
-        return None
-    frame["arch_rank"] = frame["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))
-    frame = frame.sort_values(["arch_rank", "machine", "batch_size"])
-    frame["x"] = frame["machine"] + " · " + _x_label(frame)
-    fig = _px().bar(frame, x="x", y="throughput", color="precision", barmode="group", color_discrete_map=modes.colours(),
-                    pattern_shape="architecture",
-                    hover_data={"architecture": True, "speedup_vs_fp32": ":.2f", "step_time_ms": ":.2f", "x": False},
-                    labels={"x": "machine · batch size", "throughput": "samples / s"},
-                    facet_col="model_label", category_orders={"precision": modes.order()})
-    return _finish(fig, "Machines compared: throughput of the same cases (pattern = architecture family)",
-                   "samples / s")
 
 
 def history_chart(results: pd.DataFrame):

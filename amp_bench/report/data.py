@@ -20,7 +20,6 @@ from amp_bench.store.flags import is_true, text_column
 # The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
 CLAIMED_SPEEDUP = (1.5, 3.0)
 CLAIMED_MEMORY_SAVING = (0.40, 0.50)
-ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
 
 
 @dataclass
@@ -31,10 +30,23 @@ class ReportData:
     manifests: list[dict] = field(default_factory=list)
     fidelity: dict = field(default_factory=dict)  # fidelity.load_fidelity's tables
     headroom: dict = field(default_factory=dict)  # headroom.load_headroom's tables
+    prices: dict = field(default_factory=dict)  # GPU -> price per GPU-hour (report --prices; none built in)
+    reference: str | None = None  # report --reference GPU: the GPUs-compared view divided by this GPU
 
     @property
     def headroom_runs(self) -> set:
         return {m.get("run_id") for m in self.manifests if m.get("kind") == "headroom"}
+
+    @property
+    def unfinished_runs(self) -> list[tuple[str, str]]:
+        """(run, its state and why) for every run that did not finish: its rows are shown as far as they go."""
+        from amp_bench.store.run_state import run_state
+        out = []
+        for run_dir in self.run_dirs:
+            state = run_state(run_dir)
+            if state.state not in ("complete", "unknown"):
+                out.append((Path(run_dir).name, f"{state.state}: {state.detail}"))
+        return out
 
     @property
     def has_benchmarks(self) -> bool:
@@ -50,12 +62,15 @@ class ReportData:
 
     @property
     def summary(self) -> pd.DataFrame:
-        table = summarize(self.results)
-        table["machine"] = machine_label(table)
-        return table
+        if self._summary is None:
+            self._summary = summarize(self.results)
+            self._summary["machine"] = machine_label(self._summary)
+        return self._summary.copy()
+
+    _summary = None  # computed once: every section reads it
 
 
-def collect(inputs: list[str | Path]) -> ReportData:
+def collect(inputs: list[str | Path], prices: dict | None = None, reference: str | None = None) -> ReportData:
     from amp_bench.analysis.fidelity import load_fidelity
     from amp_bench.analysis.headroom import load_headroom
     run_dirs = find_run_dirs(inputs)
@@ -65,20 +80,21 @@ def collect(inputs: list[str | Path]) -> ReportData:
         fidelity, headroom = load_fidelity(run_dirs), load_headroom(run_dirs)
     except (ValueError, pd.errors.ParserError) as exc:
         raise UserError(f"{', '.join(map(str, run_dirs))}: unreadable fidelity or headroom table ({exc})") from None
-    data = ReportData(run_dirs, frame, samples, read_manifests(run_dirs), fidelity, headroom)
+    data = ReportData(run_dirs, frame, samples, read_manifests(run_dirs), fidelity, headroom, prices or {}, reference)
     if not (data.has_benchmarks or data.has_fidelity or data.has_headroom):
         raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
     return data
 
 
 def machine_label(frame: pd.DataFrame) -> pd.Series:
-    """'NVIDIA H200 (Hopper) @ host' — what a reader calls the machine a row came from."""
-    def text(column: str, missing: str) -> pd.Series:
-        values = frame[column] if column in frame else pd.Series(missing, index=frame.index)
-        return values.astype(object).where(values.notna(), missing).astype(str)
-    arch, host, name = text("architecture", ""), text("hostname", ""), text("device_name", "?")
-    label = name.where(arch.eq("") | arch.eq("CPU"), name + " (" + arch.astype(str) + ")")
-    return label.where(host.eq(""), label + " @ " + host.astype(str))
+    """'NVIDIA H200 (Hopper) @ host', and '[partition]' for a SLURM run's rows: what a reader calls the
+    machine a row came from (two partitions on one node are two machines)."""
+    arch, host, name = text_column(frame, "architecture"), text_column(frame, "hostname"), text_column(frame, "device_name")
+    name = name.where(name.ne(""), "?")
+    label = name.where(arch.eq("") | arch.eq("CPU"), name + " (" + arch + ")")
+    label = label.where(host.eq(""), label + " @ " + host)
+    partition = text_column(frame, "slurm_partition")
+    return label.where(partition.eq(""), label + " [" + partition + "]")
 
 
 def verdict(value: float, band: tuple[float, float], missing: str = "not measured") -> str:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.analysis.headline import headlines
-from amp_bench.report import charts, compile_section, explain_section
+from amp_bench.report import charts, compile_section, explain_section, gpus_section
 from amp_bench.report.data import (CLAIMED_MEMORY_SAVING, CLAIMED_SPEEDUP, ReportData, claims_table,
                                    environment_table, not_measured, step_samples)
 from amp_bench.store.flags import is_true, true_rows
@@ -147,7 +147,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("distributions", "Step-time distributions", charts.step_time_chart(step_samples(data))),
         ("energy", "Energy and MFU", charts.energy_and_mfu_chart(summary, results)),
         ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
-        ("machines", "Machines compared", charts.machines_chart(summary)),
+        ("machines", gpus_section.TITLE, gpus_section.figure(gpus_section.table(data))),
         ("history", "History", charts.history_chart(results)),
     ] + studies.figures(data)
 
@@ -158,7 +158,7 @@ ABSENT = {
     "explain": explain_section.ABSENT,
     "energy": "These results carry no energy or MFU figures (they come from NVML and FLOP counting on GPUs).",
     "scaler": "GradScaler skipped no step in any measured window.",
-    "machines": "Only one machine in these results: merge run directories from several machines to compare them.",
+    "machines": gpus_section.ABSENT,
     "history": "Fewer than three runs of any case on one machine: the history chart needs a series.",
     "fidelity": "No fidelity run finished an epoch.",
     "loss-scale": "No run used GradScaler (it is on for amp_fp16 only).",
@@ -186,6 +186,9 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
             parts.append("<p class='warn'>Contended: " + html.escape(
                 f"{len(contended)} case(s) did not get their machine during the measured window (another process "
                 f"used it); their figures are not trustworthy: {contended['contention'].iloc[0]}") + "</p>")
+    for run, state in data.unfinished_runs:
+        parts.append("<p class='warn'>" + html.escape(f"Run {run} did not finish ({state}); the cases it finished "
+                                                      "are shown.") + "</p>")
     from amp_bench.report import studies
     if not missing.empty:
         parts += ["<h2 id='not-measured'>Cases not measured</h2>",
@@ -203,6 +206,8 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
             parts.append(studies.section_html(section, data, html_table))
         if section == "compile":
             parts.append(compile_section.html(summary, html_table))
+        if section == "machines":
+            parts.append(gpus_section.section_html(gpus_section.table(data), data, html_table))
         if figure is None:
             continue
         # plotly.js goes inline, once: the file must open on an air-gapped machine
@@ -240,6 +245,8 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
              "step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against fp32.", ""]
     if data.has_benchmarks:
         lines += [f"- {sentence}" for sentence in headlines(summary)] + [""]
+    lines += [f"> Run {run} did not finish ({state}); the cases it finished are shown." for run, state in
+              data.unfinished_runs] + ([""] if data.unfinished_runs else [])
     columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
                "speedup_vs_tf32", "mem_saving_vs_fp32", "notes"]
     if summary["channels_last"].astype(bool).any():
@@ -264,6 +271,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
                       " ran a non-fused optimizer, so GradScaler read found_inf with .item() every step (a "
                       "host-device sync the bf16 and fp32 steps don't pay); a fused optimizer avoids it.", ""]
     lines += compile_section.markdown(summary, markdown_table)
+    lines += gpus_section.markdown(gpus_section.table(data), data, markdown_table)
     lines += explain_section.markdown(data.results, markdown_table)
     if not claims.empty:
         lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
@@ -286,7 +294,7 @@ def _case_medians(results: pd.DataFrame, summary: pd.DataFrame, columns: list[st
     keys = GROUP_KEYS + ["precision"]
     ok = results[results["status"] == "ok"].copy()
     ok[["image_size", "seq_len"]] = ok[["image_size", "seq_len"]].fillna(-1)
-    ok["compile_mode"] = ok["compile_mode"].fillna("eager") if "compile_mode" in ok else "eager"  # older results
+    ok["compile_mode"] = ok["compile_mode"].astype(object).fillna("eager") if "compile_mode" in ok else "eager"  # older results
     medians = ok.groupby(keys)[present].median()
     index = summary[keys].copy()
     index[["image_size", "seq_len"]] = index[["image_size", "seq_len"]].fillna(-1)
@@ -333,7 +341,8 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
         from amp_bench.report import studies
         for name, table in (("summary", summary), ("claims", claims), ("environment", env),
                             ("not_measured", missing),
-                            ("explain", explain_section.category_table(data.results)), *studies.csv_tables(data).items()):
+                            ("explain", explain_section.category_table(data.results)),
+                            ("gpus", gpus_section.table(data)), *studies.csv_tables(data).items()):
             path = Path(f"{stem}.{name}.csv")
             table.to_csv(path, index=False)
             written[f"csv_{name}"] = path

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.errors import UserError
-from amp_bench.store.results import RESULTS_FILE
+from amp_bench.store.results import RESULTS_FILE, RUN_SUBDIRS
 
 CACHE_DIR = ".amp_bench_cache"
 CACHE_FILE = "results.pkl"
@@ -28,7 +28,7 @@ COLUMNS = ["run_id", "suite", "case_id", "status", "device", "device_name", "bat
 def _results_files(root: Path) -> dict[str, os.stat_result]:
     found = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != CACHE_DIR and d not in ("logs", "work")]
+        dirnames[:] = [d for d in dirnames if d != CACHE_DIR and d not in RUN_SUBDIRS]
         if RESULTS_FILE in filenames:
             path = os.path.join(dirpath, RESULTS_FILE)
             found[os.path.relpath(path, root)] = os.stat(path)

@@ -5,7 +5,9 @@ killed run keeps every finished case and no file is ever half-written.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import glob
 import json
 import os
@@ -17,63 +19,21 @@ import pandas as pd
 
 from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column, true_rows
-from amp_bench.platform.nvml import NVML_COLUMNS
+from amp_bench.store.columns import (EXPLAIN_COLUMNS, RESULT_COLUMNS, SAMPLE_COLUMNS, SLURM_COLUMNS,  # noqa: F401
+                                     order_columns)
 
 RESULTS_FILE = "results.csv"
 SAMPLES_FILE = "samples.csv"
 MANIFEST_FILE = "manifest.json"
+PLAN_FILE = "plan.json"  # a benchmark run's cases in order (studies/benchmark.py): what jobs and resume run
+PARTS_DIR = "parts"  # one JSON file per row and its samples; the tables are rebuilt from them
+LOCK_FILE = ".lock"
+# a run directory's own folders: never run directories themselves (walks skip them)
+RUN_SUBDIRS = frozenset({"logs", "work", PARTS_DIR, "heartbeats", "traces", "compile-cache", "slurm"})
 # The run directory's layout (asv's idea: a version in every file set, so a later layout can still be
-# read, and an older reader says plainly that it cannot). 1: results/samples CSV + manifest.json.
+# read, and an older reader says plainly that it cannot). 1: results/samples CSV + manifest.json (plan.json,
+# parts/ and heartbeats/ were added beside them: a reader of version 1 reads the tables as before).
 FORMAT_VERSION = 1
-
-# Issue 23's breakdown of one profiled step (analysis/explain/): ms per category (its CATEGORIES, in
-# order), host and busy time, the profiled step against the measured median, shares, Tensor Core
-# alignment, ms per phase, the saved trace, and whether the breakdown is there. Empty in runs without
-# `explain: true`; written out here, as every documented column is (a test holds it to CATEGORIES).
-EXPLAIN_COLUMNS = [
-    "explain_gemm_ms", "explain_conv_ms", "explain_attention_ms", "explain_elementwise_ms", "explain_norm_ms",
-    "explain_reduction_ms", "explain_cast_ms", "explain_layout_ms", "explain_optimizer_ms",
-    "explain_communication_ms", "explain_other_ms", "explain_host_ms", "explain_busy_ms", "explain_profiled_ms",
-    "explain_profiled_vs_measured", "explain_cast_share", "explain_other_share", "explain_misaligned_flop_share",
-    "explain_misaligned_layers", "explain_phase_forward_ms", "explain_phase_backward_ms",
-    "explain_phase_optimizer_ms", "explain_phase_scaler_ms", "explain_trace", "explain_status", "explain_reason",
-]
-# The documented columns, in order; records may carry more (appended after these). Adding columns
-# keeps FORMAT_VERSION: an older reader keeps unknown columns after its own, a newer one reads older
-# files with the new columns empty.
-RESULT_COLUMNS = [
-    "run_id", "suite", "case_id", "group_id", "model", "model_label", "batch_size", "precision",
-    "channels_last", "image_size", "seq_len", "device", "device_name", "architecture",
-    "world_size", "nnodes", "nproc_per_node", "dist_backend", "scaling", "global_batch_size", "repeat", "status",
-    "reason", "warmup_steps", "steps", "stop_reason", "min_steps", "max_steps", "target_ci", "case_budget_s",
-    "step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "step_time_ms_mean", "step_time_ms_p10",
-    "step_time_ms_p90", "step_time_ms_iqr", "step_time_cv", "step_time_ms_min", "step_time_ms_max",
-    "throughput", "rank_step_time_ms_medians", "window_s", "window_gap_fraction",
-    "contended", "contention", "cpu_share_available", "host_other_cpu_cores", "steal_fraction", "loadavg_1m",
-    "gpu_other_processes", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
-    "peak_rss_lifetime_bytes", "rss_before_model_bytes", "rss_hwm_bytes", "cuda_num_alloc_retries", "peak_mem_forward_bytes",
-    "peak_mem_backward_bytes", "peak_mem_optimizer_bytes", "phase_memory_source", "flops_per_step",
-    "achieved_tflops", "peak_tflops", "mfu", "peak_tflops_source", "peak_tflops_bf16", "mfu_bf16_basis", *NVML_COLUMNS, "loss_first", "loss_last", "scaler_skipped_steps",
-    "scaler_skipped_warmup_steps", "scaler_final_scale", "output_dtype", "emulated", "emulated_reason", "tf32_matmul",
-    "tf32_cudnn", "cudnn_benchmark", "float32_matmul_precision", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
-    "compile_mode", "compile_note", "compile_backend", "compile_fullgraph", "compile_optimizer", "compile_cache", "compile_cache_dir",
-    "compile_first_step_ms", "compile_time_s", "compile_settled", "warmup_steps_run", "graph_breaks",
-    "graph_break_reasons", "recompiles", "recompile_reasons", "recompiles_in_window", "unique_graphs",
-    "fp8_recipe", "fp8_layers_converted", "fp8_layers_skipped", "fp8_skip_reasons", "fp8_conv1d_as_linear", "fp8_matmul",
-    "fp8_torchao_version",
-    "optimizer", "optimizer_impl", "seed", "num_threads", "threads_per_rank", "model_parameters", "model_attn_implementation",
-    "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "fingerprint",
-    "gpu_uuid", "driver_version", "compute_capability", "gpu_memory_bytes", "cpu_model", "cpu_count", "cpu_bf16_isa",
-    "timestamp",
-    "worker_seconds", "log_file", *EXPLAIN_COLUMNS,
-]
-SAMPLE_COLUMNS = ["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"]
-
-
-def order_columns(table: pd.DataFrame) -> pd.DataFrame:
-    """The documented columns first (present even when empty), then any others a record carried."""
-    return table.reindex(columns=RESULT_COLUMNS + [c for c in table.columns if c not in RESULT_COLUMNS])
-
 
 def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
@@ -109,8 +69,17 @@ def write_reports(stem: Path, texts: dict[str, tuple[str, str]]) -> dict[str, Pa
     return paths
 
 
+def _json_default(value):
+    """numpy scalars (a median from pandas) as Python numbers; anything else as text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
 class RunStore:
-    """One run directory. Append rows with add(); each call rewrites the tables atomically."""
+    """One run directory. add() writes a row and its samples as one part file (parts/KEY.json), then
+    rewrites the tables from every part, atomically, under the directory's lock: several writers (the
+    SLURM jobs of one partition, on several nodes) add rows to one run without a parent, and a part
+    written again (a resumed case) replaces the first. Rows are in the order of their keys."""
 
     def __init__(self, root: Path, run_id: str):
         root = Path(root)
@@ -124,22 +93,111 @@ class RunStore:
         try:
             (self.dir / "logs").mkdir(parents=True)
             (self.dir / "work").mkdir()
+            (self.dir / PARTS_DIR).mkdir()
         except OSError as exc:
             raise UserError(f"{root}: cannot create the results directory ({exc.strerror or exc})") from None
-        self.rows: list[dict] = []
-        self.samples: list[dict] = []
-        self.saved = 0  # rows on disk
+        self._init_state()
+
+    @classmethod
+    def reopen(cls, run_dir: str | os.PathLike) -> RunStore:
+        """An existing run directory, to add rows to (a SLURM job, `run --resume`)."""
+        store = cls.__new__(cls)
+        store.dir = Path(run_dir)
+        store.run_id = store.dir.name
+        manifest = read_manifest(store.dir)
+        if manifest is None:
+            raise UserError(f"{store.dir}: not a run directory (no {MANIFEST_FILE})")
+        store._init_state()
+        store.manifest = manifest
+        for sub in ("logs", "work", PARTS_DIR):
+            (store.dir / sub).mkdir(exist_ok=True)
+        store._load_parts()
+        return store
+
+    def _init_state(self) -> None:
         self.manifest: dict = {}
+        self._parts: dict[str, tuple[tuple, dict]] = {}  # key -> ((mtime_ns, size), {"row", "samples"})
+        self._next = 0
+        self.saved = 0  # rows on disk
+
+    @contextlib.contextmanager
+    def locked(self):
+        """The run directory's lock (POSIX, so it holds across the nodes of a shared filesystem)."""
+        with open(self.dir / LOCK_FILE, "a+") as fh:
+            fcntl.lockf(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.lockf(fh, fcntl.LOCK_UN)
+
+    def update_manifest(self, change) -> dict:
+        """Apply change(manifest) to the manifest on disk, under the lock: writers of one run (the
+        parent, its jobs) each add their fields without losing the others'."""
+        with self.locked():
+            manifest = read_manifest(self.dir) or dict(self.manifest)  # the disk's is the latest
+            change(manifest)
+            manifest.setdefault("format_version", FORMAT_VERSION)
+            write_text_atomic(self.dir / MANIFEST_FILE, json.dumps(manifest, indent=2, default=str) + "\n")
+        self.manifest = manifest
+        return manifest
 
     def write_manifest(self, **fields) -> None:
-        self.manifest.update(fields)
-        self.manifest.setdefault("format_version", FORMAT_VERSION)
-        write_text_atomic(self.dir / MANIFEST_FILE, json.dumps(self.manifest, indent=2, default=str) + "\n")
+        self.update_manifest(lambda manifest: manifest.update(fields))
 
-    def add(self, row: dict, samples: list[dict]) -> None:
-        self.rows.append(row)
-        self.samples.extend(samples)
+    def write_plan(self, plan: dict) -> None:
+        """What the run will measure (plan.json): the cases, in order, for the jobs and for resume."""
+        write_text_atomic(self.dir / PLAN_FILE, json.dumps(plan, default=_json_default) + "\n")
+
+    def read_plan(self) -> dict:
+        path = self.dir / PLAN_FILE
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{self.dir}: no {PLAN_FILE} (a run written before amp_bench recorded its plan, or "
+                            "not a benchmark run): it cannot be resumed; run the suite again") from None
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{path}: unreadable plan ({exc})") from None
+
+    def add(self, row: dict, samples: list[dict], key: str | None = None) -> None:
+        """Save one row with its samples. `key` names its part (and orders it); the same key again
+        replaces the row (a case run again)."""
+        if key is None:
+            key = f"{self._next:05d}"
+            self._next += 1
+        payload = {"row": row, "samples": samples}
+        write_text_atomic(self.dir / PARTS_DIR / f"{key}.json", json.dumps(payload, default=_json_default))
         self.flush()
+
+    def _load_parts(self) -> None:
+        folder = self.dir / PARTS_DIR
+        seen = set()
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name) if folder.is_dir() else []:
+            if not entry.name.endswith(".json"):
+                continue  # a writer's temporary file
+            key, stat = entry.name[: -len(".json")], entry.stat()
+            seen.add(key)
+            stamp = (stat.st_mtime_ns, stat.st_size)
+            if self._parts.get(key, (None,))[0] != stamp:
+                try:
+                    self._parts[key] = (stamp, json.loads(Path(entry.path).read_text(encoding="utf-8")))
+                except ValueError as exc:
+                    raise UserError(f"{entry.path}: unreadable result part ({exc})") from None
+        for key in set(self._parts) - seen:
+            del self._parts[key]
+        self._next = max(self._next, len(self._parts))
+
+    def refresh(self) -> None:
+        """What other writers of this run saved since: their rows, and the manifest."""
+        self._load_parts()
+        self.manifest = read_manifest(self.dir) or self.manifest
+
+    @property
+    def rows(self) -> list[dict]:
+        return [self._parts[k][1]["row"] for k in sorted(self._parts)]
+
+    @property
+    def part_keys(self) -> list[str]:
+        return sorted(self._parts)
 
     def write_table(self, name: str, rows: list[dict], columns: list[str] | None = None) -> None:
         """Another tidy table of this run (fidelity.csv, headroom.csv, ...), rewritten atomically."""
@@ -147,13 +205,16 @@ class RunStore:
         write_text_atomic(self.dir / f"{name}.csv", frame.to_csv(index=False))
 
     def flush(self) -> None:
-        table = order_columns(pd.DataFrame(self.rows))
-        samples = pd.DataFrame(self.samples, columns=SAMPLE_COLUMNS)
-        # samples first: a kill between the two renames leaves samples without a row, never a row
-        # without its samples
-        write_text_atomic(self.dir / SAMPLES_FILE, samples.to_csv(index=False))
-        write_text_atomic(self.dir / RESULTS_FILE, table.to_csv(index=False))
-        self.saved = len(self.rows)
+        with self.locked():
+            self._load_parts()
+            parts = [self._parts[k][1] for k in sorted(self._parts)]
+            table = order_columns(pd.DataFrame([p["row"] for p in parts]))
+            samples = pd.DataFrame([s for p in parts for s in p["samples"]], columns=SAMPLE_COLUMNS)
+            # samples first: a kill between the two renames leaves samples without a row, never a row
+            # without its samples
+            write_text_atomic(self.dir / SAMPLES_FILE, samples.to_csv(index=False))
+            write_text_atomic(self.dir / RESULTS_FILE, table.to_csv(index=False))
+        self.saved = len(parts)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -180,6 +241,32 @@ def find_run_dirs(inputs) -> list[Path]:
     if not unique:
         raise UserError(f"{', '.join(map(str, inputs))}: no {RESULTS_FILE} found (expected run directories "
                         "written by `amp_bench run`, a tree of them, or a glob)")
+    return unique
+
+
+def find_runs(inputs) -> list[Path]:
+    """Run directories by their manifest (a run that has no row yet included), from paths, trees or globs."""
+    inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    found: list[Path] = []
+    for item in inputs:
+        text = str(item)
+        matches = [Path(p) for p in sorted(glob.glob(text))] if glob.has_magic(text) else [Path(text)]
+        if not matches:
+            raise UserError(f"{text}: no path matches this pattern")
+        for path in matches:
+            if not path.exists():
+                raise UserError(f"{path}: no such results directory")
+            if (path / MANIFEST_FILE).is_file():
+                found.append(path)
+                continue
+            for dirpath, dirnames, filenames in os.walk(path):
+                dirnames[:] = sorted(d for d in dirnames if d not in RUN_SUBDIRS and not d.startswith("."))
+                if MANIFEST_FILE in filenames:
+                    found.append(Path(dirpath))
+                    dirnames[:] = []
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        raise UserError(f"{', '.join(map(str, inputs))}: no run directory found (no {MANIFEST_FILE})")
     return unique
 
 

@@ -1,25 +1,29 @@
 """Orchestration of a benchmark run: suite -> cases -> one worker per case and repeat -> results store.
 
-What is measured lives in measure.py; where and how one case runs, in launch.py and process.py;
-the opening every study shares, in session.py. This module only decides the order (repeats
-interleaved across precisions so drift hits both sides) and keeps the store up to date after every
-case.
+What is measured lives in measure/; where and how one case runs, in workers/ (launch.py, process.py);
+the opening every study shares, in session.py. This module decides the order (repeats interleaved
+across precisions so drift hits both sides), writes it down as the run's plan, and runs cases from it
+(run_cases: the local run, each SLURM job of studies/cluster.py and `run --resume` alike), keeping the
+store up to date after every case.
 """
 from __future__ import annotations
 
 import dataclasses
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.analysis.explain.judge import explain_row
-from amp_bench.workers.launch import run_one
-from amp_bench.store.results import RunStore, order_columns
-from amp_bench.studies.session import Session
+from amp_bench.errors import UserError
+from amp_bench.platform.device import DeviceInfo, may_run, precision_support
+from amp_bench.store.results import RunStore, order_columns, utc_now
+from amp_bench.store.run_state import DIED_STATUSES, Heartbeat, run_state
+from amp_bench.studies.session import Session, probe, record_machine, running
 from amp_bench.suite import Case
+from amp_bench.workers.launch import base_row, run_one
 
 
 class Reporter:
@@ -76,6 +80,104 @@ class BudgetPlanner:
             self.overheads.append(max(0.0, float(row["worker_seconds"]) - float(row["window_s"])))
 
 
+def make_plan(order: list[tuple[Case, int]], device_type: str, device_request: str) -> dict:
+    """plan.json: the cases in the order they run, each with its index (which names its row's part
+    file) and log stem. The jobs of a SLURM run and `run --resume` run from it, not from the suite."""
+    return {"device_type": device_type, "device_request": device_request,
+            "items": [{"index": i, "repeat": repeat, "stem": f"{case.case_id}-r{repeat}", "case": case.to_json()}
+                      for i, (case, repeat) in enumerate(order)]}
+
+
+def plan_order(plan: dict, indices=None) -> list[tuple[int, Case, int]]:
+    """(index, case, repeat) of the plan's items (all, or those indices), in plan order."""
+    wanted = None if indices is None else set(indices)
+    return [(item["index"], Case.from_json(item["case"]), item["repeat"]) for item in plan["items"]
+            if wanted is None or item["index"] in wanted]
+
+
+def part_key(index: int, case: Case, repeat: int) -> str:
+    return f"{index:05d}-{case.case_id}-r{repeat}"
+
+
+def rows_by_index(store: RunStore) -> dict[int, dict]:
+    """The rows a run has, by plan index (from their part names)."""
+    return {int(key.split("-", 1)[0]): row for key, row in zip(store.part_keys, store.rows) if key[:5].isdigit()}
+
+
+@dataclass
+class Machine:
+    """Where the cases run, as the rows record it: the device, versions, host and fingerprint columns,
+    and (in a SLURM job) the job's columns."""
+    device: DeviceInfo
+    versions: dict
+    hostname: str
+    fingerprint: dict
+    columns: dict = field(default_factory=dict)
+
+
+def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
+              stop=None, heartbeat=None) -> None:
+    """Run cases one after another, each in a fresh worker, and save each row as it finishes. `stop`
+    (a job's StopSignals) ends the loop at a signal: the case it cut short, and those not started,
+    get rows saying why (a died status); `heartbeat` is told which case runs."""
+    info = machine.device
+    # the hardware gate, decided once per planned case; the worker is handed the decision
+    supports = {index: precision_support(case.precision, info) for index, case, _ in order}
+    runnable = [index for index, case, _ in order if may_run(supports[index], case.allow_emulated)]
+    planner = BudgetPlanner(order[0][1].budget_s if order else None, len(runnable))
+    for position, (index, case, repeat) in enumerate(order):
+        runs = index in runnable
+        case = planner.plan(case) if runs else case
+        if stop is not None and stop.requested:
+            _save_died(store, order[position:], machine, stop, started=False)
+            return
+        reporter.case_started(case, repeat, position, len(order))
+        if heartbeat is not None:
+            heartbeat.set(case=f"{case.case_id} r{repeat}")
+        try:
+            if stop is not None:
+                stop.armed = runs
+            row, samples = run_one(case, repeat, info, machine.versions, store,
+                                   on_event=lambda event, case=case: reporter.worker_event(case, event),
+                                   support=supports[index])
+        except KeyboardInterrupt:
+            if stop is None or not stop.requested:
+                raise  # Ctrl-C on a local run: finished cases are saved, this one has no row
+            _save_died(store, order[position:], machine, stop, started=True)
+            return
+        finally:
+            if stop is not None:
+                stop.armed = False
+        if stop is not None and stop.requested and runs and row["status"] != "ok":
+            # the signal reached the worker first (SLURM signals the whole job): its death is the stop's
+            _save_died(store, order[position:], machine, stop, started=True)
+            return
+        if case.explain:  # the worker saved a profiled step: judged here, torch-free (issue 23)
+            row.update(explain_row(row, store.dir))
+        _stamp(row, machine)
+        store.add(row, samples, key=part_key(index, case, repeat))
+        if runs:  # a gated case costs nothing: it is not in the budget's count
+            planner.finished(row)
+        reporter.case_finished(case, row)
+
+
+def _stamp(row: dict, machine: Machine) -> None:
+    row["hostname"] = machine.hostname
+    row.update(machine.fingerprint)
+    row.update(machine.columns)
+
+
+def _save_died(store: RunStore, rest, machine: Machine, stop, started: bool) -> None:
+    """Rows for the case a stop cut short (started) and for those it never started."""
+    status, reason = stop.status_and_reason()
+    for n, (index, case, repeat) in enumerate(rest):
+        row = base_row(case, repeat, machine.device, machine.versions, store.run_id)
+        before = "while this case ran" if started and n == 0 else "before this case started"
+        row.update(status=status, reason=f"{reason} {before}")
+        _stamp(row, machine)
+        store.add(row, [], key=part_key(index, case, repeat))
+
+
 def run_suite(path, *, device: str | None = None, results_dir: str | Path = "results",
               reporter: Reporter | None = None, **overrides) -> pd.DataFrame:
     """Run a suite and return its results (one row per case and repeat).
@@ -86,35 +188,56 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     reporter = reporter or Reporter()
     session = Session.start(path, device, overrides)
     info = session.device
-    plan = schedule(session.suite.cases(info.type, overrides))
-    store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(plan))
-    reporter.run_started(store, info, len(plan))
+    order = schedule(session.suite.cases(info.type, overrides))
+    store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(order),
+                               executor={"type": "local"})
+    store.write_plan(make_plan(order, info.type, device or session.suite.device))
+    reporter.run_started(store, info, len(order))
+    machine = Machine(info, session.versions, session.host["hostname"], session.fingerprint)
+    with session.running(lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
+        run_cases(store, [(i, case, repeat) for i, (case, repeat) in enumerate(order)], machine, reporter,
+                  heartbeat=heartbeat)
+    return results_frame(store)
 
-    def finished() -> dict:
-        saved = store.rows[: store.saved]
-        counts = pd.Series([r["status"] for r in saved], dtype=object).value_counts().to_dict()
-        return {"cases_finished": len(saved), "status_counts": counts}
 
-    # the hardware gate, decided once per planned case; the worker is handed the decision
-    supports = [precision_support(case.precision, info) for case, _ in plan]
-    runnable = [c for (c, _), s in zip(plan, supports) if may_run(s, c.allow_emulated)]
-    planner = BudgetPlanner(plan[0][0].budget_s if plan else None, len(runnable))
-    with session.running(finished):
-        for index, (case, repeat) in enumerate(plan):
-            runs = case in runnable
-            case = planner.plan(case) if runs else case
-            reporter.case_started(case, repeat, index, len(plan))
-            row, samples = run_one(case, repeat, info, session.versions, store,
-                                   on_event=lambda event, case=case: reporter.worker_event(case, event),
-                                   support=supports[index])
-            if case.explain:  # the worker saved a profiled step: judged here, torch-free (issue 23)
-                row.update(explain_row(row, store.dir))
-            row["hostname"] = session.host["hostname"]
-            row.update(session.fingerprint)
-            store.add(row, samples)
-            if runs:  # a gated case costs nothing: it is not in the budget's count
-                planner.finished(row)
-            reporter.case_finished(case, row)
+def finished_counts(store: RunStore) -> dict:
+    saved = store.rows[: store.saved]
+    counts = pd.Series([r["status"] for r in saved], dtype=object).value_counts().to_dict()
+    return {"cases_finished": len(saved), "status_counts": counts}
+
+
+def results_frame(store: RunStore) -> pd.DataFrame:
     frame = order_columns(pd.DataFrame(store.rows))
     frame.attrs["run_dir"] = str(store.dir)
     return frame
+
+
+def resume_local(run_dir, reporter: Reporter | None = None) -> pd.DataFrame:
+    """`run --resume RUN_DIR` for a local run: run here the planned cases that have no row (the parent
+    was killed, or Ctrl-C) or whose row says their job died, on the machine that measured the rest."""
+    reporter = reporter or Reporter()
+    store = RunStore.reopen(run_dir)
+    state = run_state(store.dir, store.manifest)
+    if state.state == "running":
+        raise UserError(f"{store.dir}: still running ({state.detail}): let it finish, or stop it first")
+    plan = store.read_plan()
+    rows = rows_by_index(store)
+    todo = [i for i, _, _ in plan_order(plan) if i not in rows or rows[i].get("status") in DIED_STATUSES]
+    probed = probe(plan["device_request"])
+    info = DeviceInfo.from_json(probed["device"])
+    host, fingerprint = record_machine(store, probed)
+    measured = {str(r.get("fingerprint")) for r in rows.values() if r.get("fingerprint")}
+    if info.type != plan["device_type"] or (measured and fingerprint["fingerprint"] not in measured):
+        raise UserError(f"{store.dir}: was measured on another machine or software (fingerprint "
+                        f"{', '.join(sorted(measured)) or plan['device_type']}; here {fingerprint['fingerprint']} "
+                        f"on {info.name}): resume it where it ran, or run the suite again here")
+    reporter.run_started(store, info, len(todo))
+    if todo:
+        store.update_manifest(lambda m: (m.update(status="running"), m.setdefault("resumed", []).append(
+            {"at": utc_now().isoformat(), "cases": len(todo)})))
+        machine = Machine(info, probed["versions"], host["hostname"], fingerprint)
+        with running(store, lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
+            run_cases(store, plan_order(plan, todo), machine, reporter, heartbeat=heartbeat)
+    else:
+        store.write_manifest(status="complete")
+    return results_frame(store)

@@ -64,36 +64,61 @@ class Session:
 
     @contextlib.contextmanager
     def running(self, final_manifest):
-        """Run the study's loop: SIGTERM acts as Ctrl-C, and the manifest ends `complete` or
-        `interrupted` with the fields `final_manifest()` returns, whatever happened."""
-        status = "interrupted"
-        restore = sigterm_as_interrupt()
-        try:
+        with running(self.store, final_manifest):
             yield
-            status = "complete"
-        finally:
-            restore()
-            self.store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
+
+
+@contextlib.contextmanager
+def running(store: RunStore, final_manifest):
+    """Run a study's loop: SIGTERM acts as Ctrl-C, and the manifest ends `complete` or `interrupted`
+    with the fields `final_manifest()` returns, whatever happened."""
+    status = "interrupted"
+    restore = sigterm_as_interrupt()
+    try:
+        yield
+        status = "complete"
+    finally:
+        restore()
+        store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
 
 
 def open_store(suite, path, probed: dict, results_dir, overrides: dict, kind: str, **manifest) -> tuple:
     """A new run directory with its suite copy and manifest: (store, host facts, fingerprint columns).
     Every kind of run (benchmark, fidelity, headroom) records its provenance the same way."""
-    host = host_facts()
     info = DeviceInfo.from_json(probed["device"])
-    store = RunStore(Path(results_dir), make_run_id(info.label))
+    store = new_store(suite, path, results_dir, make_run_id(info.label), overrides, kind, **manifest)
+    host, fingerprint = record_machine(store, probed)
+    return store, host, fingerprint
+
+
+def new_store(suite, path, results_dir, run_id: str, overrides: dict, kind: str, **manifest) -> RunStore:
+    """A new run directory with its suite copy and the manifest's opening fields (no machine yet:
+    a SLURM run learns it from its jobs)."""
+    store = RunStore(Path(results_dir), run_id)
     (store.dir / "suite.yaml").write_text(suite.text, encoding="utf-8")
     store.write_manifest(
         run_id=store.run_id, kind=kind, status="running", started_at=utc_now().isoformat(),
         suite={"name": suite.name, "path": str(Path(path).resolve()), "sha256": suite.sha256},
-        overrides={k: v for k, v in overrides.items() if v is not None},
-        device={**probed["device"], "architecture": probed["architecture"]},
-        precision_support=probed["support"], versions=probed["versions"], host=host,
-        gpu=probed.get("gpu", {}), software=probed.get("software", {}), **manifest,
-    )
+        overrides={k: v for k, v in overrides.items() if v is not None}, **manifest)
+    return store
+
+
+def record_machine(store: RunStore, probed: dict, **more) -> tuple[dict, dict]:
+    """The machine a probe described, in the manifest (the first writer's stays; later ones add only
+    `more`): (host facts, fingerprint columns for the rows)."""
+    host = host_facts()
+    machine = {"device": {**probed["device"], "architecture": probed["architecture"]},
+               "precision_support": probed["support"], "versions": probed["versions"], "host": host,
+               "gpu": probed.get("gpu", {}), "software": probed.get("software", {})}
+
+    def add(manifest: dict) -> None:
+        for key, value in machine.items():
+            manifest.setdefault(key, value)
+        manifest.update(more)
+    store.update_manifest(add)
     fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
                                       host["hostname"])
-    return store, host, fingerprint
+    return host, fingerprint
 
 
 def sigterm_as_interrupt():

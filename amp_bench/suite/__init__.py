@@ -8,6 +8,7 @@ same file runs on a laptop with smaller batches and fewer steps.
   checks.py   validator building blocks (_int, _axis, _choice, _check_keys, ...)
   fields.py   the field tables: settings, models: entries, optimizer, fidelity:, headroom:; validate_overrides
   load.py     reading the YAML: load_suite
+  executor.py the `executor:` block (where the cases run: here, or SLURM jobs): ExecutorSpec
   matrix.py   Suite, and per device type: settings, the case matrix, the fidelity and headroom specs
 
 Torch-free: model references and datasets are checked through modules imported at call time.
@@ -20,11 +21,12 @@ from amp_bench.suite.fields import (
 )
 from amp_bench.suite.fields import validate_overrides
 from amp_bench.suite.load import load_suite
+from amp_bench.suite.executor import ExecutorSpec, executor_spec
 from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, ModelSpec, OptimizerSpec
 from amp_bench.suite.matrix import Suite, check_distributed, check_duplicates, expand
 
 __all__ = [
-    "Case", "DEFAULTS", "DEVICE_BLOCKS", "DIST_BACKENDS", "FIDELITY_MODELS", "FidelitySpec", "HEADROOM_FIELDS",
+    "Case", "DEFAULTS", "ExecutorSpec", "executor_spec", "DEVICE_BLOCKS", "DIST_BACKENDS", "FIDELITY_MODELS", "FidelitySpec", "HEADROOM_FIELDS",
     "HeadroomSpec", "MAX_BATCH_SIZE", "MAX_PROCS", "ModelSpec", "OPTIMIZERS", "OPTIMIZER_IMPLS", "OptimizerSpec",
     "Problems", "SECTIONS", "SETTING_KEYS", "Suite", "SuiteError", "TOP_ONLY", "check_distributed",
     "check_duplicates", "expand", "load_suite", "validate_overrides",

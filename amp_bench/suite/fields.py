@@ -248,7 +248,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
 
 
 SECTIONS = ("fidelity", "headroom")
-TOP_ONLY = ("name", "description", "device") + DEVICE_BLOCKS
+TOP_ONLY = ("name", "description", "device", "executor") + DEVICE_BLOCKS
 SETTING_KEYS = tuple(_setting_fields(()))
 
 

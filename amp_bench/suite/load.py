@@ -15,6 +15,7 @@ import yaml
 
 from amp_bench.errors import SuiteError
 from amp_bench.suite.checks import Problems, _check_keys, _mapping, _str, _type_name
+from amp_bench.suite.executor import validate_executor
 from amp_bench.suite.fields import (
     DEVICE_BLOCKS, SECTIONS, SETTING_KEYS, TOP_ONLY, _validate_fidelity, _validate_headroom, _validate_settings,
 )
@@ -61,6 +62,7 @@ def load_suite(path: str | Path) -> Suite:
     sections = {"fidelity": None, "headroom": None}
     sections["fidelity"] = _validate_fidelity(data["fidelity"], "fidelity", problems) if "fidelity" in data else None
     sections["headroom"] = _validate_headroom(data["headroom"], "headroom", problems) if "headroom" in data else None
+    executor = validate_executor(data["executor"], "executor", problems) if "executor" in data else None
     top = DEFAULTS["suite"]
     name = _str(data.get("name", path.stem), "name", problems)  # the default name is derived: the file's stem
     description = data.get("description", top["description"])
@@ -84,7 +86,7 @@ def load_suite(path: str | Path) -> Suite:
         raise SuiteError([f"{path}: {p}" for p in problems])
     suite = Suite(path=path, name=name, description=description, device=device,
                   sha256=hashlib.sha256(text.encode()).hexdigest(), text=text,
-                  settings=settings, blocks=blocks, **sections)
+                  settings=settings, blocks=blocks, executor=executor or {}, **sections)
     for block in DEVICE_BLOCKS:  # every device's matrix must be sound, not just this machine's
         if suite.has_matrix:
             suite.cases(block)

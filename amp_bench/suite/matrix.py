@@ -9,7 +9,7 @@ The Suite methods of the same names call these.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from amp_bench import modes
@@ -212,6 +212,7 @@ class Suite:
     blocks: dict  # device type -> validated override settings
     fidelity: dict | None = None  # validated `fidelity:` section (top level; blocks may override)
     headroom: dict | None = None
+    executor: dict = field(default_factory=dict)  # validated `executor:` block (suite/executor.py)
 
     @property
     def has_matrix(self) -> bool:

@@ -86,6 +86,19 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "timeout_s": None,  # derived: the suite's timeout_s
         "compile": None,  # derived: eager; a mode (default, reduce-overhead, max-autotune) trains compiled
     },
+    # where the cases run (suite/executor.py): this machine, or SLURM jobs through submitit (docs/cluster.md)
+    "executor": {
+        "type": "local", "partitions": [], "cluster": "slurm",
+        "gpus_per_node": None,  # derived: 1 on a partition whose nodes have GPUs (sinfo's GRES), else 0
+        "gres": None, "cpus_per_task": None, "mem_gb": None, "constraint": None, "account": None, "qos": None,
+        "time_min": None,  # derived: the job's cases' timeouts added up, plus 10 minutes (at most 24 h)
+        "setup": [],  # shell lines the job script runs first (module load, source a venv)
+        # a benchmark wants its node alone: a job beside it shares the host CPU, PCIe and memory bandwidth
+        "exclusive": True,
+        "tasks": 1,  # jobs per partition (an array); a model-and-batch group always stays on one node
+        "sbatch": {},  # more sbatch options, as sbatch spells them (reservation: x)
+        "poll_s": 5.0,  # how often the parent looks at its jobs
+    },
     "headroom": {
         "memory_cap_gb": None,  # None: no cap on a GPU; on the CPU half the memory available (headroom.py)
         "start_batch_size": None,  # derived: the smallest of the suite's batch_sizes (1 without any)

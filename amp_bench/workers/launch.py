@@ -40,7 +40,7 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     """One worker for one case: (result row, per-step samples). `stem` names its log file. `support`
     is the hardware gate's decision for the case (made here when the caller has none); the worker
     gets it with the case and does not decide again."""
-    row = _base_row(case, repeat, device, versions, store.run_id)
+    row = base_row(case, repeat, device, versions, store.run_id)
     support = support or precision_support(case.precision, device)
     if not may_run(support, case.allow_emulated):
         row.update(status="unsupported", reason=not_run_reason(support), emulated=support.emulated)
@@ -128,7 +128,7 @@ def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
     return f"worker exited with code {outcome.exit_code} without a result" + (f": {tail}" if tail else "")
 
 
-def _base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> dict:
+def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> dict:
     return {
         "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
         "model": case.model.ref, "model_label": case.model.label, "batch_size": case.batch_size,

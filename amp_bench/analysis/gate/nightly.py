@@ -49,6 +49,7 @@ class Group:
     stale: bool = False  # its latest run is older than the tree's by more than max_age_days
     contended: list[str] = field(default_factory=list)  # cases whose run tonight was contended: not judged
     contention: str = ""  # the reason recorded with them
+    unfinished: str = ""  # tonight's run is not complete (interrupted: a killed parent, ended jobs; or still running)
 
 
 @dataclass
@@ -71,7 +72,7 @@ class NightlyResult:
     def exit_code(self) -> int:
         if self.red:
             return EXIT_RED
-        if any(g.missing or g.stale or g.contended for g in self.groups):
+        if any(g.missing or g.stale or g.contended or g.unfinished for g in self.groups):
             return EXIT_NO_DATA
         return EXIT_OK
 
@@ -152,7 +153,26 @@ def nightly(root: str | Path, thresholds: dict[str, float] | None = None, max_ag
     for g in groups:
         g.series = len(judged.get((g.fingerprint, g.suite, g.tonight), ()))
         g.red = len(red.get((g.fingerprint, g.suite), ()))
+    _mark_unfinished(root, groups)
     return result
+
+
+def _mark_unfinished(root: Path, groups: list[Group]) -> None:
+    """A tonight whose run did not finish (its parent killed, its jobs ended with cases left, or still
+    going) has no verdict: its rows are judged as far as they go, and the run is named (exit 3)."""
+    from amp_bench.errors import UserError
+    from amp_bench.store.results import find_runs
+    from amp_bench.store.run_state import run_state
+    tonight = {g.tonight for g in groups}
+    try:
+        dirs = {d.name: d for d in find_runs(root) if d.name in tonight}
+    except UserError:  # runs without manifests (copied tables): nothing says they did not finish
+        return
+    for g in groups:
+        if g.tonight in dirs:
+            state = run_state(dirs[g.tonight])
+            if state.state not in ("complete", "unknown"):
+                g.unfinished = f"{state.state}: {state.detail}"
 
 
 def accept(root: str | Path, machine: str | None = None, suite: str | None = None, note: str = "",
@@ -195,9 +215,15 @@ def to_markdown(result: NightlyResult) -> str:
         missing = ("stale; " if g.stale else "") + (", ".join(g.missing[:5]) + ("..." if len(g.missing) > 5 else ""))
         if g.contended:
             missing += ("; " if missing else "") + f"contended: {len(g.contended)} cases"
+        if g.unfinished:
+            missing += ("; " if missing else "") + f"run {g.unfinished.split(':')[0]}"
         lines.append(f"| {g.hostname or '?'} ({g.fingerprint}) | {g.suite} | {g.tonight} | {g.date} | "
                      f"{g.baseline or 'first night'} | {g.series} | {g.red} | {missing or '-'} |")
     lines += [""] + [f"- warning: {w}" for w in result.history.warnings]
+    unfinished = [g for g in result.groups if g.unfinished]
+    if unfinished:
+        lines += ["", "## Tonight's run did not finish: no verdict", ""]
+        lines += [f"- {g.hostname or g.fingerprint} {g.suite}: {g.tonight} is {g.unfinished}" for g in unfinished]
     busy = [g for g in result.groups if g.contended]
     if busy:
         lines += ["", "## Contended tonight: not judged", ""]
@@ -245,6 +271,9 @@ def to_junit(result: NightlyResult) -> str:
         cases += [TestCase(classname, case, skipped=f"contended tonight: not judged ({g.contention or 'no reason recorded'})")
                   for case in g.contended]
         cases += [TestCase(classname, case, skipped="missing tonight") for case in g.missing]
+        if g.unfinished:
+            cases.append(TestCase(classname, "run", failure=f"tonight's run {g.tonight} is {g.unfinished}",
+                                  failure_type="unfinished"))
         suites.append((f"{g.hostname or fp} {suite}", cases))
     return junit.to_junit("amp_bench nightly", suites)
 
