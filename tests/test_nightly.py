@@ -184,3 +184,29 @@ def test_gate_modules_do_not_import_torch():
     code = ("import sys, amp_bench.analysis.gate.history, amp_bench.analysis.compare, amp_bench.analysis.gate.nightly, amp_bench.cli.gate, "
             "amp_bench.store.cache, amp_bench.report.dashboard; assert 'torch' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_tonights_interrupted_run_has_no_verdict_and_is_named(tree, tmp_path):
+    """A run whose parent was killed (its manifest still says running; its heartbeat names a dead
+    process) is no verdict (exit 3), its rows judged as far as they go, and the run named."""
+    from amp_bench.store.run_state import identity
+    for night in (13, 14):
+        write_night(tree, night, np.random.default_rng(night))
+    proc = run("nightly", tree, "-o", tmp_path / "green")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the control: green without the kill
+    run_dir = tree / "20261214T020000Z-node-a-cuda"
+    (run_dir / "manifest.json").write_text(json.dumps({"run_id": run_dir.name, "kind": "benchmark",
+                                                       "status": "running", "cases_planned": 12}))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / "heartbeats").mkdir()
+    (run_dir / "heartbeats" / "parent.json").write_text(json.dumps(
+        {"name": "parent", **identity(os.getpid()), "pid": dead.pid, "at": "2026-12-14T02:05:00+00:00"}))
+    proc = run("nightly", tree, "-o", tmp_path / "n")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "tonight's run did not finish: no verdict" in proc.stdout and "is interrupted" in proc.stdout
+    report = json.loads((tmp_path / "n.json").read_text())
+    (group,) = [g for g in report["groups"] if g["tonight"] == run_dir.name]
+    assert group["unfinished"].startswith("interrupted: its writer (pid") and group["series"] == 2
+    assert "Tonight's run did not finish" in (tmp_path / "n.md").read_text()
+    assert 'failures="1"' in (tmp_path / "n.junit.xml").read_text() and ">unfinished</failure>" in (tmp_path / "n.junit.xml").read_text()
