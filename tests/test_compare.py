@@ -54,6 +54,7 @@ precisions: [fp32]
 warmup_steps: 2
 steps: 20
 repeats: 3
+explain: false
 """
 
 
