@@ -368,3 +368,17 @@ def test_a_killed_local_parent_is_interrupted_and_resume_runs_only_what_is_missi
     again = cli("run", "--resume", str(run_dir), "--no-report")
     assert again.returncode == 0 and len(pd.read_csv(run_dir / "results.csv")) == 3
     assert "--resume RUN_DIR takes no suite" in cli("run", str(path), "--resume", str(run_dir)).stderr
+
+
+@pytest.mark.slow
+def test_fidelity_on_a_partition_is_one_job_that_runs_the_whole_study(tmp_path):
+    proc = cli("fidelity", "suites/fidelity.yaml", "--slurm-cluster", "local", "--slurm-partition", "gpu-a",
+               "--epochs", "1", "--seed", "0", "--precision", "fp32", "--results-dir", str(tmp_path / "results"),
+               "--no-report")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = [d for d in (tmp_path / "results").iterdir() if not d.name.startswith(".")]
+    assert f"gpu-a -> {run_dir}" in proc.stdout.replace("\n", "")
+    manifest = read_manifest(run_dir)
+    assert manifest["kind"] == "fidelity" and manifest["executor"]["partition"] == "gpu-a"
+    assert manifest["job"]["cluster"] == "local" and manifest["job"]["job_id"]
+    assert (pd.read_csv(run_dir / "fidelity.csv")["status"] == "ok").all()

@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.markup import escape
 
 from amp_bench.cli import console as render_console
-from amp_bench.cli.run import auto_report
+from amp_bench.cli.run import add_executor_options, auto_report, executor_overrides
+from amp_bench.errors import UserError
 
 
 def add_parsers(sub) -> None:
@@ -24,6 +25,7 @@ def add_parsers(sub) -> None:
     fid.add_argument("--tolerance-pp", type=float, help="accuracy difference (percentage points) still called parity")
     fid.add_argument("--no-report", action="store_true")
     fid.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    add_executor_options(fid)
     fid.set_defaults(func=cmd_fidelity)
 
     head = sub.add_parser("headroom", help="largest batch each precision trains at without running out of memory")
@@ -39,6 +41,7 @@ def add_parsers(sub) -> None:
     head.add_argument("--no-measure", action="store_true", help="skip the throughput measurement at each maximum")
     head.add_argument("--no-report", action="store_true")
     head.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    add_executor_options(head)
     head.set_defaults(func=cmd_headroom)
 
 
@@ -48,7 +51,7 @@ def cmd_fidelity(args, console) -> int:
     overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
                  "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
     return _study(args, console, run_fidelity, overrides, render_console.fidelity_progress, render_console.print_fidelity,
-                  failed_rows, "every finished precision is saved")
+                  failed_rows, "every finished precision is saved", "fidelity")
 
 
 def cmd_headroom(args, console) -> int:
@@ -59,11 +62,17 @@ def cmd_headroom(args, console) -> int:
                  "precisions": args.precision, "measure": False if args.no_measure else None,
                  "timeout_s": args.timeout_s}
     return _study(args, console, run_headroom, overrides, render_console.headroom_progress, render_console.print_headroom,
-                  failed_rows, "every finished search is saved")
+                  failed_rows, "every finished search is saved", "headroom")
 
 
-def _study(args, console, run, overrides: dict, progress, show, failed_rows, kept: str) -> int:
-    """Run a study with its progress display, print its table, write its report, exit on its rows."""
+def _study(args, console, run, overrides: dict, progress, show, failed_rows, kept: str, kind: str) -> int:
+    """Run a study with its progress display, print its table, write its report, exit on its rows.
+    With --executor slurm, one job per partition runs it there (studies/cluster_study.py)."""
+    from amp_bench.suite import executor_spec, load_suite
+    spec = executor_spec(load_suite(args.suite).executor, executor_overrides(args), str(args.suite))
+    if spec.remote:
+        return _study_on_cluster(args, console, spec, kind, {k: v for k, v in overrides.items() if v is not None},
+                                 failed_rows)
     try:
         table = run(args.suite, device=args.device, results_dir=args.results_dir, reporter=progress(console),
                     **{k: v for k, v in overrides.items() if v is not None})
@@ -75,6 +84,37 @@ def _study(args, console, run, overrides: dict, progress, show, failed_rows, kep
     if not args.no_report:
         auto_report(table.attrs["run_dir"], args.reports_dir, console)
     return _exit_for(failed_rows(table), console)
+
+
+def _study_on_cluster(args, console, spec, kind: str, overrides: dict, failed_rows) -> int:
+    from amp_bench.studies.cluster_study import run_study_on_cluster
+    say = lambda line: console.print(escape(line), highlight=False, soft_wrap=True)  # noqa: E731
+    try:
+        done = run_study_on_cluster(kind, args.suite, spec, device=args.device, results_dir=args.results_dir,
+                                    detach=args.detach, say=say, **overrides)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: the jobs were cancelled; what they finished is saved")
+        return 130
+    if args.detach:
+        console.print(f"detached: `python -m amp_bench status {args.results_dir}` shows the runs once they start",
+                      highlight=False)
+        return 0
+    run_dirs = [d for d in done.values() if Path(d).is_dir()]
+    failed = [f"{p}: {d}" for p, d in done.items() if not Path(d).is_dir()]
+    if run_dirs:
+        from amp_bench.analysis.fidelity import load_fidelity
+        from amp_bench.analysis.headroom import load_headroom
+        tables = (load_fidelity if kind == "fidelity" else load_headroom)([Path(d) for d in run_dirs])
+        table = tables.get(kind)
+        if table is not None and not table.empty:
+            failed += failed_rows(table)
+        for partition, run_dir in done.items():
+            console.print(f"{partition} -> {run_dir}", highlight=False, soft_wrap=True)
+        if not args.no_report:
+            auto_report(run_dirs, args.reports_dir, console)
+    if not run_dirs and not failed:
+        raise UserError(f"{kind}: no job returned a run directory")
+    return _exit_for(failed, console)
 
 
 def _exit_for(failed: list[str], console) -> int:
