@@ -81,7 +81,7 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
 
 
 def _main_probe(requested: str, result_path: str) -> int:
-    from amp_bench.platform.provenance import gpu_facts, software_record, versions
+    from amp_bench.platform.provenance import gpu_facts, versions
     from amp_bench.platform.device import DeviceUnavailable, describe_support, probe_device
     try:
         device = probe_device(requested)
@@ -93,8 +93,7 @@ def _main_probe(requested: str, result_path: str) -> int:
         "architecture": device.architecture,
         "support": {mode: s.__dict__ for mode, s in describe_support(device)},
         "versions": versions(),
-        "gpu": gpu_facts(device),
-        "software": software_record(),
+        "gpu": gpu_facts(device),  # the software record (pip freeze, git) is the parent's, beside the first case
     })
     return 0
 

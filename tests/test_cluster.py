@@ -303,7 +303,7 @@ def test_several_writers_of_one_run_lose_no_row_and_a_rewritten_part_replaces(tm
 # --------------------------------------------------------------------------- whole runs, submitit's local executor
 
 SUITE = ("models: [{ref: 'python:toy_models:mlp', label: mlp}, {ref: 'python:toy_models:mlp', label: wide, "
-         "options: {hidden: 64}}]\nbatch_sizes: [4]\nprecisions: [fp32, tf32]\nrepeats: 2\nsteps: 3\n"
+         "options: {hidden: 64}}]\nbatch_sizes: [4]\nprecisions: [fp32, tf32]\nrepeats: 1\nsteps: 3\n"
          "warmup_steps: 1\ntimeout_s: 120\nexplain: false\n")
 
 
@@ -324,7 +324,7 @@ def test_a_suite_through_submitits_local_executor_writes_rows_from_its_jobs(writ
     assert manifest["status"] == "complete" and manifest["executor"]["partition"] == "gpu-a"
     assert len(manifest["jobs"]) == 2  # two jobs, each a whole model's group
     table = pd.read_csv(run_dir / "results.csv")
-    assert len(table) == 8 and set(table["slurm_partition"]) == {"gpu-a"}
+    assert len(table) == 4 and set(table["slurm_partition"]) == {"gpu-a"}
     assert table["slurm_job_id"].astype(str).isin(manifest["jobs"]).all()
     for group, rows in table.groupby("group_id"):
         assert rows["slurm_job_id"].nunique() == 1  # a group's fp32 and bf16 from one job
@@ -337,7 +337,7 @@ def test_a_suite_through_submitits_local_executor_writes_rows_from_its_jobs(writ
 
 @pytest.mark.slow
 def test_a_killed_local_parent_is_interrupted_and_resume_runs_only_what_is_missing(write_suite, tmp_path):
-    path = write_suite(SUITE.replace("repeats: 2", "repeats: 3").replace(
+    path = write_suite(SUITE.replace("repeats: 1", "repeats: 2").replace(
         ", {ref: 'python:toy_models:mlp', label: wide, options: {hidden: 64}}", ""))
     results = tmp_path / "results"
     parent = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(path), "--precision", "fp32",
@@ -350,7 +350,7 @@ def test_a_killed_local_parent_is_interrupted_and_resume_runs_only_what_is_missi
     parent.wait()
     (run_dir,) = list(results.iterdir())
     before = pd.read_csv(run_dir / "results.csv")
-    assert 1 <= len(before) < 3
+    assert len(before) == 1
     status = cli("status", str(results))
     assert "interrupted" in status.stdout and f"pid {parent.pid}" in status.stdout
     assert read_manifest(run_dir)["status"] == "running"  # the manifest never heard: the state is derived
@@ -360,13 +360,13 @@ def test_a_killed_local_parent_is_interrupted_and_resume_runs_only_what_is_missi
     resumed = cli("run", "--resume", str(run_dir), "--no-report")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     after = pd.read_csv(run_dir / "results.csv")
-    assert len(after) == 3 and (after["status"] == "ok").all()
+    assert len(after) == 2 and (after["status"] == "ok").all()
     kept = after.merge(before, on=["case_id", "repeat"], suffixes=("", "_before"))
     assert (kept["timestamp"] == kept["timestamp_before"]).all()  # the finished cases were not run again
     manifest = read_manifest(run_dir)
-    assert manifest["status"] == "complete" and manifest["resumed"][0]["cases"] == 3 - len(before)
+    assert manifest["status"] == "complete" and manifest["resumed"][0]["cases"] == 1
     again = cli("run", "--resume", str(run_dir), "--no-report")
-    assert again.returncode == 0 and len(pd.read_csv(run_dir / "results.csv")) == 3
+    assert again.returncode == 0 and len(pd.read_csv(run_dir / "results.csv")) == 2
     assert "--resume RUN_DIR takes no suite" in cli("run", str(path), "--resume", str(run_dir)).stderr
 
 

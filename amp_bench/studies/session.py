@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from amp_bench.platform.provenance import host_facts
+from amp_bench.platform.provenance import host_facts, software_record
 from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo
@@ -79,6 +80,7 @@ def running(store: RunStore, final_manifest):
         status = "complete"
     finally:
         restore()
+        wait_for_software()
         store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
 
 
@@ -116,9 +118,30 @@ def record_machine(store: RunStore, probed: dict, **more) -> tuple[dict, dict]:
             manifest.setdefault(key, value)
         manifest.update(more)
     store.update_manifest(add)
+    if not probed.get("software") and not store.manifest.get("software"):
+        record_software(store)
     fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
                                       host["hostname"])
     return host, fingerprint
+
+
+_software_threads: list[threading.Thread] = []
+
+
+def record_software(store: RunStore) -> None:
+    """The software record (git commit, pip freeze, conda env: a second or more of subprocesses) goes
+    into the manifest from a thread, while the first case runs, not before it; `running` waits for it."""
+    def work() -> None:
+        record = software_record()
+        store.update_manifest(lambda manifest: manifest.__setitem__("software", record))
+    thread = threading.Thread(target=work, name="amp_bench-software-record")
+    thread.start()
+    _software_threads.append(thread)
+
+
+def wait_for_software(timeout_s: float = 180.0) -> None:
+    while _software_threads:
+        _software_threads.pop().join(timeout_s)
 
 
 def sigterm_as_interrupt():
