@@ -129,13 +129,19 @@ def cmd_run(args, console) -> int:
     spec = _executor(args)
     if spec.remote:
         return _run_on_cluster(args, spec, overrides, console)
+    return _here(lambda reporter: run_suite(args.suite, device=args.device, results_dir=args.results_dir,
+                                            reporter=reporter, **overrides),
+                 args, console, "every finished case is saved; `run --resume RUN_DIR` runs the rest")
+
+
+def _here(run, args, console, kept: str) -> int:
+    """A run on this machine with the live progress display; Ctrl-C keeps what finished (exit 130)."""
     reporter = render_console.rich_reporter(console)
     try:
-        results = run_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,
-                            **overrides)
+        results = run(reporter)
     except KeyboardInterrupt:
         reporter.close()
-        console.print("[yellow]interrupted[/]: every finished case is saved; see the results directory above")
+        console.print(f"[yellow]interrupted[/]: {kept}")
         return 130
     finally:
         reporter.close()
@@ -216,17 +222,8 @@ def _resume(args, console) -> int:
             console.print(f"nothing to resume: every case of {args.resume} has a row", highlight=False)
         return _after_cluster([run], args, console)
     from amp_bench.studies.benchmark import resume_local
-    reporter = render_console.rich_reporter(console)
-    try:
-        results = resume_local(args.resume, reporter=reporter)
-    except KeyboardInterrupt:
-        reporter.close()
-        console.print("[yellow]interrupted[/]: every finished case is saved; `run --resume` again runs the rest")
-        return 130
-    finally:
-        reporter.close()
-    _finish(results, args, console)
-    return 0
+    return _here(lambda reporter: resume_local(args.resume, reporter=reporter), args, console,
+                 "every finished case is saved; `run --resume` again runs the rest")
 
 
 def _print_explained(results, console) -> None:

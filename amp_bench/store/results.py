@@ -221,10 +221,11 @@ class RunStore:
 # The one reader of run directories: report, compare, history, the studies' tables and the API all
 # find and load runs through these functions.
 
-def find_run_dirs(inputs) -> list[Path]:
-    """Run directories from paths to run dirs, trees of them, or glob patterns (a str or a list)."""
+def _paths(inputs):
+    """(inputs as given, every existing path they name): paths, or glob patterns (a str or a list);
+    a pattern that matches nothing, or a path that does not exist, is a one-line error."""
     inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-    found: list[Path] = []
+    paths = []
     for item in inputs:
         text = str(item)
         matches = [Path(p) for p in sorted(glob.glob(text, recursive=True))] if glob.has_magic(text) else [Path(text)]
@@ -233,10 +234,19 @@ def find_run_dirs(inputs) -> list[Path]:
         for path in matches:
             if not path.exists():
                 raise UserError(f"{path}: no such results directory")
-            if (path / RESULTS_FILE).is_file():
-                found.append(path)
-            else:
-                found.extend(sorted(p.parent for p in path.rglob(RESULTS_FILE)))
+            paths.append(path)
+    return inputs, paths
+
+
+def find_run_dirs(inputs) -> list[Path]:
+    """Run directories (with a results table) from paths to run dirs, trees of them, or globs."""
+    inputs, paths = _paths(inputs)
+    found: list[Path] = []
+    for path in paths:
+        if (path / RESULTS_FILE).is_file():
+            found.append(path)
+        else:
+            found.extend(sorted(p.parent for p in path.rglob(RESULTS_FILE)))
     unique = list(dict.fromkeys(p.resolve() for p in found))
     if not unique:
         raise UserError(f"{', '.join(map(str, inputs))}: no {RESULTS_FILE} found (expected run directories "
@@ -246,24 +256,17 @@ def find_run_dirs(inputs) -> list[Path]:
 
 def find_runs(inputs) -> list[Path]:
     """Run directories by their manifest (a run that has no row yet included), from paths, trees or globs."""
-    inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    inputs, paths = _paths(inputs)
     found: list[Path] = []
-    for item in inputs:
-        text = str(item)
-        matches = [Path(p) for p in sorted(glob.glob(text))] if glob.has_magic(text) else [Path(text)]
-        if not matches:
-            raise UserError(f"{text}: no path matches this pattern")
-        for path in matches:
-            if not path.exists():
-                raise UserError(f"{path}: no such results directory")
-            if (path / MANIFEST_FILE).is_file():
-                found.append(path)
-                continue
-            for dirpath, dirnames, filenames in os.walk(path):
-                dirnames[:] = sorted(d for d in dirnames if d not in RUN_SUBDIRS and not d.startswith("."))
-                if MANIFEST_FILE in filenames:
-                    found.append(Path(dirpath))
-                    dirnames[:] = []
+    for path in paths:
+        if (path / MANIFEST_FILE).is_file():
+            found.append(path)
+            continue
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames[:] = sorted(d for d in dirnames if d not in RUN_SUBDIRS and not d.startswith("."))
+            if MANIFEST_FILE in filenames:
+                found.append(Path(dirpath))
+                dirnames[:] = []
     unique = list(dict.fromkeys(p.resolve() for p in found))
     if not unique:
         raise UserError(f"{', '.join(map(str, inputs))}: no run directory found (no {MANIFEST_FILE})")
