@@ -3,6 +3,7 @@ which samples are measured, and the one throughput formula (`Window`). The worke
 ingest, compare, history and the report all read these; nothing here imports torch."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -19,29 +20,42 @@ def median_ci(samples_ms, confidence: float = 0.95) -> tuple[float, float]:
     """Distribution-free confidence interval of the median: the pair of order statistics that covers
     the population median with at least `confidence` (binomial(n, 1/2) ranks). Makes no normality
     assumption, so a skewed step-time distribution (the usual shape) is fine. Fewer than
-    MIN_CI_SAMPLES samples: (min, max), which is then no 95% interval, and stop rules don't trust it."""
+    MIN_CI_SAMPLES samples: (min, max), which is then no 95% interval, and stop rules don't trust it.
+    The adaptive stop rule calls this between measured steps, so it must cost microseconds: the
+    rank comes from `_median_rank` (pure Python, cached), not scipy, whose first import alone took
+    0.5 s inside a window and showed up as host gap (about 40% of a 1 s CPU window)."""
     a = np.sort(np.asarray(samples_ms, dtype=float))
     n = a.size
     if n == 0:
         raise ValueError("no step times for an interval")
     if n < MIN_CI_SAMPLES:
         return float(a[0]), float(a[-1])
-    from scipy.stats import binom
+    j = _median_rank(n, confidence)
+    return float(a[j]), float(a[n - 1 - j])
+
+
+@functools.lru_cache(maxsize=4096)
+def _median_rank(n: int, confidence: float) -> int:
+    """The largest m with P(Bin(n, 1/2) <= m) <= alpha/2 (at least 0): then [x_(m), x_(n-1-m)]
+    (0-based) covers the median with probability 1 - 2 P(Bin <= m) >= confidence. The binomial CDF
+    is summed in log space (lgamma), exact to float precision for any n a window takes."""
     alpha = 1 - confidence
-    # the largest m with P(Bin(n, 1/2) <= m) <= alpha/2: then [x_(m), x_(n-1-m)] (0-based) covers the
-    # median with probability 1 - 2 P(Bin <= m) >= confidence
-    m = int(binom.ppf(alpha / 2, n, 0.5))
-    if binom.cdf(m, n, 0.5) > alpha / 2:
-        m -= 1
-    j = max(m, 0)
-    k = n - 1 - j
-    return float(a[j]), float(a[k])
+    log_half_n = n * math.log(0.5)
+    lg_n1 = math.lgamma(n + 1)
+    cdf, m = 0.0, -1
+    for i in range(n // 2 + 1):
+        cdf += math.exp(lg_n1 - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half_n)
+        if cdf > alpha / 2 * (1 + 1e-12):
+            break
+        m = i
+    return max(m, 0)
 
 
 def relative_half_width(samples_ms) -> float:
     """Half the width of the median's 95% interval, relative to the median."""
     low, high = median_ci(samples_ms)
-    median = float(np.median(samples_ms))
+    a = np.sort(np.asarray(samples_ms, dtype=float))  # np.median's first call imports numpy.ma
+    median = float(a[(a.size - 1) // 2] + a[a.size // 2]) / 2
     return (high - low) / 2 / median if median > 0 else math.inf
 
 

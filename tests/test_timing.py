@@ -81,3 +81,28 @@ def test_empty_window_is_an_error():
     with pytest.raises(ValueError):
         StepStats.from_samples([])
     assert math.isnan(StepStats.from_samples([0.0]).cv)
+
+
+def test_median_interval_ranks_are_scipys_binomial_ones():
+    """The pure-Python rank (the stop rule calls it between measured steps) is the binomial one."""
+    from scipy.stats import binom
+
+    from amp_bench.stats import _median_rank
+    for n in [6, 7, 8, 9, 10, 17, 50, 99, 100, 257, 1000, 4001]:
+        for confidence in (0.9, 0.95, 0.99):
+            m = int(binom.ppf((1 - confidence) / 2, n, 0.5))
+            if binom.cdf(m, n, 0.5) > (1 - confidence) / 2:
+                m -= 1
+            assert _median_rank(n, confidence) == max(m, 0), (n, confidence)
+
+
+def test_the_stop_rule_imports_nothing_inside_the_window():
+    """A first import inside the measured window is host gap (scipy.stats took 0.5 s): the interval
+    the adaptive rule computes at its checkpoints must not import anything."""
+    import subprocess
+    import sys
+    code = ("import sys; from amp_bench.stats import median_ci, relative_half_width; "
+            "before = set(sys.modules); relative_half_width([1.0 + i / 100 for i in range(40)]); "
+            "print(sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
