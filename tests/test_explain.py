@@ -280,13 +280,23 @@ def test_an_emulated_mode_is_named_so_and_a_slowdown_is_said_as_one():
     and '(emulated)', never '0.1x faster' of a mode the hardware does not have."""
     slow = {k: v * 8 for k, v in MODE.items()}
     text = sentence(decompose(BASE, slow, "amp_bf16", measured_speedup=0.2, device_type="cpu", emulated=True))
-    assert text.startswith("amp_bf16 (emulated) made GEMM+conv 3.0x slower, but they are 58% of the fp32 step")
-    assert "elementwise and norms (31%) ran 6.2x slower" in text and "0.2x measured" in text
+    assert text.startswith("amp_bf16 (emulated) made GEMM+conv 3.0x slower, and they are 58% of the fp32 step")
+    assert "elementwise and norms (31%) ran 6.2x slower" in text and "5.0x slower measured" in text
+    assert "0." not in text.split(":")[-1]  # no '0.2x measured', no '0.1x the ceiling'
+    assert "2.2x slower from them alone with the rest unchanged" in text  # (42 + 176) / 100
     rows = _rows().assign(emulated=[False, True])
     (_, d), = explain_results(rows)
     assert d.emulated and sentence(d).startswith("amp_bf16 (emulated) made")
     (_, native), = explain_results(_rows())
     assert not native.emulated and "emulated" not in sentence(native)
+
+
+def test_a_category_within_five_percent_did_not_change():
+    same = {**MODE, "gemm": BASE["gemm"], "conv": BASE["conv"], "elementwise": BASE["elementwise"] * 1.02,
+            "norm": BASE["norm"]}
+    text = sentence(decompose(BASE, same, "amp_bf16", measured_speedup=0.97))
+    assert "GEMM+conv no faster, and they are 58%" in text and "(31%) did not change" in text
+    assert "gained 1.0x" not in text and "0.97x" not in text and "1.0x measured" in text
 
 
 def test_profile_columns_mark_a_distorted_profile_and_unavailable_rows():

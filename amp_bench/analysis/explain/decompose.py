@@ -131,8 +131,15 @@ def _join(labels: list[str]) -> str:
 
 
 def _faster(factor: float) -> str:
-    """'2.6x faster', or for a slowdown '7.7x slower' (never '0.1x faster')."""
+    """'2.6x faster', for a slowdown '7.7x slower' (never '0.1x faster'), and within 5% 'no faster'."""
+    if abs(factor - 1) < 0.05:
+        return "no faster"
     return f"{factor:.1f}x faster" if factor >= 1 else f"{1 / factor:.1f}x slower"
+
+
+def _speed(factor: float) -> str:
+    """A whole step's speedup: '1.6x', or for a slowdown '22.1x slower' (never '0.0x')."""
+    return f"{factor:.1f}x" if factor >= 0.95 else f"{1 / factor:.1f}x slower"
 
 
 def sentence(d: Decomposition) -> str:
@@ -146,8 +153,10 @@ def sentence(d: Decomposition) -> str:
     parts = []
     if present and d.accelerated_speedup:
         they = "they are" if len(present) > 1 else "it is"
-        parts.append(f"{mode} made {'+'.join(LABELS[k] for k in present)} {_faster(d.accelerated_speedup)}, but "
-                     f"{they} {d.accelerated_share:.0%} of the {d.baseline} step")
+        # 'but' when they sped up (the rest limits the gain); 'and' when they slowed (they drive it)
+        link = "but" if d.accelerated_speedup >= 1.05 else "and"
+        parts.append(f"{mode} made {'+'.join(LABELS[k] for k in present)} {_faster(d.accelerated_speedup)}, "
+                     f"{link} {they} {d.accelerated_share:.0%} of the {d.baseline} step")
     else:
         parts.append(f"{mode}: no GEMM, convolution or attention time in the {d.baseline} profile")
     memory = sorted((k for k in MEMORY_BOUND if share.get(k, 0.0) >= 0.05), key=lambda k: -share[k])[:3]
@@ -155,14 +164,17 @@ def sentence(d: Decomposition) -> str:
         b, m = t.loc[memory, "base_ms"].sum(), t.loc[memory, "mode_ms"].sum()
         gain = _ratio(b, m)
         parts.append(f"{_join([LABELS[k] for k in memory])} ({share[memory].sum():.0%}) "
-                     + ((f"gained {gain:.1f}x" if gain >= 1 else f"ran {1 / gain:.1f}x slower") if gain
-                        else "did not change"))
+                     + (("did not change" if abs(gain - 1) < 0.05 else f"gained {gain:.1f}x" if gain >= 1
+                         else f"ran {1 / gain:.1f}x slower") if gain else "did not change"))
     cast = f"casts added {d.cast_added_share:.0%}" if d.cast_added_share >= 0.005 else \
         f"casts took {share.get('cast', 0.0):.0%}"
     head = "; ".join(parts + [cast])
-    speed = f"{d.measured_speedup:.1f}x measured" if d.measured_speedup else \
-        f"{d.profiled_speedup:.1f}x in the profiled steps" if d.profiled_speedup else "no speedup figure"
-    ceiling = f", {d.ceiling:.1f}x the ceiling with the rest unchanged" if d.ceiling else ""
+    speed = f"{_speed(d.measured_speedup)} measured" if d.measured_speedup else \
+        f"{_speed(d.profiled_speedup)} in the profiled steps" if d.profiled_speedup else "no speedup figure"
+    # Amdahl: a ceiling when those categories sped up; when they slowed, the same formula is the step
+    # they alone would give
+    what = "the ceiling" if d.ceiling and d.ceiling >= 1 else "from them alone"
+    ceiling = f", {_speed(d.ceiling)} {what} with the rest unchanged" if d.ceiling else ""
     if d.ceiling and d.measured_speedup and d.measured_speedup > d.ceiling * 1.05:
         if d.profiled_speedup and d.profiled_speedup > d.ceiling * 1.05:
             ceiling += " (beaten: the rest got faster too)"
