@@ -132,11 +132,12 @@ def test_not_enough_data(runs, tmp_path):
 
 
 def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fingerprint="fp-x", contended=(),
-                  slow_contended=1.0, unsupported=None, gaps=None, unknown=()):
+                  slow_contended=1.0, unsupported=None, gaps=None, unknown=(), levels=None):
     """A run directory written from generated step times (no torch); contended: the repeats marked
     contended (issue 12's column), slow_contended: their step times' factor; unsupported: {case:
     reason} written as `unsupported` rows; gaps: per repeat, the window's wall time over the sum of
-    its steps (a host-bound case: > 1); unknown: the repeats whose contention is unknown (too short)."""
+    its steps (a host-bound case: > 1); unknown: the repeats whose contention is unknown (too short);
+    levels: per repeat, a factor on all its steps (processes that run at different speeds)."""
     from amp_bench.store.results import RunStore
     from amp_bench.stats import Window
     rng = rng or np.random.default_rng(0)
@@ -147,7 +148,8 @@ def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fing
             if r in unknown:
                 busy = {"contended": None, "contention": "unknown (window 8 ms is shorter than /proc/stat can "
                                                          "resolve: needs 0.40 s)"}
-            times = rng.normal(ms, ms * 0.01, steps) * (slow_contended if busy.get("contended") else 1.0)
+            times = rng.normal(ms, ms * 0.01, steps) * (slow_contended if busy.get("contended") else 1.0) \
+                * (levels[r] if levels else 1.0)
             window = Window.from_steps(times, 4, seconds=sum(times) / 1e3 * (gaps[r] if gaps else 1.0))
             store.add({"run_id": store.run_id, "case_id": case, "status": "ok", "device": "cpu", "repeat": r,
                        "batch_size": 4, "fingerprint": fingerprint, "peak_rss_bytes": 1e9, **window.to_columns(),
@@ -170,6 +172,26 @@ def test_never_passes_for_lack_of_data(tmp_path, repeats, steps):
     assert result.exit_code == EXIT_NO_DATA and result.summary == "not enough data"
     step = next(r for r in result.results if r.metric == "step_time")
     assert step.verdict == "not enough data" and ("repeats" in step.detail or "samples" in step.detail)
+
+
+def test_processes_that_differ_in_speed_are_no_regression_but_a_consistent_slowdown_is(tmp_path):
+    """Repeat medians as two quiet runs of the same suite gave on a VM (each repeat a fresh process,
+    up to 15% apart, 100 steps each, 1% step noise): the bootstrap over three repeats alone called a
+    16% regression; the repeats' own spread makes it unstable. A 10% slowdown in every process of
+    the candidate is still a regression."""
+    from amp_bench.analysis.compare import EXIT_REGRESSION, EXIT_UNSTABLE, compare
+    base = generated_run(tmp_path, "base", 6.3, 3, 100, levels=[1.0, 1.01, 0.95])
+    cand = generated_run(tmp_path, "cand", 6.3, 3, 100, levels=[1.02, 1.17, 1.15])
+    step = next(r for r in compare([base], [cand]).results if r.metric == "step_time")
+    assert step.ratio > 1.1 and step.verdict == "unstable", step
+    assert "interval widened to the spread between repeats (repeat medians vary by " in step.detail
+    assert "% (baseline) and 15% (candidate)" in step.detail
+    assert compare([base], [cand]).exit_code == EXIT_UNSTABLE
+    slow = generated_run(tmp_path, "slow", 6.3 * 1.10, 3, 100, levels=[1.0, 1.01, 0.99])
+    steady = generated_run(tmp_path, "steady", 6.3, 3, 100, levels=[1.0, 1.01, 0.99])
+    result = compare([steady], [slow])
+    assert next(r for r in result.results if r.metric == "step_time").verdict == "regression"
+    assert result.exit_code == EXIT_REGRESSION
 
 
 def test_one_case_without_data_is_exit_3(tmp_path):

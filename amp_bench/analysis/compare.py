@@ -2,7 +2,9 @@
 
 For each case both sides ran, the ratio (candidate / baseline) of:
 - step time: the medians of the per-step samples, with a bootstrap confidence interval that
-  resamples repeats and the samples within them, and a Mann-Whitney U test;
+  resamples repeats and the samples within them, widened where Welch's t on the repeats' own medians
+  gives a wider one (the repeats are separate processes, which on a VM differ more than the steps
+  within one do), and a Mann-Whitney U test;
 - throughput: the rows' `throughput` column, the one definition (samples over the measured window's
   wall time, host gaps included: stats.Window), as history and nightly use it: the median across
   each side's repeats (history.run_series' point per run), with the range across repeats as interval;
@@ -22,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import stats
+from amp_bench.analysis.intervals import (BOOTSTRAP, MIN_REPEATS, _spread, _widen,  # noqa: F401 (re-exported)
+                                          bootstrap_median_ratio, judge, mann_whitney_p, repeats_interval)
 from amp_bench.analysis.compare_outputs import to_json, to_junit, to_markdown, write_outputs  # noqa: F401 (re-exported)
 from amp_bench.errors import UserError
 from amp_bench.store.results import contended, contention_reason
@@ -29,8 +33,6 @@ from amp_bench.analysis.speedups import headline_memory
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 4
 MIN_SAMPLES = 5  # per side, for a time comparison
-MIN_REPEATS = 3  # per side: fewer cannot show run-to-run variance (unless history gives the noise floor)
-BOOTSTRAP = 2000
 
 
 @dataclass(frozen=True)
@@ -122,44 +124,6 @@ class Comparison:
                 EXIT_UNSTABLE: "too unstable to decide"}[self.exit_code]
 
 
-# ----------------------------------------------------------------------------- statistics
-
-def bootstrap_median_ratio(base: list[np.ndarray], cand: list[np.ndarray], rng: np.random.Generator,
-                           iterations: int = BOOTSTRAP, level: float = 0.95) -> tuple[float, float, float]:
-    """Ratio of medians (cand / base) and its percentile interval. Each side is a list of per-repeat
-    sample arrays: each iteration resamples the repeats (from three on: a bootstrap over two
-    clusters only flips between them), then the samples within each chosen repeat."""
-    def medians(side: list[np.ndarray]) -> np.ndarray:
-        out = np.empty(iterations)
-        for i in range(iterations):
-            chosen = rng.integers(0, len(side), len(side)) if len(side) >= 3 else range(len(side))
-            pooled = np.concatenate([rng.choice(side[j], size=len(side[j]), replace=True) for j in chosen])
-            out[i] = np.median(pooled)
-        return out
-    point = np.median(np.concatenate(cand)) / np.median(np.concatenate(base))
-    ratios = medians(cand) / medians(base)
-    alpha = (1 - level) / 2
-    return float(point), float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha))
-
-
-def mann_whitney_p(base: np.ndarray, cand: np.ndarray) -> float:
-    from scipy.stats import mannwhitneyu
-    return float(mannwhitneyu(cand, base, alternative="two-sided").pvalue)
-
-
-def judge(ratio_low: float, ratio_high: float, threshold: float, worse_when_higher: bool) -> str:
-    """Regression only when the whole interval is beyond the threshold in the bad direction."""
-    if not worse_when_higher:  # throughput: lower is worse; flip to "higher is worse"
-        ratio_low, ratio_high = 1 / ratio_high, 1 / ratio_low
-    if ratio_low > 1 + threshold:
-        return "regression"
-    if ratio_high < 1 - threshold:
-        return "improvement"
-    if ratio_high - ratio_low > 4 * threshold:
-        return "unstable"  # the interval is too wide to rule a change of the threshold's size in or out
-    return "no change"
-
-
 # ----------------------------------------------------------------------------- loading and matching
 
 def _load_side(inputs: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -245,6 +209,14 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
     if excluded:
         comparison.notes.append("contended repeats left out (baseline, candidate): " + ", ".join(
             f"{case} ({nb}, {nc})" for case, (nb, nc) in excluded.items()))
+    unstable = [r for r in comparison.results if r.verdict == "unstable"]
+    if unstable:
+        widest = max(unstable, key=lambda r: r.ci_high / r.ci_low)
+        comparison.notes.append(
+            f"unstable: {len(unstable)} interval(s) wider than 4x their threshold, so a change of the threshold's "
+            f"size can be neither ruled in nor out (widest: {widest.case_id} {widest.metric} "
+            f"{widest.ci_low:.3f}-{widest.ci_high:.3f}); more repeats, longer windows (--target-ci, "
+            "--case-budget), a quieter machine or --history TREE (the series' own noise) decide it")
     for verdict in (LOST, NEW, NOT_RUN):
         by_detail: dict[str, list[str]] = {}
         for r in comparison.results:
@@ -281,17 +253,6 @@ def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> li
     measured = measured[measured["run_id"].isin(rows["run_id"]) & measured["repeat"].isin(rows["repeat"])]
     return [g["step_time_ms"].dropna().to_numpy(float) for _, g in measured.groupby(["run_id", "repeat"])
             if g["step_time_ms"].notna().any()]
-
-
-def _widen(ratio: float, low: float, high: float, floor: float | None) -> tuple[float, float]:
-    """Add a series' night-to-night noise (log sd per night; two nights differ by sqrt(2) of it) to
-    the interval, in quadrature in log space."""
-    if not floor:
-        return low, high
-    extra = 1.96 * np.sqrt(2) * floor
-    lo = np.log(ratio) - np.hypot(np.log(ratio) - np.log(low), extra)
-    hi = np.log(ratio) + np.hypot(np.log(high) - np.log(ratio), extra)
-    return float(np.exp(lo)), float(np.exp(hi))
 
 
 def history_noise(tree: str | Path, fingerprints: set[str]) -> dict[str, float]:
@@ -350,13 +311,19 @@ def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput
                                 _too_few_repeats(len(base_steps), len(cand_steps))))
     else:
         ratio, low, high = bootstrap_median_ratio(base_steps, cand_steps, rng)
+        notes = []
+        between = repeats_interval(base_steps, cand_steps)
+        if between is not None and (between[0] < low or between[1] > high):
+            # the wider of the two: the repeats differ between processes more than the samples show
+            low, high = min(low, between[0]), max(high, between[1])
+            notes.append(f"interval widened to the spread between repeats ({_spread(base_steps, cand_steps)})")
         low, high = _widen(ratio, low, high, floor)
         p = mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
         base_median, cand_median = np.median(np.concatenate(base_steps)), np.median(np.concatenate(cand_steps))
         out.append(MetricResult(case_id, "step_time", base_median, cand_median, ratio, low, high, p,
                                 judge(low, high, t_time.relative, worse_when_higher=True),
-                                f"{n_base} vs {n_cand} steps" + (f"; night noise {floor:.2%} from history"
-                                                                 if floor else "")))
+                                "; ".join([f"{n_base} vs {n_cand} steps", *notes]
+                                          + ([f"night noise {floor:.2%} from history"] if floor else []))))
     out.append(_throughput(case_id, b, c, t_tput, floor))
     base_mem, cand_mem = headline_memory(b).dropna(), headline_memory(c).dropna()
     if base_mem.empty or cand_mem.empty:
