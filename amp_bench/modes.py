@@ -76,8 +76,12 @@ register(Mode("tf32", "fp32", None, False, "tf32", "tf32", "#00cc96", label="TF3
 register(Mode("amp_fp16", "amp", "float16", True, "ieee", "fp16", "#ef553b", label="fp16 autocast",
               cuda_min_capability=(7, 0), cuda_below="emulated",
               cuda_requirement="fp16 tensor cores need compute capability >= 7.0",
-              cpu="isa", cpu_isa_flags=("amx_fp16", "avx512_fp16"),
-              cpu_requirement="CPU has no AVX512-FP16/AMX-FP16: fp16 runs emulated, often 10x slower than fp32"))
+              # AVX512-FP16 alone is not enough: on a Sapphire Rapids (AVX512-FP16, AMX-BF16, no AMX-FP16)
+              # torch 2.14's fp16 conv backward ran 38x slower than fp32 and a ResNet-18 step 22x
+              # (a ResNet-50 step would outlast the main job's case deadline); only AMX-FP16 counts
+              cpu="isa", cpu_isa_flags=("amx_fp16",),
+              cpu_requirement="CPU has no AMX-FP16: fp16 autocast runs emulated or on slow paths (with AVX512-FP16 "
+                              "alone a conv's backward ran 38x slower than fp32), often 10x slower than fp32"))
 register(Mode("amp_bf16", "amp", "bfloat16", False, "ieee", "bf16", "#ab63fa", label="bf16 autocast",
               cuda_min_capability=(8, 0), cuda_below="emulated",
               cuda_requirement="bf16 needs compute capability >= 8.0 (emulated and slow below)",

@@ -77,6 +77,11 @@ def test_cpu_gates():
     sapphire = cpu({"avx512_bf16", "amx_bf16", "amx_fp16", "amx_tile"})
     assert precision_support("amp_fp16", sapphire).supported
     assert not precision_support("amp_bf16", sapphire).emulated
+    # a real Sapphire Rapids: AVX512-FP16 without AMX-FP16 has no fast fp16 conv backward (38x slower)
+    spr = cpu({"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_tile"})
+    assert precision_support("amp_bf16", spr).supported
+    fp16 = precision_support("amp_fp16", spr)
+    assert not fp16.supported and fp16.emulated and "AMX-FP16" in fp16.reason
     no_fp16_autocast = cpu({"amx_fp16"}, fp16_autocast=False)
     assert "does not support float16" in precision_support("amp_fp16", no_fp16_autocast).reason
 
