@@ -382,3 +382,20 @@ def test_fidelity_on_a_partition_is_one_job_that_runs_the_whole_study(tmp_path):
     assert manifest["kind"] == "fidelity" and manifest["executor"]["partition"] == "gpu-a"
     assert manifest["job"]["cluster"] == "local" and manifest["job"]["job_id"]
     assert (pd.read_csv(run_dir / "fidelity.csv")["status"] == "ok").all()
+
+
+def test_a_job_slurm_cannot_name_but_whose_heartbeat_is_live_is_running(tmp_path):
+    """squeue and scontrol failing for a moment (UNKNOWN) must not end a job that is still beating:
+    its cases would be written off as lost and resubmitted by --resume while it runs them."""
+    from amp_bench.executors.job_states import JobState
+    from amp_bench.studies.cluster import heard_from_jobs
+    store = _run_dir(tmp_path)
+    unknown = {j: JobState(j, "UNKNOWN", "SLURM no longer knows this job") for j in ("41", "42")}
+    with Heartbeat(store.dir, "job-41", job_id="41"):
+        states = heard_from_jobs([store.dir], unknown)
+        assert states["41"].active and states["41"].source == "heartbeat"
+        assert not states["42"].active  # no heartbeat: SLURM's word stands
+    assert not heard_from_jobs([store.dir], unknown)["41"].active  # its heartbeat ended with it
+    done = {"41": JobState("41", "COMPLETED")}
+    with Heartbeat(store.dir, "job-41", job_id="41"):
+        assert heard_from_jobs([store.dir], done)["41"].state == "COMPLETED"  # SLURM's own end is kept

@@ -465,3 +465,14 @@ def test_the_step_after_the_window_captures_when_asked(tmp_path, monkeypatch):
     del case.explain
     assert "explain_status" not in measure_case._after_window(case, device, for_device("cpu"), step, x, y,
                                                               median_ms=1.0)
+
+
+def test_unexplained_cases_are_one_line_each_naming_the_repeats_only_when_they_differ():
+    from amp_bench.studies.explain import unexplained_lines
+    rows = pd.DataFrame([
+        {"case_id": "a", "repeat": 0, "status": "unsupported", "reason": "no TF32"},
+        {"case_id": "a", "repeat": 1, "status": "unsupported", "reason": "no TF32"},
+        {"case_id": "b", "repeat": 0, "status": "ok", "explain_status": "ok"},
+        {"case_id": "b", "repeat": 1, "status": "ok", "explain_status": "unavailable", "explain_reason": "trace lost"},
+    ])
+    assert unexplained_lines(rows) == ["a: unsupported: no TF32", "b (repeat 1): ok: profile unavailable: trace lost"]

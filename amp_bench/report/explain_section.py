@@ -54,13 +54,13 @@ def stacked_bars(results: pd.DataFrame):
 
 
 def waterfall(results: pd.DataFrame):
-    """From the fp32 step to each mode's step, one bar per category that moved; None without pairs."""
+    """From the baseline's (fp32's) step to each mode's step, one bar per category that moved; None without pairs."""
     pairs = explain_results(results)
     if not pairs:
         return None
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-    titles = [f"{label}: fp32 -> {d.mode}" for label, d in pairs]
+    titles = [f"{label}: {d.baseline} -> {d.mode}" for label, d in pairs]
     fig = make_subplots(rows=len(pairs), cols=1, subplot_titles=titles, vertical_spacing=0.12 / len(pairs))
     for i, (_, d) in enumerate(pairs, start=1):
         steps = d.waterfall()

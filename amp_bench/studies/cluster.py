@@ -23,7 +23,7 @@ from amp_bench.executors import job_states, slurm
 from amp_bench.executors.job_env import StopSignals, this_job
 from amp_bench.platform.device import DeviceInfo
 from amp_bench.store.results import RunStore, make_run_id, utc_now
-from amp_bench.store.run_state import DIED_STATUSES, Heartbeat, read_heartbeats, run_state
+from amp_bench.store.run_state import DIED_STATUSES, Heartbeat, live_beats, read_heartbeats, run_state
 from amp_bench.studies.benchmark import (Machine, Reporter, make_plan, part_key, plan_order, rows_by_index, run_cases,
                                          schedule)
 from amp_bench.studies.session import new_store, probe, record_machine, wait_for_software
@@ -263,6 +263,21 @@ def reconcile(store: RunStore, states: dict[str, job_states.JobState], cancelled
     return written
 
 
+def heard_from_jobs(run_dirs, states: dict[str, job_states.JobState]) -> dict[str, job_states.JobState]:
+    """SLURM's word on each job, except where SLURM does not know it (UNKNOWN: squeue and scontrol
+    failed for a moment, or a cluster without accounting) while the job's own heartbeat in its run
+    directory is live: that job is running. Else a case a live job is still running would be
+    written off as `lost`, and `--resume` would submit it a second time."""
+    out = dict(states)
+    for run_dir in run_dirs:
+        for beat in live_beats(run_dir):
+            job_id = str(beat.get("job_id") or "")
+            if job_id in out and out[job_id].state == "UNKNOWN":
+                out[job_id] = job_states.JobState(job_id, "RUNNING", "SLURM did not say; its heartbeat is live",
+                                                  str(beat.get("host") or ""), "heartbeat")
+    return out
+
+
 def _device_seen(manifest: dict, job: dict) -> DeviceInfo:
     """The device a job (or else the run) saw, for the rows it never wrote."""
     device = manifest.get("device") or {}
@@ -276,7 +291,7 @@ def watch(runs: list[ClusterRun], cluster: str, poll_s: float, reporter: Cluster
     ids = [j for run in runs for j in run.job_ids]
     try:
         while True:
-            states = job_states.states(ids, cluster)
+            states = heard_from_jobs([run.store.dir for run in runs], job_states.states(ids, cluster))
             reporter.progress(runs, states)
             if not any(s.active for s in states.values()):
                 break
@@ -308,7 +323,7 @@ def resume(run_dir, *, reporter: ClusterReporter | None = None, detach: bool = F
     spec = ExecutorSpec.from_json(manifest.get("executor") or {})
     partition = (manifest.get("executor") or {}).get("partition") or (spec.partitions[0] if spec.partitions else "")
     jobs = list((manifest.get("jobs") or {}))
-    states = job_states.states(jobs, spec.cluster)
+    states = heard_from_jobs([store.dir], job_states.states(jobs, spec.cluster))
     busy = [s.describe() for s in states.values() if s.active]
     if busy:
         raise UserError(f"{store.dir}: still has jobs queued or running ({'; '.join(busy[:3])}): wait for them, "

@@ -26,17 +26,27 @@ class Explained:
 
 
 def unexplained_lines(results: pd.DataFrame) -> list[str]:
-    """One line per case and repeat without a breakdown: its status and why."""
-    lines = []
+    """One line per case without a breakdown: its status and why, with the repeats it held for
+    ('(repeats 0, 2)') when not every repeat of the case went the same way."""
+    found: dict[tuple[str, str], list[int]] = {}
+    repeats: dict[str, int] = {}
     for _, row in results.iterrows():
+        case_id = str(row["case_id"])
+        repeats[case_id] = repeats.get(case_id, 0) + 1
         status, explained = row.get("status"), row.get("explain_status")
         if status == "ok" and explained in ("ok", "distorted"):
             continue
         if status != "ok":
-            why = row.get("reason")
+            why = f"{status}: {row.get('reason') or ''}"
         else:
-            why = f"profile {explained if isinstance(explained, str) else 'not taken'}: {row.get('explain_reason') or ''}"
-        lines.append(f"{row['case_id']} (repeat {row.get('repeat', 0)}): {status}: {why}".rstrip(": "))
+            why = (f"{status}: profile {explained if isinstance(explained, str) else 'not taken'}: "
+                   f"{row.get('explain_reason') or ''}")
+        found.setdefault((case_id, why.rstrip(": ")), []).append(int(row.get("repeat", 0) or 0))
+    lines = []
+    for (case_id, why), held in found.items():
+        which = "" if len(held) == repeats[case_id] else \
+            f" (repeat{'s' if len(held) > 1 else ''} {', '.join(map(str, sorted(held)))})"
+        lines.append(f"{case_id}{which}: {why}")
     return lines
 
 
