@@ -72,3 +72,16 @@ def test_the_section_draws_in_chromium_offline(tmp_path):
     assert {"explain", "explain-waterfall"} <= set(charts)
     browser.assert_every_chart_drew(dom, ["explain", "explain-waterfall"])
     assert "Where the time goes" in dom and "the ceiling with the rest unchanged" in dom
+
+
+def test_alignment_rows_keep_machines_and_compile_modes_apart_and_say_shares_in_percent():
+    from amp_bench.report.explain_section import _alignment_display, alignment_rows
+    base = {"model_label": "mlp", "batch_size": 8, "precision": "amp_bf16", "explain_status": "ok", "device": "cuda",
+            "explain_misaligned_flop_share": 0.125, "explain_misaligned_layers": "head Linear(64 -> 100) 12.5%"}
+    rows = pd.DataFrame([{**base, "device_name": "A100", "compile_mode": "eager"},
+                         {**base, "device_name": "H100", "compile_mode": "eager"},
+                         {**base, "device_name": "H100", "compile_mode": "default"}])
+    cases = list(alignment_rows(rows)["case"])
+    assert cases == ["mlp bs 8 on A100", "mlp bs 8 on H100", "mlp bs 8 (default) on H100"]
+    shown = _alignment_display(alignment_rows(rows))
+    assert list(shown["share of the step's FLOPs"]) == ["12.5%"] * 3

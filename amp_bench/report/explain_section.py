@@ -85,17 +85,34 @@ def figures(results: pd.DataFrame) -> list[tuple[str, str, object]]:
 
 
 def alignment_rows(results: pd.DataFrame) -> pd.DataFrame:
-    """Per case and mode, the misaligned layers and their FLOP share (from the explain_* columns)."""
+    """Per case and mode, the misaligned layers and their FLOP share (from the explain_* columns). The
+    case names its machine when the results come from several, and its compile mode when compiled,
+    so two machines' (or eager and compiled) layers are never folded into one row."""
     if "explain_misaligned_layers" not in results:
         return pd.DataFrame()
     frame = results[results["explain_status"].isin(["ok", "distorted"])].copy()
-    frame = frame.assign(case=frame.get("model_label", frame.get("model")).astype(str) + " bs " +
-                         frame["batch_size"].astype(int).astype(str))
+    case = frame.get("model_label", frame.get("model")).astype(str) + " bs " + frame["batch_size"].astype(int).astype(str)
+    if "compile_mode" in frame:
+        case = case + frame["compile_mode"].map(lambda m: "" if pd.isna(m) or str(m) in ("eager", "") else f" ({m})")
+    if "device_name" in frame and frame["device_name"].nunique() > 1:
+        case = case + " on " + frame["device_name"].astype(str)
+    frame = frame.assign(case=case)
     table = frame.groupby(["case", "precision"], sort=False).agg(
         misaligned_flop_share=("explain_misaligned_flop_share", "median"),
         misaligned_layers=("explain_misaligned_layers", "first"),
         device=("device", "first") if "device" in frame else ("precision", "first")).reset_index()
     return table
+
+
+def _alignment_display(align: pd.DataFrame) -> pd.DataFrame:
+    """The alignment rows as a reader sees them: the share in percent, plain column names."""
+    shown = align.drop(columns=["device"], errors="ignore").copy()
+    shown["misaligned_flop_share"] = shown["misaligned_flop_share"].map(
+        lambda v: "-" if pd.isna(v) else f"{v:.1%}")
+    shown["misaligned_layers"] = shown["misaligned_layers"].map(
+        lambda v: "none" if pd.isna(v) or not str(v).strip() else str(v))
+    return shown.rename(columns={"misaligned_flop_share": "share of the step's FLOPs",
+                                 "misaligned_layers": "misaligned layers (module, shape, FLOP share)"})
 
 
 def _notes(results: pd.DataFrame) -> list[str]:
@@ -122,7 +139,7 @@ def section_html(results: pd.DataFrame, html_table) -> str:
         parts.append("<p class='note'>Tensor Core alignment: GEMM and convolution layers whose dimensions are not "
                      "multiples of 8 (16 for fp8), largest FLOP share first" +
                      (" (measured on a CPU: alignment matters on Tensor Core GPUs)" if cpu else "") + ".</p>")
-        parts.append(html_table(align.drop(columns=["device"], errors="ignore")))
+        parts.append(html_table(_alignment_display(align)))
     notes = _notes(results)
     if notes:
         parts.append("<p class='note'>" + "<br>".join(html.escape(n) for n in notes) + "</p>")
@@ -142,5 +159,5 @@ def markdown(results: pd.DataFrame, markdown_table) -> list[str]:
     align = alignment_rows(results)
     if not align.empty:
         lines += ["Misaligned GEMM/conv layers (not multiples of 8; 16 for fp8):", "",
-                  markdown_table(align.drop(columns=["device"], errors="ignore")), ""]
+                  markdown_table(_alignment_display(align)), ""]
     return lines + [f"- {n}" for n in _notes(results)] + ([""] if _notes(results) else [])
