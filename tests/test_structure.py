@@ -2,6 +2,7 @@
 one definition of a precision mode, of throughput and of a case's set-up, and small modules."""
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -327,3 +328,19 @@ def test_pytest_fixture_sets_a_case_up_through_the_workers_function(monkeypatch,
     monkeypatch.setattr(precision, "autocast_engages", lambda mode, device_type: (False, "proof failed here"))
     with pytest.raises(pytest.skip.Exception, match="proof failed here"):
         run_case_in_benchmark(Bench(), suite, "mlp-bs4-amp_bf16", device="cpu")
+
+
+BASELINE_READERS = ["analysis/speedups.py", "analysis/headline.py", "report/render.py", "report/charts.py",
+                    "report/compile_section.py", "report/data.py", "cli/console.py"]
+LITERAL_BASELINE = re.compile(r"(speedup|mem_saving|contended)\w*_vs_(fp32|tf32)\b")
+
+
+def test_the_registry_alone_names_the_benchmarks_baselines():
+    """Speedup, memory-saving and contention columns are named after modes.reference() and
+    modes.baseline_names() wherever the benchmark summary is read; a literal '_vs_fp32' or '_vs_tf32'
+    column there would go stale the day the registry's baseline changes."""
+    found = [f"{name}:{i}: {line.strip()}" for name in BASELINE_READERS
+             for i, line in enumerate((PACKAGE / name).read_text().splitlines(), start=1)
+             if LITERAL_BASELINE.search(line)]
+    assert not found, "\n".join(found)
+    assert LITERAL_BASELINE.search('summary["speedup_vs_fp32"]')  # the check can fail

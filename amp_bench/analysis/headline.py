@@ -65,23 +65,24 @@ def _clause(row: pd.Series, base: pd.Series | None) -> str:
         if is_true(row.get("emulated")) and row["status"] == "unsupported":
             return f"{name} not measured: {reason}; allow_emulated: true measures it"
         return f"{name} {row['status']}" + (f" ({reason})" if reason else "")
+    ref = modes.reference()  # the registry's baseline: every column below is named after it
     if base is None or base["status"] != "ok":
-        return f"{name} measured, but the fp32 baseline is {base['status'] if base is not None else 'absent'}"
-    ratio = _number(row.get("speedup_vs_fp32"))
+        return f"{name} measured, but the {ref} baseline is {base['status'] if base is not None else 'absent'}"
+    ratio = _number(row.get(f"speedup_vs_{ref}"))
     if ratio is None:
         return f"{name}: no ratio"
-    low, high = _number(row.get("speedup_vs_fp32_ci_low")), _number(row.get("speedup_vs_fp32_ci_high"))
+    low, high = _number(row.get(f"speedup_vs_{ref}_ci_low")), _number(row.get(f"speedup_vs_{ref}_ci_high"))
     if low is None or high is None:  # results without per-step intervals: the spread of the repeats
-        low, high = _number(row.get("speedup_vs_fp32_min")), _number(row.get("speedup_vs_fp32_max"))
+        low, high = _number(row.get(f"speedup_vs_{ref}_min")), _number(row.get(f"speedup_vs_{ref}_max"))
         low, high = (low, high) if (low and high and low != high) else (None, None)
-    text = f"{name} is {_ratio_text(ratio, low, high, 'fp32')}"
-    saving = _number(row.get("mem_saving_vs_fp32"))
+    text = f"{name} is {_ratio_text(ratio, low, high, ref)}"
+    saving = _number(row.get(f"mem_saving_vs_{ref}"))
     if saving is not None:
         what = "peak RSS" if row.get("device") == "cpu" else "peak memory"
         text += f", {abs(saving):.0%} {'less' if saving >= 0 else 'more'} {what}"
     why = str(row.get("emulated_reason") or "no native hardware for this dtype").split(":")[0]
     text = modes.with_emulated(text, is_true(row.get("emulated")), why)
-    if is_true(row.get("contended_vs_fp32")):
+    if is_true(row.get(f"contended_vs_{ref}")):
         text += " [CONTENDED: the machine was shared during the window; not a trustworthy figure]"
     return text
 

@@ -160,19 +160,22 @@ def cluster_reporter(console):
 
 
 def print_summary(results, console) -> None:
-    """One table per model: each precision's step time, speedup and memory saving vs fp32."""
+    """One table per model: each precision's step time, speedup against every baseline the registry
+    names (fp32, and tf32 where it ran) and memory saving against the reference (fp32)."""
     from amp_bench.analysis.speedups import summarize
     summary = summarize(results)
+    ref = modes.reference()
     for (model, device_name), table in summary.groupby(["model_label", "device_name"], sort=False):
         cpu = (table["device"] == "cpu").all()
         show_layout = table["channels_last"].astype(bool).any()
-        show_tf32 = table["speedup_vs_tf32"].notna().any()
+        later = [b for b in modes.baseline_names()[1:]
+                 if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
         show_procs = (table["world_size"] > 1).any()
         show_compile = (table["compile_mode"] != "eager").any()
         out = Table(title=f"{model} on {device_name}: medians across repeats", title_justify="left",
                     box=box.SIMPLE_HEAD, pad_edge=False)
         columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
-            ["precision", "ms/step", "samples/s", "vs fp32"] + (["vs tf32"] if show_tf32 else []) + \
+            ["precision", "ms/step", "samples/s", f"vs {ref}"] + [f"vs {b}" for b in later] + \
             (["scaling eff"] if show_procs else []) + \
             (["compile", "vs eager", "compile s", "breaks", "recomp"] if show_compile else []) + \
             ["peak RSS" if cpu else "peak alloc", "saved"] + (["saved*"] if cpu else [])
@@ -183,21 +186,20 @@ def print_summary(results, console) -> None:
             cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
             cells += [str(int(r["world_size"]))] if show_procs else []
             precision = modes.with_emulated(r["precision"], is_true(r.get("emulated")))
-            speedup = _fmt(r["speedup_vs_fp32"], ".2f", "x")
-            if is_true(r.get("contended_vs_fp32")) and speedup != "-":
+            speedup = _fmt(r[f"speedup_vs_{ref}"], ".2f", "x")
+            if is_true(r.get(f"contended_vs_{ref}")) and speedup != "-":
                 speedup = f"[red]{speedup} contended[/]"
             cells += [precision, _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
                       _fmt(r["throughput"], ".1f"), speedup]
-            if show_tf32:
-                cells.append(_fmt(r["speedup_vs_tf32"], ".2f", "x"))
+            cells += [_fmt(r[f"speedup_vs_{b}"], ".2f", "x") for b in later]
             if show_procs:
                 cells.append(_fmt(r["scaling_efficiency"], ".0%"))
             if show_compile:  # vs eager: the same precision eager, same run (summary._versus_eager)
                 cells += [r["compile_mode"], _fmt(r["speedup_vs_eager"], ".2f", "x"), _fmt(r["compile_time_s"], ".1f"),
                           _fmt(r["graph_breaks"], ".0f"), _fmt(r["recompiles"], ".0f")]
-            cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r["mem_saving_vs_fp32"], ".1%")]
+            cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r[f"mem_saving_vs_{ref}"], ".1%")]
             if cpu:
-                cells.append(_fmt(r["mem_saving_above_baseline_vs_fp32"], ".1%"))
+                cells.append(_fmt(r[f"mem_saving_above_baseline_vs_{ref}"], ".1%"))
             out.add_row(*cells)
         console.print(out)
     if (summary["world_size"] > 1).any():

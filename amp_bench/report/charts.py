@@ -115,9 +115,10 @@ def _mark_not_measured(fig, frame: pd.DataFrame, column: str, base: str) -> None
 
 
 def memory_chart(summary: pd.DataFrame):
-    """Memory saving against fp32 for every memory metric the results hold."""
-    metrics = [c for c in summary.columns if c.startswith("mem_saving_") and c.endswith("_vs_fp32")
-               and c not in ("mem_saving_vs_fp32", "mem_saving_above_baseline_vs_fp32") and summary[c].notna().any()]
+    """Memory saving against the reference mode (fp32) for every memory metric the results hold."""
+    ref = modes.reference()
+    metrics = [c for c in summary.columns if c.startswith("mem_saving_") and c.endswith(f"_vs_{ref}")
+               and c not in (f"mem_saving_vs_{ref}", f"mem_saving_above_baseline_vs_{ref}") and summary[c].notna().any()]
     frame = summary[summary["precision"] != modes.reference()]
     if frame.empty or not metrics:
         return None
@@ -125,7 +126,7 @@ def memory_chart(summary: pd.DataFrame):
                       value_vars=metrics, var_name="metric", value_name="saving").dropna(subset=["saving"])
     if long.empty:
         return None
-    long["metric"] = long["metric"].str[len("mem_saving_"):-len("_vs_fp32")].str.replace("_", " ")
+    long["metric"] = long["metric"].str[len("mem_saving_"):-len(f"_vs_{ref}")].str.replace("_", " ")
     long["x"] = _x_label(long) + " · " + long["metric"]
     long = long.sort_values(["batch_size", "metric"])
     fig = _px().bar(long, x="x", y="saving", color="precision", barmode="group", color_discrete_map=modes.colours(),
@@ -134,8 +135,8 @@ def memory_chart(summary: pd.DataFrame):
     fig.update_yaxes(tickformat=".0%")
     fig.add_hrect(y0=0.40, y1=0.50, fillcolor="orange", opacity=0.12, line_width=0,
                   annotation_text="claimed 40-50%", annotation_position="top left")
-    return _finish(fig, "Peak-memory saving against fp32 (allocated/reserved: CUDA allocator; rss: worker process)",
-                   "saving vs fp32")
+    return _finish(fig, f"Peak-memory saving against {ref} (allocated/reserved: CUDA allocator; rss: worker process)",
+                   f"saving vs {ref}")
 
 
 PHASES = ("forward", "backward", "optimizer")
@@ -193,7 +194,7 @@ def scaling_chart(summary: pd.DataFrame):
     frame = frame.sort_values("world_size")
     fig = _px().line(frame, x="world_size", y="scaling_efficiency", color="precision", markers=True,
                      line_dash="x" if frame["x"].nunique() > 1 else None, color_discrete_map=modes.colours(),
-                     hover_data={"step_time_ms": ":.2f", "throughput": ":.1f", "speedup_vs_fp32": ":.2f"},
+                     hover_data={"step_time_ms": ":.2f", "throughput": ":.1f", f"speedup_vs_{modes.reference()}": ":.2f"},
                      labels={"world_size": "processes (world size)", "scaling_efficiency": "scaling efficiency",
                              "x": "batch per process"}, **_facets(frame))
     fig.update_xaxes(type="log", dtick=np.log10(2))

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from amp_bench import modes
 from amp_bench.report.data import machine_label, precision_sort_key
 
 EAGER = "eager"
+REF = modes.reference()  # the registry's baseline names the first speedup column
 COLUMNS = {
-    "speedup_vs_fp32_eager": "speedup vs fp32 eager", "speedup_vs_eager": "speedup vs same precision eager",
+    f"speedup_vs_{REF}_eager": f"speedup vs {REF} eager", "speedup_vs_eager": "speedup vs same precision eager",
     "step_time_ms": "ms/step", "compile_time_s": "compile time (s)", "compile_first_step_ms": "first step (ms)",
     "break_even_steps": "break-even steps", "graph_breaks": "graph breaks", "recompiles": "recompiles",
     "recompiles_in_window": "recompiles in window",
@@ -39,7 +41,7 @@ def compile_table(summary: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def speedup_matrix(summary: pd.DataFrame, column: str = "speedup_vs_fp32_eager") -> pd.DataFrame:
+def speedup_matrix(summary: pd.DataFrame, column: str = f"speedup_vs_{REF}_eager") -> pd.DataFrame:
     """precision (rows) x compile mode (columns) of one speedup, per model and batch size."""
     if not has_compile(summary):
         return pd.DataFrame()
@@ -50,7 +52,7 @@ def speedup_matrix(summary: pd.DataFrame, column: str = "speedup_vs_fp32_eager")
 
 
 def heatmap(summary: pd.DataFrame):
-    """A plotly heatmap of the matrix over fp32 eager (None without compiled cases); plotly at call time."""
+    """A plotly heatmap of the matrix over the reference mode's eager step (None without compiled cases); plotly at call time."""
     matrix = speedup_matrix(summary)
     if matrix.empty or matrix.notna().sum().sum() == 0:
         return None
@@ -58,8 +60,8 @@ def heatmap(summary: pd.DataFrame):
     labels = [" ".join(map(str, index)) for index in matrix.index]
     fig = go.Figure(go.Heatmap(z=matrix.values, x=list(matrix.columns), y=labels, colorscale="RdYlGn", zmid=1.0,
                                text=[[("-" if v != v else f"{v:.2f}x") for v in row] for row in matrix.values],
-                               texttemplate="%{text}", colorbar={"title": "vs fp32 eager"}))
-    fig.update_layout(template="plotly_white", title="Speedup over fp32 eager: precision x compile mode",
+                               texttemplate="%{text}", colorbar={"title": f"vs {REF} eager"}))
+    fig.update_layout(template="plotly_white", title=f"Speedup over {REF} eager: precision x compile mode",
                       height=200 + 30 * len(labels))
     return fig
 
@@ -72,7 +74,7 @@ def markdown(summary: pd.DataFrame, markdown_table) -> list[str]:
              "Speedups are ratios of median step times in the same run; compile time is the wall time of the "
              "warmup steps that compiled; break-even steps = compile time / (eager step - compiled step).", "",
              markdown_table(table), ""]
-    for column in ("speedup_vs_fp32_eager", "speedup_vs_eager"):
+    for column in (f"speedup_vs_{REF}_eager", "speedup_vs_eager"):
         matrix = speedup_matrix(summary, column)
         if not matrix.empty:
             lines += [f"{COLUMNS[column]}:", "", markdown_table(matrix.reset_index()), ""]

@@ -67,23 +67,27 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
     """The summary as a person reads it: fewer columns, units in the names, spread as a range."""
+    ref, others = modes.reference(), modes.baseline_names()[1:]  # the registry names the baselines
+
     def spread(row):
-        low, high = row["speedup_vs_fp32_min"], row["speedup_vs_fp32_max"]
-        return f"{low:.2f}-{high:.2f}x" if np.isfinite(low) and np.isfinite(high) and row["speedup_vs_fp32_pairs"] > 1 else "-"
-    table = pd.DataFrame({
+        low, high = row[f"speedup_vs_{ref}_min"], row[f"speedup_vs_{ref}_max"]
+        return f"{low:.2f}-{high:.2f}x" if np.isfinite(low) and np.isfinite(high) and row[f"speedup_vs_{ref}_pairs"] > 1 else "-"
+    columns = {
         "machine": summary["machine"], "model": summary["model_label"], "batch": summary["batch_size"].astype(int),
         "precision": precision_labels(summary), "status": summary["status_counts"],
         "step ms": summary["step_time_ms"], "samples/s": summary["throughput"],
-        "speedup vs fp32": summary["speedup_vs_fp32"], "repeat range": summary.apply(spread, axis=1),
-        "speedup vs tf32": summary["speedup_vs_tf32"], "peak memory (MiB)": summary["peak_mem_bytes"] / 2**20,
-        "memory saving vs fp32": summary["mem_saving_vs_fp32"], "notes": caveats(summary)})
+        f"speedup vs {ref}": summary[f"speedup_vs_{ref}"], "repeat range": summary.apply(spread, axis=1)}
+    # a later baseline's column only where it was run (tf32 runs only on CUDA >= 8.0)
+    columns |= {f"speedup vs {b}": summary[f"speedup_vs_{b}"] for b in others
+                if f"speedup_vs_{b}" in summary and summary[f"speedup_vs_{b}"].notna().any()}
+    columns |= {"peak memory (MiB)": summary["peak_mem_bytes"] / 2**20,
+                f"memory saving vs {ref}": summary[f"mem_saving_vs_{ref}"], "notes": caveats(summary)}
+    table = pd.DataFrame(columns)
     if summary["channels_last"].astype(bool).any():
         table.insert(3, "layout", np.where(summary["channels_last"].astype(bool), "channels_last", "nchw"))
-    if summary["speedup_vs_tf32"].isna().all():
-        table = table.drop(columns="speedup vs tf32")
     if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling
         table.insert(3, "procs", summary["world_size"].astype(int))
-        table.insert(table.columns.get_loc("speedup vs fp32") + 1, "scaling efficiency", summary["scaling_efficiency"])
+        table.insert(table.columns.get_loc(f"speedup vs {ref}") + 1, "scaling efficiency", summary["scaling_efficiency"])
     return table
 
 
@@ -242,18 +246,19 @@ def _claims_html(claims: pd.DataFrame) -> list[str]:
 def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, missing: pd.DataFrame) -> str:
     lines = ["# amp_bench report", "",
              f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = ratio of median "
-             "step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against fp32.", ""]
+             f"step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against {modes.reference()}.", ""]
     if data.has_benchmarks:
         lines += [f"- {sentence}" for sentence in headlines(summary)] + [""]
     lines += [f"> Run {run} did not finish ({state}); the cases it finished are shown." for run, state in
               data.unfinished_runs] + ([""] if data.unfinished_runs else [])
-    columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", "speedup_vs_fp32",
-               "speedup_vs_tf32", "mem_saving_vs_fp32", "notes"]
+    ref = modes.reference()
+    columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", f"speedup_vs_{ref}",
+               *[f"speedup_vs_{b}" for b in modes.baseline_names()[1:]], f"mem_saving_vs_{ref}", "notes"]
     if summary["channels_last"].astype(bool).any():
         columns.insert(3, "channels_last")
     if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling, global samples/s
         columns.insert(3, "world_size")
-        columns.insert(columns.index("speedup_vs_fp32") + 1, "scaling_efficiency")
+        columns.insert(columns.index(f"speedup_vs_{ref}") + 1, "scaling_efficiency")
     telemetry = {"nvml_mem_used_delta_bytes": "nvml_delta_MiB", "energy_j_per_sample": "J/sample",
                  "achieved_tflops": "TFLOP/s", "mfu": "mfu"}
     table = summary.assign(precision=precision_labels(summary), notes=caveats(summary)).reindex(columns=columns)
