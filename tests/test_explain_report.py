@@ -1,5 +1,6 @@
 """The report's "Where the time goes" section: markdown, the per-category CSV, the how-to-turn-it-on
 note without breakdowns, and the charts drawn in headless Chromium (offline) as the other sections."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -85,3 +86,20 @@ def test_alignment_rows_keep_machines_and_compile_modes_apart_and_say_shares_in_
     assert cases == ["mlp bs 8 on A100", "mlp bs 8 on H100", "mlp bs 8 (default) on H100"]
     shown = _alignment_display(alignment_rows(rows))
     assert list(shown["share of the step's FLOPs"]) == ["12.5%"] * 3
+
+
+def test_every_layer_with_its_alignment_is_in_the_layers_csv(tmp_path):
+    """The report's .explain_layers.csv lists every GEMM/conv layer of each profiled step (the section
+    shows only the misaligned ones): a 100-wide linear is misaligned, a 256-wide one is not."""
+    run_dir = write_explained_run(tmp_path / "results")
+    records = [{"name": "body", "kind": "Linear", "dims": {"in": 256, "out": 256, "rows": 8}},
+               {"name": "head", "kind": "Linear", "dims": {"in": 256, "out": 100, "rows": 8}}]
+    (run_dir / "traces").mkdir(exist_ok=True)
+    for precision in TIMES:
+        (run_dir / "traces" / f"resnet18-bs8-224px-{precision}.layers.json").write_text(json.dumps(records))
+    written = build_report([tmp_path / "results"], tmp_path / "report.html")
+    layers = pd.read_csv(written["csv_explain_layers"])
+    assert set(layers["precision"]) == set(TIMES) and len(layers) == 2 * len(TIMES)
+    by_module = layers.drop_duplicates("module").set_index("module")
+    assert not by_module.loc["head", "aligned"] and by_module.loc["head", "misaligned_8"] == "out_features=100"
+    assert by_module.loc["body", "aligned"] and by_module.loc["body", "flop_share"] > by_module.loc["head", "flop_share"]

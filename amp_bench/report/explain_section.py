@@ -104,6 +104,15 @@ def alignment_rows(results: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def layer_table(data) -> pd.DataFrame:
+    """Every GEMM/conv layer of every profiled step with its alignment and FLOP share (the report's
+    .explain_layers.csv): the whole list behind the misaligned ones the section shows."""
+    from amp_bench.analysis.explain.judge import layer_rows
+    if "explain_trace" not in data.results:
+        return pd.DataFrame()
+    return pd.DataFrame(layer_rows(data.results, data.run_dirs))
+
+
 def _alignment_display(align: pd.DataFrame) -> pd.DataFrame:
     """The alignment rows as a reader sees them: the share in percent, plain column names."""
     shown = align.drop(columns=["device"], errors="ignore").copy()

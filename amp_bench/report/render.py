@@ -347,6 +347,7 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
         for name, table in (("summary", summary), ("claims", claims), ("environment", env),
                             ("not_measured", missing),
                             ("explain", explain_section.category_table(data.results)),
+                            ("explain_layers", explain_section.layer_table(data)),
                             ("gpus", gpus_section.table(data)), *studies.csv_tables(data).items()):
             path = Path(f"{stem}.{name}.csv")
             table.to_csv(path, index=False)

@@ -37,6 +37,30 @@ def _number(value) -> float | None:
     return number if number == number and number > 0 else None  # NaN and 0 are "not known"
 
 
+def layer_rows(results, run_dirs) -> list[dict]:
+    """Every GEMM/conv layer of every profiled step, judged for Tensor Core alignment (multiples of 8;
+    16 for fp8): one row per case, repeat and layer, from the layer records saved beside each trace.
+    A row whose records are missing or damaged is left out (its results row already says whether its
+    breakdown is available)."""
+    by_run = {Path(d).name: Path(d) for d in run_dirs}
+    out = []
+    for _, row in results.iterrows():
+        trace, run_dir = row.get("explain_trace"), by_run.get(str(row.get("run_id")))
+        if row.get("explain_status") not in ("ok", "distorted") or not isinstance(trace, str) or run_dir is None:
+            continue
+        device_type = "cuda" if str(row.get("device", "cpu")).startswith("cuda") else "cpu"
+        try:
+            layers = read_layers(layers_path(run_dir / trace))
+        except Exception:  # noqa: BLE001 a lost file drops its layers from the table, nothing else
+            continue
+        multiple = 16 if modes.get(str(row.get("precision"))).float8_linear else 8
+        for layer in alignment_table(layers, int(_number(row.get("flops_per_step")) or 0) or None, device_type):
+            out.append({"run_id": row.get("run_id"), "case_id": row.get("case_id"), "repeat": row.get("repeat"),
+                        "precision": row.get("precision"), "multiple": multiple,
+                        "aligned": layer[f"aligned_{multiple}"], **layer})
+    return out
+
+
 def explain_row(row: dict, run_dir) -> dict:
     """The explain_* columns of one results row (its `explain_trace` is relative to `run_dir`)."""
     status, trace = row.get("explain_status"), row.get("explain_trace") or ""
