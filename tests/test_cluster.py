@@ -399,3 +399,28 @@ def test_a_job_slurm_cannot_name_but_whose_heartbeat_is_live_is_running(tmp_path
     done = {"41": JobState("41", "COMPLETED")}
     with Heartbeat(store.dir, "job-41", job_id="41"):
         assert heard_from_jobs([store.dir], done)["41"].state == "COMPLETED"  # SLURM's own end is kept
+
+
+def test_the_software_record_is_taken_beside_the_probe_and_done_before_any_case(monkeypatch, tmp_path):
+    """pip freeze and git run while the probe worker imports torch, and are over when probe() returns:
+    never beside a case's measured window."""
+    import threading
+
+    from amp_bench.studies import session
+    from amp_bench.workers.process import WorkerOutcome
+    order = []
+
+    def slow_record():
+        time.sleep(0.3)
+        order.append("software")
+        return {"pip_freeze": ["torch==2.14.1"], "git_commit": "abc"}
+
+    def probe_worker(args, result_path, log_path, timeout_s):
+        order.append("probe")
+        return WorkerOutcome({"device": {"type": "cpu", "name": "cpu"}}, 0, False, None, 0.1, log_path)
+    monkeypatch.setattr(session, "software_record", slow_record)
+    monkeypatch.setattr(session, "run_worker", probe_worker)
+    probed = session.probe("cpu")
+    assert order == ["probe", "software"]  # side by side: the probe did not wait for the record to start
+    assert probed["software"]["pip_freeze"] == ["torch==2.14.1"] and probed["device"]["type"] == "cpu"
+    assert not [t for t in threading.enumerate() if t.name == "amp_bench-software-record"]

@@ -68,12 +68,11 @@ def cmd_list_models(args, console) -> int:
 def cmd_env(args, console) -> int:
     import json
 
-    from amp_bench.platform.provenance import host_facts, software_record
+    from amp_bench.platform.provenance import host_facts
     from amp_bench.store.fingerprint import fingerprint_columns
     from amp_bench.studies.session import probe  # probes in a throwaway worker: this process never touches CUDA
     info = probe(args.device)
-    info["host"] = host_facts()
-    info["software"] = software_record()
+    info["host"] = host_facts()  # the probe brought the software record
     info["fingerprint"] = fingerprint_columns(info["device"], info["versions"], info.get("gpu", {}),
                                               info["host"]["hostname"])
     if args.json:

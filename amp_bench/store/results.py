@@ -247,11 +247,8 @@ def find_run_dirs(inputs) -> list[Path]:
             found.append(path)
         else:
             found.extend(sorted(p.parent for p in path.rglob(RESULTS_FILE)))
-    unique = list(dict.fromkeys(p.resolve() for p in found))
-    if not unique:
-        raise UserError(f"{', '.join(map(str, inputs))}: no {RESULTS_FILE} found (expected run directories "
-                        "written by `amp_bench run`, a tree of them, or a glob)")
-    return unique
+    return _unique(found, inputs, f"no {RESULTS_FILE} found (expected run directories written by `amp_bench "
+                                  "run`, a tree of them, or a glob)")
 
 
 def find_runs(inputs) -> list[Path]:
@@ -267,9 +264,14 @@ def find_runs(inputs) -> list[Path]:
             if MANIFEST_FILE in filenames:
                 found.append(Path(dirpath))
                 dirnames[:] = []
+    return _unique(found, inputs, f"no run directory found (no {MANIFEST_FILE})")
+
+
+def _unique(found: list[Path], inputs: list, missing: str) -> list[Path]:
+    """The run directories found, each once (resolved), in order; none is a one-line error."""
     unique = list(dict.fromkeys(p.resolve() for p in found))
     if not unique:
-        raise UserError(f"{', '.join(map(str, inputs))}: no run directory found (no {MANIFEST_FILE})")
+        raise UserError(f"{', '.join(map(str, inputs))}: {missing}")
     return unique
 
 

@@ -131,11 +131,14 @@ def read_heartbeats(run_dir: str | os.PathLike) -> list[dict]:
 
 
 def live_beats(run_dir: str | os.PathLike, now: dt.datetime | None = None) -> list[dict]:
-    """The heartbeats of the processes still running cases in a run: not ended, and alive on this
-    host, or elsewhere and younger than STALE_S."""
+    """The heartbeats of the processes still running cases in a run."""
     now = now or _now()
-    return [b for b in read_heartbeats(run_dir) if not b.get("ended_at")
-            and ((alive(b) is True) or (alive(b) is None and _age_s(b, now) <= STALE_S))]
+    return [b for b in read_heartbeats(run_dir) if _live(b, now)]
+
+
+def _live(beat: dict, now: dt.datetime) -> bool:
+    """Not ended, and alive on this host, or elsewhere and younger than STALE_S."""
+    return not beat.get("ended_at") and (alive(beat) is True or (alive(beat) is None and _age_s(beat, now) <= STALE_S))
 
 
 def _age_s(beat: dict, now: dt.datetime) -> float:
@@ -193,7 +196,7 @@ def run_state(run_dir: str | os.PathLike, manifest: dict | None = None, now: dt.
                      "case ran")
     beats = read_heartbeats(run_dir)
     running = [b for b in beats if not b.get("ended_at")]
-    live = live_beats(run_dir, now)
+    live = [b for b in running if _live(b, now)]
     if live:
         doing = "; ".join(f"{b.get('case') or 'starting'} on {b.get('host')}" for b in live)
         return state("running", doing, live=live)

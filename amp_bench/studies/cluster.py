@@ -26,7 +26,7 @@ from amp_bench.store.results import RunStore, make_run_id, utc_now
 from amp_bench.store.run_state import DIED_STATUSES, Heartbeat, live_beats, read_heartbeats, run_state
 from amp_bench.studies.benchmark import (Machine, Reporter, make_plan, part_key, plan_order, rows_by_index, run_cases,
                                          schedule)
-from amp_bench.studies.session import new_store, probe, record_machine, wait_for_software
+from amp_bench.studies.session import new_store, probe, record_machine
 from amp_bench.suite import Case, ExecutorSpec, load_suite, validate_overrides
 from amp_bench.workers.launch import base_row
 
@@ -167,7 +167,6 @@ def job_main(run_dir: str, indices: list[int]) -> dict:
             run_cases(store, order, machine, Reporter(), stop=stop, heartbeat=heartbeat)
         if stop.requested:
             heartbeat.fields["outcome"] = f"stopped: {stop.status_and_reason()[1]}"
-    wait_for_software()
     store.update_manifest(lambda m: m.setdefault("jobs", {}).setdefault(job_id, {}).update(
         ended_at=utc_now().isoformat()))
     finalize(store)

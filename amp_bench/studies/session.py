@@ -23,16 +23,26 @@ PROBE_TIMEOUT_S = 180.0
 
 
 def probe(requested: str) -> dict:
-    """Describe the device in a throwaway worker, so this process never creates a CUDA context."""
-    with tempfile.TemporaryDirectory(prefix="amp_bench_probe_") as tmp:
-        result_path, log_path = Path(tmp) / "probe.json", Path(tmp) / "probe.log"
-        outcome = run_worker(["probe", requested, str(result_path)], result_path, log_path, PROBE_TIMEOUT_S)
-        if outcome.result is None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
-            raise UserError(f"device probe failed (exit code {outcome.exit_code}): {' '.join(tail) or 'no output'}")
+    """Describe the device in a throwaway worker, so this process never creates a CUDA context. The
+    software record (git commit, pip freeze, conda env: a second or more of subprocesses) is taken by
+    this process meanwhile, while the worker imports torch: it costs no start-up of its own, and it
+    never runs beside a case's measured window."""
+    software: dict = {}
+    thread = threading.Thread(target=lambda: software.update(software_record()), name="amp_bench-software-record")
+    thread.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="amp_bench_probe_") as tmp:
+            result_path, log_path = Path(tmp) / "probe.json", Path(tmp) / "probe.log"
+            outcome = run_worker(["probe", requested, str(result_path)], result_path, log_path, PROBE_TIMEOUT_S)
+            if outcome.result is None:
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
+                raise UserError(f"device probe failed (exit code {outcome.exit_code}): "
+                                f"{' '.join(tail) or 'no output'}")
+    finally:
+        thread.join()
     if "error" in outcome.result:
         raise UserError(outcome.result["error"])
-    return outcome.result
+    return {**outcome.result, "software": software}
 
 
 @dataclass
@@ -80,7 +90,6 @@ def running(store: RunStore, final_manifest):
         status = "complete"
     finally:
         restore()
-        wait_for_software()
         store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
 
 
@@ -118,30 +127,9 @@ def record_machine(store: RunStore, probed: dict, **more) -> tuple[dict, dict]:
             manifest.setdefault(key, value)
         manifest.update(more)
     store.update_manifest(add)
-    if not probed.get("software") and not store.manifest.get("software"):
-        record_software(store)
     fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
                                       host["hostname"])
     return host, fingerprint
-
-
-_software_threads: list[threading.Thread] = []
-
-
-def record_software(store: RunStore) -> None:
-    """The software record (git commit, pip freeze, conda env: a second or more of subprocesses) goes
-    into the manifest from a thread, while the first case runs, not before it; `running` waits for it."""
-    def work() -> None:
-        record = software_record()
-        store.update_manifest(lambda manifest: manifest.__setitem__("software", record))
-    thread = threading.Thread(target=work, name="amp_bench-software-record")
-    thread.start()
-    _software_threads.append(thread)
-
-
-def wait_for_software(timeout_s: float = 180.0) -> None:
-    while _software_threads:
-        _software_threads.pop().join(timeout_s)
 
 
 def sigterm_as_interrupt():
