@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.errors import UserError
-from amp_bench.store.results import RESULTS_FILE, RUN_SUBDIRS
+from amp_bench.store.results import PARTS_DIR, RESULTS_FILE, RUN_SUBDIRS, catch_up
 
 CACHE_DIR = ".amp_bench_cache"
 CACHE_FILE = "results.pkl"
@@ -28,9 +28,11 @@ COLUMNS = ["run_id", "suite", "case_id", "status", "device", "device_name", "bat
 def _results_files(root: Path) -> dict[str, os.stat_result]:
     found = {}
     for dirpath, dirnames, filenames in os.walk(root):
+        if PARTS_DIR in dirnames:
+            catch_up(Path(dirpath))  # rows a killed writer saved but did not table yet
         dirnames[:] = [d for d in dirnames if d != CACHE_DIR and d not in RUN_SUBDIRS]
-        if RESULTS_FILE in filenames:
-            path = os.path.join(dirpath, RESULTS_FILE)
+        path = os.path.join(dirpath, RESULTS_FILE)
+        if os.path.isfile(path):
             found[os.path.relpath(path, root)] = os.stat(path)
     return found
 
@@ -101,6 +103,7 @@ def load_cached(inputs: list[str | os.PathLike], use_cache: bool = True) -> pd.D
         if not paths:
             raise UserError(f"{text}: no path matches this pattern")
         for path in paths:
+            catch_up(path)
             if (path / RESULTS_FILE).is_file():
                 frames.append(_read(path / RESULTS_FILE))
             else:

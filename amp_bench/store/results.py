@@ -1,7 +1,8 @@
 """Results store: results/<run-id>/ with a tidy table, per-step samples and a manifest.
 
 Every write goes to a temporary file that is then renamed over the old one, after each case, so a
-killed run keeps every finished case and no file is ever half-written.
+killed run keeps every finished case and no file is ever half-written. A row is saved as its part
+first and the tables are rebuilt from the parts; readers catch up a run killed between the two.
 """
 from __future__ import annotations
 
@@ -238,15 +239,39 @@ def _paths(inputs):
     return inputs, paths
 
 
+def catch_up(run_dir: Path) -> None:
+    """Rebuild a run's tables when its parts are newer: a writer killed between saving a part and
+    rewriting the tables (RunStore.add) left the row on disk but not yet in results.csv. Adding a
+    part renames it into parts/, which moves the folder's mtime, so one stat per run tells. A tree
+    that cannot be written is read as it is."""
+    run_dir = Path(run_dir)
+    try:
+        parts = (run_dir / PARTS_DIR).stat().st_mtime_ns
+    except OSError:
+        return  # no parts folder: a run written before parts existed, or not a run
+    try:
+        behind = parts > (run_dir / RESULTS_FILE).stat().st_mtime_ns
+    except FileNotFoundError:
+        behind = any(name.endswith(".json") for name in os.listdir(run_dir / PARTS_DIR))
+    if behind and (run_dir / MANIFEST_FILE).is_file():
+        with contextlib.suppress(OSError):
+            RunStore.reopen(run_dir).flush()
+
+
 def find_run_dirs(inputs) -> list[Path]:
-    """Run directories (with a results table) from paths to run dirs, trees of them, or globs."""
+    """Run directories (with a results table, or rows not yet in one) from paths to run dirs, trees
+    of them, or globs; their tables caught up with their parts (catch_up)."""
     inputs, paths = _paths(inputs)
     found: list[Path] = []
     for path in paths:
-        if (path / RESULTS_FILE).is_file():
+        if (path / RESULTS_FILE).is_file() or (path / PARTS_DIR).is_dir():
             found.append(path)
         else:
-            found.extend(sorted(p.parent for p in path.rglob(RESULTS_FILE)))
+            found.extend(sorted({p.parent for p in path.rglob(RESULTS_FILE)}
+                                | {p.parent for p in path.rglob(PARTS_DIR) if (p.parent / MANIFEST_FILE).is_file()}))
+    for run_dir in found:
+        catch_up(run_dir)
+    found = [d for d in found if (d / RESULTS_FILE).is_file()]
     return _unique(found, inputs, f"no {RESULTS_FILE} found (expected run directories written by `amp_bench "
                                   "run`, a tree of them, or a glob)")
 
@@ -264,6 +289,8 @@ def find_runs(inputs) -> list[Path]:
             if MANIFEST_FILE in filenames:
                 found.append(Path(dirpath))
                 dirnames[:] = []
+    for run_dir in found:
+        catch_up(run_dir)
     return _unique(found, inputs, f"no run directory found (no {MANIFEST_FILE})")
 
 
