@@ -171,3 +171,31 @@ def test_peak_tflops_number_or_per_precision(write_suite):
     assert {c.peak_tflops for c in suite.cases("cpu")} == {4.0}
     lines = problems(write_suite, GOOD + "peak_tflops: {fp64: 1}\n")
     assert any("peak_tflops.fp64: unknown key" in line for line in lines), lines
+
+
+def test_model_names_are_checked_without_running_the_users_module_or_importing_transformers(tmp_path):
+    """A top-level def is found in the module's source (running it would import torch: 1.7 s in the
+    parent); a name bound any other way, or missing, is imported to be sure. A config key the
+    transformers source declares needs no import; an unknown one still gets its line."""
+    (tmp_path / "side_effects.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+        "def build(**options):\n    return None\n\nalias = build\n")
+    script = f"""
+import sys
+from amp_bench.suite.model_refs import check_model
+dirs = ({str(tmp_path)!r},)
+assert check_model("python:side_effects:build", search_dirs=dirs) == []
+assert "side_effects" not in sys.modules
+assert check_model("transformers/gpt2", config={{"n_layer": 2, "n_embd": 64, "hidden_size": 64}}) == []
+assert not [m for m in sys.modules if m.startswith(("transformers", "torch"))], "imported"
+print(check_model("python:side_effects:alias", search_dirs=dirs))
+print(check_model("python:side_effects:missing", search_dirs=dirs))
+print(check_model("transformers/gpt2", config={{"n_layers": 2}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    alias, missing, config = proc.stdout.splitlines()
+    assert alias == "[]" and (tmp_path / "ran").exists()  # not a def: imported, and it resolved
+    assert "module 'side_effects' has no callable 'missing'" in missing
+    assert "('.config.n_layers', 'not an attribute of GPT2Config')" in config

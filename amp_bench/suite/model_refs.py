@@ -13,7 +13,10 @@ without importing itself, so the names are read here from their installed source
 mapping tables (literal tables in models/auto/modeling_auto.py). When a source does not parse as
 expected (a future layout), the library is imported after all: slower, never wrong. A config
 override is checked against the config class, which does import transformers: only suites that
-carry `config:` pay for it. The worker builds the model (amp_bench.measure.models).
+carry `config:` pay for it, and only for a key the config's source does not declare. A user's
+`python:` module is read the same way: a top-level `def` or `class` of that name is found without
+running the module (which imports torch: 1.7 s); anything else imports it. The worker builds the
+model (amp_bench.measure.models), and a module that fails only when run fails there, in its row.
 """
 from __future__ import annotations
 
@@ -111,10 +114,7 @@ def transformers_task_names(task: str) -> dict[str, str]:
 
 def import_callable(ref: str, search_dirs: tuple[str, ...] = ()) -> Callable:
     """'python:pkg.module:func' -> func. Raises ValueError with a one-line reason."""
-    parts = ref[len("python:"):].split(":")
-    if len(parts) != 2 or not all(parts):
-        raise ValueError(f"expected python:<module>:<callable>, got {ref!r}")
-    module_name, attr = parts
+    module_name, attr = _split_python_ref(ref)
     for directory in search_dirs:
         if directory not in sys.path:
             sys.path.insert(0, directory)
@@ -126,6 +126,63 @@ def import_callable(ref: str, search_dirs: tuple[str, ...] = ()) -> Callable:
     if not callable(func):
         raise ValueError(f"module {module_name!r} has no callable {attr!r}")
     return func
+
+
+def _split_python_ref(ref: str) -> tuple[str, str]:
+    parts = ref[len("python:"):].split(":")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"expected python:<module>:<callable>, got {ref!r}")
+    return parts[0], parts[1]
+
+
+def _defined_in_source(module_name: str, attr: str, search_dirs: tuple[str, ...]) -> bool:
+    """Does the module's source define `attr` as a top-level function or class? Read, not run. False
+    means "not seen" (a name bound otherwise, a package, a compiled module): the caller imports it."""
+    if "." in module_name:
+        return False  # finding a submodule imports its package: no saving
+    for directory in search_dirs:
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    try:
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return False  # the import says why, in its own words
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == attr
+               for node in tree.body)
+
+
+def _declared_config_keys(model_type: str) -> frozenset[str]:
+    """The keys a transformers config class declares in its source (transformers 5: annotated class
+    fields and attribute_map aliases), for models/<type>/configuration_<type>.py. Empty when the
+    layout is another: the caller asks the config class itself."""
+    root = _package_dir("transformers")
+    module = model_type.replace("-", "_")
+    path = root / "models" / module / f"configuration_{module}.py" if root else None
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8")) if path else None
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    keys: set[str] = set()
+    for node in tree.body if tree else []:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        declares_type = any(isinstance(item, ast.Assign) and getattr(item.targets[0], "id", None) == "model_type"
+                            and getattr(item.value, "value", None) == model_type for item in node.body)
+        if not declares_type:
+            continue
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                keys.add(item.target.id)
+            elif (isinstance(item, ast.Assign) and getattr(item.targets[0], "id", None) == "attribute_map"
+                  and isinstance(item.value, ast.Dict)):
+                keys.update(k.value for k in item.value.keys if isinstance(k, ast.Constant))
+    return frozenset(keys)
 
 
 def check_model(ref: str, *, config: dict | None = None, task: str | None = None,
@@ -150,7 +207,7 @@ def check_model(ref: str, *, config: dict | None = None, task: str | None = None
         problems = []
         if task is not None and name not in transformers_task_names(task):
             problems.append((".task", f"transformers/{name} has no {task} head"))
-        if config:
+        if config and not set(config) <= _declared_config_keys(name):
             from transformers import AutoConfig
             defaults = AutoConfig.for_model(name)
             for key in config:
@@ -158,7 +215,8 @@ def check_model(ref: str, *, config: dict | None = None, task: str | None = None
                     problems.append((f".config.{key}", f"not an attribute of {type(defaults).__name__}"))
         return problems
     try:
-        import_callable(ref, search_dirs)
+        if not _defined_in_source(*_split_python_ref(ref), search_dirs):
+            import_callable(ref, search_dirs)
     except ValueError as exc:
         return [("", str(exc))]
     return []
