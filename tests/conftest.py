@@ -43,6 +43,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def probe_cache(tmp_path_factory):
+    """Runs of this session reuse one CPU probe per environment (amp_bench/studies/probe_cache.py):
+    some 45 runs would each start a worker that imports torch only to describe this CPU. The CLI
+    runs the tests start inherit it. Tests of the probe itself unset it."""
+    folder = tmp_path_factory.mktemp("probe-cache")
+    previous = os.environ.get("AMP_BENCH_PROBE_CACHE")
+    os.environ["AMP_BENCH_PROBE_CACHE"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("AMP_BENCH_PROBE_CACHE", None)
+    else:
+        os.environ["AMP_BENCH_PROBE_CACHE"] = previous
+
+
 @pytest.fixture
 def write_suite(tmp_path):
     """Write a suite file next to the toy models and return its path."""

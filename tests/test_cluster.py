@@ -418,6 +418,7 @@ def test_the_software_record_is_taken_beside_the_probe_and_done_before_any_case(
     def probe_worker(args, result_path, log_path, timeout_s):
         order.append("probe")
         return WorkerOutcome({"device": {"type": "cpu", "name": "cpu"}}, 0, False, None, 0.1, log_path)
+    monkeypatch.delenv("AMP_BENCH_PROBE_CACHE", raising=False)  # this fake probe is never kept
     monkeypatch.setattr(session, "software_record", slow_record)
     monkeypatch.setattr(session, "run_worker", probe_worker)
     probed = session.probe("cpu")

@@ -108,3 +108,47 @@ def test_read_cpu_info(tmp_path):
     info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx512_bf16 amx_tile\n\n"
                     "processor\t: 1\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu\n")
     assert read_cpu_info(str(info)) == ("AMD EPYC 9R14", frozenset({"fpu", "avx512_bf16", "amx_tile"}))
+
+
+def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch, tmp_path):
+    """AMP_BENCH_PROBE_CACHE: the second probe starts no worker; another ONEDNN_MAX_CPU_ISA, another
+    request or amp_bench's code changing probes afresh; a GPU's probe is never kept."""
+    import os
+    from amp_bench.studies import probe_cache, session
+    from amp_bench.workers.process import WorkerOutcome
+    started = []
+    found = {"type": "cpu", "name": "Xeon"}
+
+    def probe_worker(args, result_path, log_path, timeout_s):
+        started.append(args[1])
+        return WorkerOutcome({"device": dict(found), "versions": {"torch": "2.14.1"}}, 0, False, None, 0.1, log_path)
+    monkeypatch.setattr(session, "run_worker", probe_worker)
+    monkeypatch.setattr(session, "software_record", lambda: {"git_commit": "abc"})
+    monkeypatch.setenv("AMP_BENCH_PROBE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    first = session.probe("cpu")
+    again = session.probe("cpu")
+    assert len(started) == 1 and again == first and again["software"] == {"git_commit": "abc"}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    session.probe("cpu")
+    assert len(started) == 2  # the bf16 instructions hidden: another CPU as far as torch knows
+    session.probe("auto")
+    assert len(started) == 3
+    code = next(iter(sorted((tmp_path / "cache").iterdir())))
+    monkeypatch.setattr(probe_cache, "_stamp", lambda path: [str(path), "changed"])  # amp_bench or torch changed
+    session.probe("cpu")
+    assert len(started) == 4 and code.exists()
+    monkeypatch.undo()
+    monkeypatch.setattr(session, "run_worker", probe_worker)
+    monkeypatch.setattr(session, "software_record", lambda: {})
+    monkeypatch.setenv("AMP_BENCH_PROBE_CACHE", str(tmp_path / "gpu"))
+    found.update(type="cuda", name="NVIDIA H200")
+    session.probe("cuda")
+    session.probe("cuda")
+    assert started[-2:] == ["cuda", "cuda"] and not (tmp_path / "gpu").exists()  # GPUs always probe afresh
+    monkeypatch.delenv("AMP_BENCH_PROBE_CACHE")
+    before = len(started)
+    session.probe("cpu")
+    session.probe("cpu")
+    assert len(started) == before + 2  # unset: every run probes
+    assert os.environ.get("AMP_BENCH_PROBE_CACHE") is None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amp_bench.platform.provenance import host_facts, software_record
+from amp_bench.studies import probe_cache
 from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo
@@ -30,6 +31,10 @@ def probe(requested: str) -> dict:
     software: dict = {}
     thread = threading.Thread(target=lambda: software.update(software_record()), name="amp_bench-software-record")
     thread.start()
+    kept = probe_cache.load(requested)  # AMP_BENCH_PROBE_CACHE: a CPU probe reused (probe_cache.py)
+    if kept is not None:
+        thread.join()
+        return {**kept, "software": software}
     try:
         with tempfile.TemporaryDirectory(prefix="amp_bench_probe_") as tmp:
             result_path, log_path = Path(tmp) / "probe.json", Path(tmp) / "probe.log"
@@ -42,6 +47,7 @@ def probe(requested: str) -> dict:
         thread.join()
     if "error" in outcome.result:
         raise UserError(outcome.result["error"])
+    probe_cache.save(requested, outcome.result)
     return {**outcome.result, "software": software}
 
 
