@@ -6,7 +6,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# The tests run two processes on two cores, and each starts workers whose torch runs one OpenMP thread
+# The tests run several processes on two cores, and each starts workers whose torch runs one OpenMP thread
 # a core. By default an OpenMP thread that waits spins, on the core the other process needs: two smoke
 # runs side by side took 75 s each, and 26 s each with waiting threads asleep. Measured figures in the
 # tests never depend on the machine's speed, so they sleep here; a user's run keeps torch's default.
