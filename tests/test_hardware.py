@@ -112,7 +112,8 @@ def test_read_cpu_info(tmp_path):
 
 def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch, tmp_path):
     """AMP_BENCH_PROBE_CACHE: the second probe starts no worker; another ONEDNN_MAX_CPU_ISA, another
-    request or amp_bench's code changing probes afresh; a GPU's probe is never kept."""
+    request, a GPU device node appearing or amp_bench's code changing probes afresh; a GPU's probe is
+    never kept."""
     import os
     from amp_bench.studies import probe_cache, session
     from amp_bench.workers.process import WorkerOutcome
@@ -134,10 +135,17 @@ def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch
     assert len(started) == 2  # the bf16 instructions hidden: another CPU as far as torch knows
     session.probe("auto")
     assert len(started) == 3
+    session.probe("auto")
+    assert len(started) == 3
+    monkeypatch.setattr(probe_cache, "DEV", tmp_path / "dev")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()  # a GPU's driver loaded within the boot: `auto` looks again
+    session.probe("auto")
+    assert len(started) == 4
     code = next(iter(sorted((tmp_path / "cache").iterdir())))
     monkeypatch.setattr(probe_cache, "_stamp", lambda path: [str(path), "changed"])  # amp_bench or torch changed
     session.probe("cpu")
-    assert len(started) == 4 and code.exists()
+    assert len(started) == 5 and code.exists()
     monkeypatch.undo()
     monkeypatch.setattr(session, "run_worker", probe_worker)
     monkeypatch.setattr(session, "software_record", lambda: {})

@@ -4,8 +4,9 @@ The probe (session.probe) starts a worker that imports torch only to describe th
 run. A test suite or a script that starts dozens of runs may set AMP_BENCH_PROBE_CACHE=DIR, and a
 probe is then reused while nothing it depends on changed: the boot (a new kernel, driver or CPU
 microcode means a new boot id), the Python and torch installed, amp_bench's own code, the requested
-device, and the environment variables that steer the CPU kernels or the devices torch sees
-(ONEDNN_MAX_CPU_ISA hides the bf16 instructions, CUDA_VISIBLE_DEVICES hides GPUs). Only a probe that
+device, the environment variables that steer the CPU kernels or the devices torch sees
+(ONEDNN_MAX_CPU_ISA hides the bf16 instructions, CUDA_VISIBLE_DEVICES hides GPUs), and the GPU
+device nodes in /dev. Only a probe that
 found a CPU is kept: GPUs change within a boot (MIG, another job's CUDA_VISIBLE_DEVICES), so a GPU
 machine always probes afresh. Off unless the variable is set. No library keys a cache on this set
 of facts, so it is written here.
@@ -25,6 +26,7 @@ ENV_VAR = "AMP_BENCH_PROBE_CACHE"
 # environment variables that change what the probe finds (kernels, visible devices, thread pools)
 _ENV_PREFIXES = ("ONEDNN_", "DNNL_", "ATEN_", "CUDA_", "NVIDIA_", "HIP_", "ROCR_", "OMP_", "KMP_", "GOMP_",
                  "MKL_", "TORCH_", "PYTORCH_", "LD_")
+DEV = Path("/dev")
 
 
 def _stamp(path: Path) -> list:
@@ -49,6 +51,9 @@ def cache_key(requested: str) -> str:
         "torch": [_stamp(p) for p in torch_files],
         "amp_bench": [_stamp(p) for p in sorted(package.rglob("*.py"))],
         "env": sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)),
+        # a GPU that appears within the boot (its driver loaded): `auto` must probe afresh and find it
+        "device_nodes": sorted(str(p) for pattern in ("nvidia[0-9]*", "kfd", "dri/renderD*")
+                               for p in DEV.glob(pattern)),
     }
     return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:32]
 
