@@ -54,13 +54,9 @@ def probe_cache(tmp_path_factory):
     some 45 runs would each start a worker that imports torch only to describe this CPU. The CLI
     runs the tests start inherit it. Tests of the probe itself unset it."""
     folder = tmp_path_factory.mktemp("probe-cache")
-    previous = os.environ.get("AMP_BENCH_PROBE_CACHE")
-    os.environ["AMP_BENCH_PROBE_CACHE"] = str(folder)
-    yield folder
-    if previous is None:
-        os.environ.pop("AMP_BENCH_PROBE_CACHE", None)
-    else:
-        os.environ["AMP_BENCH_PROBE_CACHE"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AMP_BENCH_PROBE_CACHE", str(folder))
+        yield folder
 
 
 @pytest.fixture

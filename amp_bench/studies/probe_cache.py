@@ -6,9 +6,8 @@ probe is then reused while nothing it depends on changed: the boot (a new kernel
 microcode means a new boot id), the Python and torch installed, amp_bench's own code, the requested
 device, the environment variables that steer the CPU kernels or the devices torch sees
 (ONEDNN_MAX_CPU_ISA hides the bf16 instructions, CUDA_VISIBLE_DEVICES hides GPUs), and the GPU
-device nodes in /dev. Only a probe that
-found a CPU is kept: GPUs change within a boot (MIG, another job's CUDA_VISIBLE_DEVICES), so a GPU
-machine always probes afresh. Off unless the variable is set. No library keys a cache on this set
+device nodes in /dev. Only a probe that found a CPU is kept: GPUs change within a boot (MIG, another
+job's CUDA_VISIBLE_DEVICES), so a GPU machine always probes afresh. Off unless the variable is set. No library keys a cache on this set
 of facts, so it is written here.
 """
 from __future__ import annotations
@@ -58,25 +57,29 @@ def cache_key(requested: str) -> str:
     return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:32]
 
 
-def _path(requested: str) -> Path | None:
+def location(requested: str) -> Path | None:
+    """Where this request's probe is kept, or None when the cache is off. Computed once per probe:
+    the key stats amp_bench's files."""
     folder = os.environ.get(ENV_VAR)
     return Path(folder) / f"probe-{cache_key(requested)}.json" if folder else None
 
 
-def load(requested: str) -> dict | None:
-    """The probe kept for this request, or None (off, never probed, or something it depends on changed)."""
-    path = _path(requested)
+def _found_cpu(probed) -> bool:
+    return isinstance(probed, dict) and probed.get("device", {}).get("type") == "cpu"
+
+
+def load(path: Path | None) -> dict | None:
+    """The probe kept at `path` (location()), or None (off, never probed, or something it depends on changed)."""
     try:
         found = json.loads(path.read_text(encoding="utf-8")) if path else None
     except (OSError, ValueError):
         return None  # absent or torn: probe afresh
-    return found if isinstance(found, dict) and found.get("device", {}).get("type") == "cpu" else None
+    return found if _found_cpu(found) else None
 
 
-def save(requested: str, probed: dict) -> None:
+def save(path: Path | None, probed: dict) -> None:
     """Keep a probe that found a CPU (see the module's docstring for why only those)."""
-    path = _path(requested)
-    if path is None or probed.get("device", {}).get("type") != "cpu":
+    if path is None or not _found_cpu(probed):
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,8 @@ def probe(requested: str) -> dict:
     software: dict = {}
     thread = threading.Thread(target=lambda: software.update(software_record()), name="amp_bench-software-record")
     thread.start()
-    kept = probe_cache.load(requested)  # AMP_BENCH_PROBE_CACHE: a CPU probe reused (probe_cache.py)
+    kept_at = probe_cache.location(requested)  # AMP_BENCH_PROBE_CACHE: a CPU probe reused (probe_cache.py)
+    kept = probe_cache.load(kept_at)
     if kept is not None:
         thread.join()
         return {**kept, "software": software}
@@ -47,7 +48,7 @@ def probe(requested: str) -> dict:
         thread.join()
     if "error" in outcome.result:
         raise UserError(outcome.result["error"])
-    probe_cache.save(requested, outcome.result)
+    probe_cache.save(kept_at, outcome.result)
     return {**outcome.result, "software": software}
 
 

@@ -115,9 +115,7 @@ def transformers_task_names(task: str) -> dict[str, str]:
 def import_callable(ref: str, search_dirs: tuple[str, ...] = ()) -> Callable:
     """'python:pkg.module:func' -> func. Raises ValueError with a one-line reason."""
     module_name, attr = _split_python_ref(ref)
-    for directory in search_dirs:
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
+    _add_search_dirs(search_dirs)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -126,6 +124,13 @@ def import_callable(ref: str, search_dirs: tuple[str, ...] = ()) -> Callable:
     if not callable(func):
         raise ValueError(f"module {module_name!r} has no callable {attr!r}")
     return func
+
+
+def _add_search_dirs(search_dirs: tuple[str, ...]) -> None:
+    """The suite's folder (and the caller's) first on sys.path, where a `python:` module is found."""
+    for directory in search_dirs:
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
 
 
 def _split_python_ref(ref: str) -> tuple[str, str]:
@@ -140,9 +145,7 @@ def _defined_in_source(module_name: str, attr: str, search_dirs: tuple[str, ...]
     means "not seen" (a name bound otherwise, a package, a compiled module): the caller imports it."""
     if "." in module_name:
         return False  # finding a submodule imports its package: no saving
-    for directory in search_dirs:
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
+    _add_search_dirs(search_dirs)
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
