@@ -4,39 +4,31 @@
 # both back to back (a local machine). Each stage's timeout is sized from what is left of its part's
 # budget (GPU_CHECK_BUDGET_S overrides it); a stage that would not get enough is skipped, and said so.
 #
-#   --part 1 (budget 360 s on a GPU; estimated for an H200, not yet measured, 330 s in all):
-#     pre       wheels from .whl/ installed, torch imported, capability read; REFUSED in one line on
-#               compute capability >= 8.9 without torchao (fp8 would be unsupported)      ~15 s
-#     env       nvidia-smi, `amp_bench env --json`, a bf16 8192^3 matmul's TFLOP/s        ~30 s
-#     suite     suites/gpu_check_part1.yaml: probe ~10 s; the anchor cases, ResNet-50 channels_last
-#               bs256 fp32 / tf32 / amp_fp16 / amp_bf16 (~15 s each, 60 s); then GPT-2 small
-#               compiled amp_bf16 (~70 s) and fp8 (~90 s), each with a 300 s case deadline ~230 s
-#     overhead  benchmarks/overhead.py: the suite's ResNet-50 channels_last amp_bf16 bs256 case by
-#               the harness and by a plain hand-written loop, wall-clock window throughput,
-#               2 rounds (probe ~8 s, 4 workers ~9 s each)                                ~45 s
-#     summaries after each stage (~2 s each)                                               ~10 s
-#   --part 2 (budget 300 s on a GPU; estimated for an H200, 230 s in all):
-#     pre       as above, without the torchao refusal (part 2 has no fp8)                  ~15 s
-#     env       nvidia-smi, `amp_bench env --json`                                         ~15 s
-#     pytest    `pytest -m gpu tests/test_gpu.py`: TF32 vs IEEE on matmul and a conv, autocast
-#               dtypes, CUDA events, GradScaler skips, the smoke suite's GPT-2 in fp32 and amp_fp16,
-#               DDP in one torchrun launch, torch vs NVML memory, energy and clocks          ~90 s
-#     fidelity  suites/gpu_check_fidelity.yaml: probe + fp32 and amp_bf16 workers (skipped, and
-#               said so, without scikit-learn)                                               ~35 s
-#     headroom  suites/gpu_check_headroom.yaml: probe + ~7 probes at resolution 1024       ~65 s
-#     summaries                                                                            ~10 s
+# The stages, their H200 estimates (unmeasured), caps and budgets live in amp_bench/gpu_check/plan.py
+# (`python3 -m amp_bench.gpu_check plan --part N` prints them; a test holds each part's estimate under
+# 85% of its budget):
+#   --part 1 (budget 360 s, ~285 s): env (~25 s), suites/gpu_check_part1.yaml with explain off (~140 s:
+#     the ResNet-50 channels_last bs256 anchors fp32 / tf32 / amp_fp16 / amp_bf16, GPT-2 small compiled
+#     amp_bf16), the harness against a plain loop (one round, ~30 s), headroom (~65 s)
+#   --part 2 (budget 330 s, ~275 s): env (~15 s), suites/gpu_check_part2.yaml (~120 s: GPT-2 small
+#     compiled fp8; GPT-2 eager amp_bf16 with explain on, whose breakdown must be ok), `pytest -m gpu`
+#     (~80 s), fidelity (~35 s; skipped, and said so, without scikit-learn)
+# Before any stage: wheels from .whl/ installed; a GPU that nvidia-smi or /dev lists but torch cannot
+# see FAILS the part; on compute capability >= 8.9 part 2 (fp8) refuses in one line without torchao;
+# TORCH_ALLOW_TF32_CUBLAS_OVERRIDE and NVIDIA_TF32_OVERRIDE (NGC containers set them) are printed and
+# unset, and the summary says so. The check changes nothing on the machine (nvidia-smi is only queried).
 #
 # After every stage the part's results are copied flat into $OUT (default gpu-check-out/), named
 # partN_*: summary.md (whole at any stop: written outside $OUT, then renamed in; it names the stages
-# not reached), gpu_check.log, stages.csv, env.json and part 1's suite.csv, overhead.csv or part 2's
-# fidelity.csv, headroom.csv: 6 files a part, none in a folder. A part exits 0 only when each of its
-# stages ran and passed: on compute capability >= 8 every suite case ok; every fidelity and headroom
-# row ok, no fidelity verdict "worse", no AMP headroom below fp32's. Exit 2: refused before starting.
-# Without a GPU (budget 130 s a part there) it runs a tiny CPU smoke of the same path (the part 1
-# suite's cpu: block, one tiny overhead round; pytest's GPU tests skip; fidelity and headroom are
-# skipped, their CPU paths run in the test suite), says so, and nothing it prints validates CUDA. PYTHON overrides the interpreter (default python3).
-# Wheels in .whl/ (torchao for fp8, which the GPU image lacks; DEVELOPERS.md) are installed into the
-# work folder first and put on PYTHONPATH.
+# not reached), gpu_check.log, stages.csv, env.json, suite.csv and part 1's overhead.csv, headroom.csv
+# or part 2's fidelity.csv: at most 7 files a part, none in a folder. A part exits 0 only when each of
+# its stages ran and passed: on compute capability >= 8 every suite case ok; every fidelity and headroom
+# row ok, no fidelity verdict "worse", no AMP headroom below fp32's; on a GPU, the explain case's
+# breakdown ok with GEMM time and "other" under 30%. Exit 2: refused before starting.
+# Without a GPU (budget 130 s a part there) it runs a tiny CPU smoke of the same path (each suite's cpu:
+# block, one tiny overhead round; pytest's GPU tests skip; fidelity and headroom are skipped, their CPU
+# paths run in the test suite), says so, and nothing it prints validates CUDA. PYTHON overrides the
+# interpreter (default python3); GPU_CHECK_DEV_DIR where the device nodes are (default /dev).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=
@@ -80,41 +72,70 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     echo "wheels in .whl/ did not install: modes that need them will say unsupported"
   fi
 fi
-# one interpreter start: CUDA? its compute capability, and whether torchao imports
-read -r gpu cap torchao < <(timeout 90 "$py" -c '
+# The GPU's TF32 overrides (NVIDIA's NGC containers set them) would make every IEEE mode refuse to run:
+# printed, unset for every stage, and said in the summary.
+: > "$work/overrides.txt"
+for var in TORCH_ALLOW_TF32_CUBLAS_OVERRIDE NVIDIA_TF32_OVERRIDE; do
+  if [ -n "${!var+x}" ]; then
+    echo "unset $var=${!var} for the check: it overrides the TF32 flags inside cuBLAS/NVIDIA's libraries, so the fp32 and AMP modes could not run as IEEE FP32" | tee -a "$work/overrides.txt"
+    unset "$var"
+  fi
+done
+export AMP_BENCH_CONDA_EXPORT=0  # the environment record skips `conda env export` (up to minutes on a conda image)
+# one interpreter start: CUDA? its compute capability, and whether torchao imports (part 2 runs fp8:
+# plan.FP8_PART)
+read -r gpu cc torchao < <(timeout 90 "$py" -c '
 import importlib.util, torch
 ok = torch.cuda.is_available()
 cap = "%d.%d" % torch.cuda.get_device_capability() if ok else "-"
 print(int(ok), cap, int(importlib.util.find_spec("torchao") is not None))' 2>/dev/null | tail -1)
-if [ "${gpu:-}" = 1 ] && [ "$part" = 1 ] && [ "$torchao" != 1 ] && \
-   awk -v c="$cap" 'BEGIN { split(c, v, "."); exit !(v[1] > 8 || (v[1] == 8 && v[2] >= 9)) }'; then
-  echo "REFUSED: compute capability $cap runs fp8 natively but torchao is not in .whl/: fetch the wheel with the pip download line in DEVELOPERS.md (torchao 0.18.0, 3.4 MB, manylinux_2_28, no dependencies) and carry .whl"
+if [ "${gpu:-}" = 1 ] && [ "$torchao" != 1 ] && [ "$part" = 2 ] && \
+   awk -v c="$cc" 'BEGIN { split(c, v, "."); exit !(v[1] > 8 || (v[1] == 8 && v[2] >= 9)) }'; then
+  echo "REFUSED: compute capability $cc runs fp8 natively but torchao is not in .whl/: fetch the wheel with the pip download line in DEVELOPERS.md (torchao 0.18.0, 3.4 MB, manylinux_2_28, no dependencies) and carry .whl"
   finish 2
 fi
+# a GPU the machine lists but torch cannot see (a CPU-only wheel, a driver/library mismatch) fails the check
+listed=$( (nvidia-smi -L 2>/dev/null | grep -m1 '^GPU ') || true)
+[ -z "$listed" ] && compgen -G "${GPU_CHECK_DEV_DIR:-/dev}/nvidia[0-9]*" > /dev/null && \
+  listed="device node $(compgen -G "${GPU_CHECK_DEV_DIR:-/dev}/nvidia[0-9]*" | head -1)"
+unseen=
+if [ "${gpu:-}" != 1 ] && [ -n "$listed" ]; then
+  why=$(timeout 90 "$py" -W always -c 'import torch; ok = torch.cuda.is_available(); print("torch", torch.__version__, "built for CUDA", torch.version.cuda or "none (a CPU-only wheel)")' 2>&1 | tail -2 | tr '\n' ' ')
+  unseen="a GPU is present ($listed) but torch.cuda.is_available() is False: ${why:-torch does not import}"
+fi
+if ! plan=$("$py" -m amp_bench.gpu_check plan --part "$part" --shell); then
+  echo "FAILED: the check's plan could not be read ($py -m amp_bench.gpu_check plan)"; finish 1
+fi
+declare -A cap=() floor=() cpu_cap=()
+eval "$plan"
 if [ "${gpu:-}" = 1 ]; then
-  budget=${GPU_CHECK_BUDGET_S:-$([ "$part" = 1 ] && echo 360 || echo 300)}
-  echo "GPU: compute capability $cap; torchao $([ "$torchao" = 1 ] && echo importable || echo absent)"
+  budget=${GPU_CHECK_BUDGET_S:-$gpu_budget}
+  echo "GPU: compute capability $cc; torchao $([ "$torchao" = 1 ] && echo importable || echo absent)"
+elif [ -n "$unseen" ]; then
+  budget=${GPU_CHECK_BUDGET_S:-$cpu_budget}
+  echo "FAILED: $unseen"
 elif [ "${gpu:-}" = 0 ]; then
-  budget=${GPU_CHECK_BUDGET_S:-130}
+  budget=${GPU_CHECK_BUDGET_S:-$cpu_budget}
   echo "NO CUDA GPU: a tiny CPU smoke of part $part's path; GPU-only stages are skipped. Nothing here validates CUDA."
 else
-  budget=${GPU_CHECK_BUDGET_S:-130}
+  budget=${GPU_CHECK_BUDGET_S:-$cpu_budget}
   echo "FAILED: $py cannot import torch"
 fi
 end_at=$((start + budget - 10))  # the last summary, printing it and the exit fit in the final 10 s
 echo "budget: ${budget} s; work folder: $work; results: $out/part${part}_*"
+"$py" -m amp_bench.gpu_check plan --part "$part"
 
-# cap: a stage's most; floor: the least worth starting it with (each reserves its floor from those before)
-declare -A cap=([env]=60 [suite]=260 [overhead]=75 [pytest]=150 [fidelity]=60 [headroom]=100)
-declare -A floor=([env]=15 [suite]=60 [overhead]=25 [pytest]=30 [fidelity]=30 [headroom]=30)
-if [ "${gpu:-}" != 1 ]; then cap[suite]=60; cap[overhead]=40; cap[pytest]=40; fi
-if [ "$part" = 1 ]; then stages=(env suite overhead); else stages=(env pytest fidelity headroom); fi
+if [ "${gpu:-}" != 1 ]; then for s in "${stages[@]}"; do cap[$s]=${cpu_cap[$s]}; done; fi
 sklearn=0
-[ "${gpu:-}" = 1 ] && [ "$part" = 2 ] && "$py" -c 'import sklearn' 2>/dev/null && sklearn=1
-planned=(env)
-if [ "$part" = 1 ]; then planned+=(suite overhead); else planned+=(pytest)
-  [ "${gpu:-}" = 1 ] && { [ "$sklearn" = 1 ] && planned+=(fidelity); planned+=(headroom); }
-fi
+[ "${gpu:-}" = 1 ] && "$py" -c 'import sklearn' 2>/dev/null && sklearn=1
+planned=()  # the stages that will run, in order: each reserves the floors of those after it
+for s in "${stages[@]}"; do
+  case $s in
+    fidelity) [ "${gpu:-}" = 1 ] && [ "$sklearn" = 1 ] && planned+=("$s") ;;
+    headroom) [ "${gpu:-}" = 1 ] && planned+=("$s") ;;
+    *) planned+=("$s") ;;
+  esac
+done
 post=6  # what each stage leaves for the summary written after it
 
 record() {  # STAGE STATUS SECONDS TIMEOUT NOTE
@@ -169,9 +190,7 @@ skip() {  # STAGE WHY
 }
 
 stage_env() {
-  if [ "$gpu" = 1 ]; then
-    nvidia-smi -pm 1 >/dev/null 2>&1 && echo "persistence mode: on" \
-      || echo "persistence mode: not changed (nvidia-smi -pm 1 failed: not root, or not allowed here)"
+  if [ "$gpu" = 1 ]; then  # a query only: the check changes nothing on the machine it measures
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit,persistence_mode \
       --format=csv 2>&1 || echo "nvidia-smi failed"
   fi
@@ -182,14 +201,18 @@ stage_env() {
 export -f stage_env
 export gpu py work out part
 
+if [ -n "$unseen" ]; then  # nothing below would check a GPU: the part fails here, with the reason
+  record pre failed 0 0 "$unseen"
+  stages=()
+fi
 for name in "${stages[@]}"; do
   case $name in
     env) run_stage env bash -c stage_env ;;
-    suite) run_stage suite "$py" -m amp_bench run suites/gpu_check_part1.yaml --results-dir "$work/suite" --no-report ;;
+    suite) run_stage suite "$py" -m amp_bench run "$suite_file" --results-dir "$work/suite" --no-report ;;
     overhead)
       if [ "$gpu" = 1 ]; then
         run_stage overhead "$py" benchmarks/overhead.py --device cuda --model resnet50 --image-size 224 --batch 256 \
-          --channels-last --optimizer adamw --impl fused --precision amp_bf16 --rounds 2 --warmup 5 --steps 15 \
+          --channels-last --optimizer adamw --impl fused --precision amp_bf16 --rounds 1 --warmup 5 --steps 15 \
           --csv "$work/overhead.csv"
       else  # the same path in one tiny round
         run_stage overhead "$py" benchmarks/overhead.py --model resnet18 --image-size 32 --batch 2 --optimizer adamw \

@@ -73,10 +73,11 @@ def test_a_job_is_asked_of_squeue_then_sacct_then_scontrol():
 
 def test_the_job_knows_itself_from_its_environment():
     job = this_job({"SLURM_JOB_ID": "17", "SLURM_ARRAY_JOB_ID": "15", "SLURM_ARRAY_TASK_ID": "2",
-                    "SLURM_JOB_PARTITION": "a100", "SLURMD_NODENAME": "gpu03", "SUBMITIT_EXECUTOR": "slurm"})
+                    "SLURM_JOB_PARTITION": "a100", "SLURMD_NODENAME": "gpu03", "SUBMITIT_EXECUTOR": "slurm",
+                    "SLURM_JOB_GPUS": "3"})
     assert job.job_id == "15_2" and job.partition == "a100" and job.node == "gpu03"
     assert job.columns() == {"slurm_job_id": "15_2", "slurm_array_job_id": "15", "slurm_array_task_id": "2",
-                             "slurm_partition": "a100", "slurm_node": "gpu03"}
+                             "slurm_partition": "a100", "slurm_node": "gpu03", "slurm_job_gpus": "3"}
     assert this_job({"SLURM_JOB_ID": "17"}).job_id == "17"
     assert this_job({"SUBMITIT_LOCAL_JOB_ID": "4242", "SUBMITIT_EXECUTOR": "local"}).cluster == "local"
     assert this_job({}) is None

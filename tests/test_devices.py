@@ -44,9 +44,11 @@ class FakeCuda:
         self.now_ms, self.allocated, self.reserved = 0.0, 0, 0
         self.peak_allocated, self.peak_reserved = 0, 0
         self.fraction = None
+        self.alloc_retries = 0  # accumulated since the process began: reset_peak_memory_stats keeps it
 
-    def work(self, ms, alloc=0, free=0):
+    def work(self, ms, alloc=0, free=0, retries=0):
         self.now_ms += ms
+        self.alloc_retries += retries
         self.allocated += alloc
         self.reserved = max(self.reserved, self.allocated)
         self.peak_allocated = max(self.peak_allocated, self.allocated)
@@ -90,7 +92,7 @@ class FakeCuda:
         self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 
     def memory_stats(self, device=None):
-        return {"num_alloc_retries": 2, "allocated_bytes.all.current": self.allocated}
+        return {"num_alloc_retries": self.alloc_retries, "allocated_bytes.all.current": self.allocated}
 
 
 def test_for_device_picks_the_object_by_the_device_type():
@@ -188,22 +190,34 @@ def test_cuda_caps_the_allocator_at_its_fraction_of_the_device():
 def test_cuda_times_the_window_with_events_and_reads_the_peaks_since_the_reset():
     fake = FakeCuda()
     ops = CudaOps("cuda:0", cuda=fake)
-    fake.work(50.0, alloc=30 * GiB, free=0)  # the model, optimizer state and warmup's high-water mark
-    fake.work(5.0, alloc=20 * GiB, free=20 * GiB)
+    fake.work(50.0, alloc=30 * GiB, free=0, retries=5)  # the model, optimizer state, warmup's high-water mark
+    fake.work(5.0, alloc=20 * GiB, free=20 * GiB)  # (and cudnn.benchmark's search: 5 allocator retries)
     timer = ops.step_timer(4)
     assert isinstance(timer, CudaStepTimer)
     ops.reset_peak_memory()
     assert fake.calls[-2:] == ["synchronize", "reset_peak_memory_stats"]
-    gpu_ms = iter([12.5, 12.0, 12.25, 12.0])
+    gpu_ms, retries = iter([12.5, 12.0, 12.25, 12.0]), iter([0, 1, 0, 1])
 
     def step():
-        fake.work(next(gpu_ms), alloc=8 * GiB, free=8 * GiB)  # activations, freed by the step's end
+        fake.work(next(gpu_ms), alloc=8 * GiB, free=8 * GiB, retries=next(retries))  # activations, freed
 
     per_step, _, reason = measure_window(step, timer, StopRule.fixed(4))
     assert per_step == [12.5, 12.0, 12.25, 12.0] and reason == "fixed steps"
     assert ops.peak_memory_columns() == {"peak_mem_allocated_bytes": 38 * GiB,  # not warmup's 50
                                          "peak_mem_reserved_bytes": 50 * GiB,  # reserved stays cached
-                                         "cuda_num_alloc_retries": 2}
+                                         "cuda_num_alloc_retries": 2}  # the window's, not warmup's 5
+
+
+def test_a_gpu_step_is_judged_for_contention_on_the_host_core_it_needs():
+    """A 16-core GPU host with 3 cores busy elsewhere: torch's 16 CPU threads would have had 81% of
+    their cores (contended), but a GPU step needs one host core and had all of it (issue 33)."""
+    from amp_bench.measure.devices.cpu import CpuOps
+    from amp_bench.measure.telemetry.contention import HostTimes, cpu_contention
+    before, after = HostTimes(1000.0, 0.0, 10.0, 16), HostTimes(1000.0 + 10 * 4.0, 0.0, 10.0 + 10 * 1.0, 16)
+    gpu = cpu_contention(before, after, 10.0, CudaOps("cuda:0", cuda=FakeCuda()).host_threads(16))
+    assert gpu["contended"] is False and gpu["host_other_cpu_cores"] == pytest.approx(3.0)
+    cpu = cpu_contention(before, after, 10.0, CpuOps("cpu").host_threads(16))
+    assert cpu["contended"] is True and cpu["cpu_share_available"] == pytest.approx(13 / 16)
 
 
 def test_cuda_settle_drops_the_cache_steps_once_then_resets_the_peaks():

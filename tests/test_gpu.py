@@ -102,7 +102,7 @@ def test_smoke_suite_on_cuda(tmp_path):
     suite = tmp_path / "smoke.yaml"
     suite.write_text(smoke.replace("  - torchvision/resnet18\n", "", 1))
     results = amp_bench.run_suite(suite, device="cuda", results_dir=tmp_path / "results",
-                                  precisions=["fp32", "amp_fp16"])
+                                  precisions=["fp32", "amp_fp16"], explain=False)  # part 2's suite checks explain
     by = results.set_index(["model_label", "precision"])
     assert len(results) == 2
     model = "gpt2-tiny"
@@ -122,12 +122,24 @@ def test_ddp_world_size_one_runs_nccl_on_cuda(tmp_path):
     suite.write_text("models: [{ref: torchvision/resnet18}]\nimage_size: 64\nbatch_sizes: [8]\n"
                      "precisions: [amp_fp16]\nwarmup_steps: 3\nsteps: 5\ntimeout_s: 240\n"
                      "nproc_per_node: [1]\n")
-    results = amp_bench.run_suite(suite, device="cuda", results_dir=tmp_path / "results")
+    results = amp_bench.run_suite(suite, device="cuda", results_dir=tmp_path / "results", explain=False)
     assert len(results) == 1
     row = results.iloc[0]
     assert row["status"] == "ok", row["reason"]
     assert row["world_size"] == 1 and row["dist_backend"] == "nccl" and row["peak_mem_allocated_bytes"] > 0
     assert row["throughput"] > 0 and row["output_dtype"] == "float16"
+
+
+def test_the_uuid_torch_gives_is_the_one_nvml_gives():
+    """The fingerprint takes the UUID from torch when NVML is missing: it must be NVML's very string."""
+    from amp_bench.platform.device import probe_device
+    from amp_bench.platform.nvml import load_nvml
+    nvml = load_nvml()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0) if "CUDA_VISIBLE_DEVICES" not in os.environ else None
+    if handle is None:
+        pytest.skip("CUDA_VISIBLE_DEVICES remaps indices: the NVML index may name another GPU")
+    uuid = nvml.nvmlDeviceGetUUID(handle)
+    assert probe_device("cuda:0").uuid == (uuid.decode() if isinstance(uuid, bytes) else uuid)
 
 
 def _nvml_reader():

@@ -48,14 +48,116 @@ def _data(suite=None, stages=None, fidelity=None, headroom=None, overhead=None, 
     done = {s: {"stage": s, "status": "ok", "seconds": "10", "timeout": "60", "note": ""} for s in names}
     done.update(stages or {})
     return {"part": part, "stages": done, "env": {"device": {"type": "cuda", "name": H200, "capability": list(cap)}},
-            "matmul": matmul or {}, "suite": _suite() if suite is None else suite,
+            "matmul": matmul or {}, "suite": _default_suite(part) if suite is None else suite,
             "fidelity": pd.DataFrame() if fidelity is None else fidelity,
             "headroom": pd.DataFrame() if headroom is None else headroom,
             "overhead": pd.DataFrame() if overhead is None else overhead}
 
 
+def _default_suite(part):
+    """Part 2's suite is fp8 and the explain case; the others, the anchors and GPT-2."""
+    return pd.DataFrame([_explain_row(), _case("gpt2-small", "fp8", compile_mode="default")]) if part == 2 \
+        else _suite()
+
+
 def test_every_case_ok_on_a_gpu_passes():
     assert gpu_check.verdict(_data()) == ("PASSED", [])
+
+
+# --------------------------------------------------------------------------- the plan (issue 33)
+
+def test_each_part_fits_its_budget_with_margin_and_both_fit_the_device_window():
+    """The estimates (H200, unmeasured) sum under 85% of each part's budget; both budgets plus the
+    machine's start fit the 15-minute device window; each stage's cap leaves its estimate room."""
+    from amp_bench.gpu_check import plan
+    for part in plan.PARTS.values():
+        assert part.estimate_s <= plan.MAX_ESTIMATE_SHARE * part.budget_s, (part.number, part.estimate_s)
+        for stage in part.stages:
+            assert stage.estimate_s <= 0.75 * stage.cap_s, (part.number, stage.name)
+            assert stage.floor_s <= stage.cap_s
+        assert part.pre_s + sum(s.floor_s for s in part.stages) + part.summaries_s < part.budget_s
+    assert sum(p.budget_s for p in plan.PARTS.values()) + plan.MACHINE_START_S <= plan.DEVICE_WINDOW_S - 60
+    assert gpu_check.PARTS == {1: ("env", "suite", "overhead", "headroom"), 2: ("env", "suite", "pytest", "fidelity")}
+
+
+def test_the_check_suites_are_the_cases_the_plan_estimates_and_explain_is_where_the_plan_says():
+    """A case added to a check suite without an estimate fails here; part 1 runs explain nowhere
+    (its cost would eat the stage's margin), part 2 on exactly one eager case; fp8 is in part 2 only."""
+    from amp_bench.gpu_check import plan
+    from amp_bench.suite import load_suite
+    for number, path in plan.SUITES.items():
+        cases = load_suite(ROOT / path).cases("cuda")
+        found = {(c.model.label, c.precision, c.compiled, c.explain) for c in cases}
+        assert found == set(plan.SUITE_CASES[path]), (path, found)
+        assert plan.PARTS[number].stage("suite").estimate_s == plan.suite_estimate(path)
+        assert ("fp8" in {c.precision for c in cases}) == (number == plan.FP8_PART)
+    part1 = load_suite(ROOT / plan.SUITES[1]).cases("cuda")
+    part2 = load_suite(ROOT / plan.SUITES[2]).cases("cuda")
+    assert not any(c.explain for c in part1)
+    assert [(c.model.label, c.compiled) for c in part2 if c.explain] == [("gpt2-explain", False)]
+    # fp8 is read against part 1's compiled amp_bf16 GPT-2: the same model, batch and sequence length
+    fp8 = next(c for c in part2 if c.precision == "fp8")
+    bf16 = next(c for c in part1 if c.model.label == "gpt2-small")
+    assert (fp8.batch_size, fp8.seq_len, fp8.compile_mode) == (bf16.batch_size, bf16.seq_len, bf16.compile_mode)
+
+
+def test_the_script_reads_the_plan_and_sets_nothing_on_the_gpu():
+    """The check must not change the machine it measures: nvidia-smi is only queried (-L, --query-gpu),
+    never given a setting (-pm, -pl, -ac, -lgc, -r, -c, ...)."""
+    from amp_bench.gpu_check import plan
+    import re
+    script = "\n".join(line for line in (ROOT / "scripts" / "gpu_check.sh").read_text().splitlines()
+                       if not line.lstrip().startswith("#"))
+    options = re.findall(r"nvidia-smi\s+(-\S+)", script)
+    assert options, "the script queries nvidia-smi"
+    assert set(options) == {"-L", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit,"
+                                  "persistence_mode"}, options
+    assert "gpu_check plan --part" in script
+    shell = plan.shell(plan.PARTS[1])
+    assert "stages=(env suite overhead headroom)" in shell and "cap[suite]=200" in shell
+
+
+def _explain_row(**changes):
+    row = _case("gpt2-explain", "amp_bf16", explain_status="ok", explain_busy_ms=80.0, explain_gemm_ms=45.0,
+                explain_other_share=0.04, explain_reason="")
+    return {**row, **changes}
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({}, None),
+    ({"explain_status": "unavailable", "explain_reason": "the trace has no GPU kernel events"}, "unavailable"),
+    ({"explain_gemm_ms": 0.0}, "GEMM time is 0.0"),
+    ({"explain_busy_ms": None}, "busy time"),
+    ({"explain_other_share": 0.41}, "'other' is 41% of the busy time"),
+])
+def test_part_2_fails_unless_the_explain_case_gives_a_breakdown_that_explains(changes, words):
+    suite = pd.DataFrame([_explain_row(**changes), _case("gpt2-small", "fp8", compile_mode="default")])
+    status, reasons = gpu_check.verdict(_data(suite=suite, part=2))
+    if words is None:
+        assert status == "PASSED", reasons
+    else:
+        assert status == "FAILED" and any(words in r for r in reasons), reasons
+    no_explain = pd.DataFrame([_case("gpt2-small", "fp8", compile_mode="default")])
+    assert "explain: no case ran with explain on" in gpu_check.verdict(_data(suite=no_explain, part=2))[1]
+
+
+def test_the_summary_lists_the_explain_case_longest_kernels_with_their_category(tmp_path):
+    import gzip
+    trace = {"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "dur": 900},
+        {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "dur": 800},
+        {"ph": "X", "cat": "kernel", "name": "void at::native::vectorized_elementwise_kernel<4, ...>", "dur": 300},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "dur": 50},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "dur": 5000}]}
+    (tmp_path / "traces").mkdir()
+    with gzip.open(tmp_path / "traces" / "t.json.gz", "wt") as fh:
+        json.dump(trace, fh)
+    row = pd.Series(_explain_row(explain_trace="traces/t.json.gz", run_dir=str(tmp_path)))
+    kernels = gpu_check.tables.longest_kernels(row)
+    assert list(kernels["category"]) == ["gemm", "elementwise", "layout"]
+    assert list(kernels["calls"]) == [2, 1, 1] and kernels["total ms"].iloc[0] == pytest.approx(1.7)
+    page = "\n".join(gpu_check.tables.explain_section(pd.DataFrame([row])))
+    assert "20 longest kernels" in page and "sm90_xmma_gemm" in page and "| gemm |" in page
 
 
 def test_an_unsupported_case_fails_from_compute_capability_8_but_not_below():
@@ -121,10 +223,13 @@ def test_stages_file_keeps_each_stages_last_word(tmp_path):
     path = tmp_path / "stages.tsv"
     path.write_text("env\tok\t5\t40\t\nsuite\ttimeout\t200\t200\tstopped\n")
     stages = gpu_check.read_stages(path, part=1)
-    assert list(stages) == ["env", "suite", "overhead"]  # part 1's stages, in running order
+    assert list(stages) == ["env", "suite", "overhead", "headroom"]  # part 1's stages, in running order
     assert stages["env"]["status"] == "ok" and stages["suite"]["note"] == "stopped"
     assert stages["overhead"]["status"] == "pending"  # a stage the check never reached
-    assert list(gpu_check.read_stages(path, part=2)) == ["env", "pytest", "fidelity", "headroom"]
+    assert stages["suite"]["estimate_s"] == 140  # the plan's H200 estimate beside what it took
+    assert list(gpu_check.read_stages(path, part=2)) == ["env", "suite", "pytest", "fidelity"]
+    path.write_text("pre\tfailed\t0\t0\ta GPU is present but torch cannot see it\n")
+    assert list(gpu_check.read_stages(path, part=1))[0] == "pre"  # only when the pre-checks failed
 
 
 def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop():
@@ -171,14 +276,15 @@ def test_summary_files_are_flat_few_and_whole_and_temporary_files_stay_outside_o
     real_replace = os.replace
     monkeypatch.setattr(os, "replace", lambda src, dst: (moved.append((Path(src), Path(dst))), real_replace(src, dst)))
     status, reasons = gpu_check.summarize(work, out, part=1)
-    assert status == "INCOMPLETE" and reasons == ["stage suite: not finished", "stage overhead: not finished"]
+    assert status == "INCOMPLETE" and reasons == ["stage suite: not finished", "stage overhead: not finished",
+                                                  "stage headroom: not finished"]
     files = sorted(p.name for p in out.iterdir())
     assert files == ["part1_stages.csv", "part1_suite.csv", "part1_summary.md"]  # flat, no temp file left
     assert {dst.name for _, dst in moved} == set(files)
     assert all(src.parent == work for src, _ in moved)  # written in the work folder, then renamed into OUT
     assert len(pd.read_csv(out / "part1_suite.csv")) == 12
     page = (out / "part1_summary.md").read_text()
-    assert "| suite | pending |" in page and "Stages not reached: suite, overhead." in page
+    assert "| suite | pending |" in page and "Stages not reached: suite, overhead, headroom." in page
 
 
 def test_an_unreadable_table_fails_the_check_naming_its_file(tmp_path):
@@ -237,10 +343,14 @@ def test_each_part_on_a_cpu_machine_finishes_inside_its_budget_and_says_what_it_
     """The default CPU budget (130 s a part) bounds the run whatever the machine's speed; on a busy
     machine a stage may be cut by its timeout, and then the check must say so and fail, never pass."""
     _cpu_only()
-    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": ""}, "--part", str(part))
+    # as in NVIDIA's NGC containers: the check unsets it before any stage and says so
+    proc, took = _run_script(tmp_path, {"GPU_CHECK_BUDGET_S": "", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"},
+                             "--part", str(part))
     log = proc.stdout
     out = tmp_path / "out"
     assert took < 150  # the default CPU budget is 130 s, and every stage is sized inside it
+    assert "unset TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 for the check" in log
+    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" not in json.loads((out / f"part{part}_env.json").read_text())["host"]["env"]
     assert "NO CUDA GPU" in log and "Nothing here validates CUDA" in log and "budget: 130 s" in log
     files = _flat_outputs(out, part)
     assert (out / f"part{part}_gpu_check.log").read_text() == log  # tee finished before the exit
@@ -248,10 +358,13 @@ def test_each_part_on_a_cpu_machine_finishes_inside_its_budget_and_says_what_it_
     assert list(stages.index) == list(gpu_check.PARTS[part])
     assert set(stages) <= {"ok", "skipped", "timeout", "budget"}, stages.to_dict()  # nothing failed outright
     page = (out / f"part{part}_summary.md").read_text()
+    assert "Environment changed for the check: unset TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1" in page
+    if part == 1:
+        assert "SKIPPED headroom: needs a CUDA GPU" in log and stages["headroom"] == "skipped"
     if part == 2:
-        assert "9 skipped" in log  # pytest's own count of the GPU tests
-        assert "SKIPPED fidelity: needs a CUDA GPU" in log and "SKIPPED headroom: needs a CUDA GPU" in log
-        assert stages["fidelity"] == stages["headroom"] == "skipped" and "| fidelity | skipped |" in page
+        assert "10 skipped" in log  # pytest's own count of the GPU tests
+        assert "SKIPPED fidelity: needs a CUDA GPU" in log
+        assert stages["fidelity"] == "skipped" and "| fidelity | skipped |" in page
     verdict = log.rstrip().splitlines()[-2]
     if set(stages) <= {"ok", "skipped"}:
         assert proc.returncode == 0, log[-4000:] + proc.stderr[-2000:]
@@ -261,6 +374,10 @@ def test_each_part_on_a_cpu_machine_finishes_inside_its_budget_and_says_what_it_
             suite = pd.read_csv(out / "part1_suite.csv")
             assert set(suite["status"]) == {"ok"} and set(suite["precision"]) == {"fp32", "amp_bf16"}
             assert "Plain loop over harness, wall-clock window throughput" in page
+        else:  # the explain case's CPU smoke: its breakdown in the page (judged only on a GPU)
+            suite = pd.read_csv(out / "part2_suite.csv")
+            assert list(suite["model_label"]) == ["gpt2-explain"] and suite["explain_status"].notna().all()
+            assert "## Explain on this device" in page
     else:  # too busy a machine for the budget: said, and not a pass
         assert proc.returncode == 1 and verdict in ("gpu check: FAILED", "gpu check: INCOMPLETE"), verdict
 
@@ -286,28 +403,54 @@ def test_part_2_with_a_small_budget_stops_inside_it_even_when_a_stage_hangs(tmp_
     assert "## Stages" in (tmp_path / "out" / "part2_summary.md").read_text()
 
 
-def test_part_1_refuses_in_one_line_on_an_fp8_gpu_without_torchao(tmp_path):
-    """A stand-in interpreter answers the script's probe as an H200 without torchao would: part 1
-    stops at once (exit 2) with one line saying how to fetch and carry the wheel; part 2, which has
-    no fp8, is not refused."""
+def test_part_2_refuses_in_one_line_on_an_fp8_gpu_without_torchao(tmp_path):
+    """A stand-in interpreter answers the script's probe as an H200 without torchao would: part 2 (its
+    suite runs fp8) stops at once (exit 2) with one line saying how to fetch and carry the wheel;
+    part 1, which has no fp8, is not refused."""
     fake = tmp_path / "python"
-    fake.write_text('#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "1 9.0 0"; exit 0 ;; esac\n'
+    fake.write_text('#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "1 9.0 0"; exit 0 ;;\n'
+                    f'  *amp_bench.gpu_check\\ plan*) exec {sys.executable} "$@" ;; esac\n'
                     'echo "a stage ran" >&2; exit 3\n')
     fake.chmod(0o755)
-    proc, took = _run_script(tmp_path, {"PYTHON": str(fake)}, "--part", "1")
+    proc, took = _run_script(tmp_path, {"PYTHON": str(fake)}, "--part", "2")
     refusals = [line for line in proc.stdout.splitlines() if line.startswith("REFUSED")]
     assert proc.returncode == 2 and len(refusals) == 1 and "a stage ran" not in proc.stdout, proc.stdout
     assert "compute capability 9.0" in refusals[0] and "torchao" in refusals[0] and "DEVELOPERS.md" in refusals[0]
     assert "carry .whl" in refusals[0]
-    proc, _ = _run_script(tmp_path, {"PYTHON": str(fake), "GPU_CHECK_BUDGET_S": "20"}, "--part", "2")
+    proc, _ = _run_script(tmp_path, {"PYTHON": str(fake), "GPU_CHECK_BUDGET_S": "20"}, "--part", "1")
     assert "REFUSED" not in proc.stdout and "GPU: compute capability 9.0" in proc.stdout
     ada = tmp_path / "python_ada"  # 8.9 runs fp8 natively too; 8.6 does not, so it is not refused
     for capability, refused in (("8.9", True), ("8.6", False)):
         ada.write_text(f'#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "1 {capability} 0"; '
                        'exit 0 ;; esac\nexit 3\n')
         ada.chmod(0o755)
-        proc, _ = _run_script(tmp_path, {"PYTHON": str(ada), "GPU_CHECK_BUDGET_S": "20"}, "--part", "1")
+        proc, _ = _run_script(tmp_path, {"PYTHON": str(ada), "GPU_CHECK_BUDGET_S": "20"}, "--part", "2")
         assert ("REFUSED" in proc.stdout) == refused, (capability, proc.stdout[-2000:])
+
+
+def test_a_gpu_that_the_machine_lists_but_torch_cannot_see_fails_the_part(tmp_path):
+    """nvidia-smi -L lists an H200 (or /dev has nvidia0) but this torch sees no CUDA device (a CPU
+    wheel, a driver mismatch): the part FAILS with the reason, never "PASSED (CPU smoke only)"."""
+    _cpu_only()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H200 (UUID: GPU-1)"\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(tmp_path / "nodev")}
+    proc, took = _run_script(tmp_path, env, "--part", "1")
+    log = proc.stdout
+    assert proc.returncode == 1 and took < 60, log[-3000:]
+    assert "FAILED: a GPU is present (GPU 0: NVIDIA H200" in log and "torch.cuda.is_available() is False" in log
+    assert "gpu check: FAILED" in log and "PASSED" not in log and "### suite" not in log
+    page = (tmp_path / "out" / "part1_summary.md").read_text()
+    assert "stage pre: failed (a GPU is present" in page
+    dev = tmp_path / "dev"  # no nvidia-smi at all, but the device node is there
+    dev.mkdir()
+    (dev / "nvidia0").touch()
+    (bin_dir / "nvidia-smi").unlink()
+    proc, _ = _run_script(tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(dev)},
+                          "--part", "2")
+    assert proc.returncode == 1 and f"a GPU is present (device node {dev}/nvidia0)" in proc.stdout
 
 
 def test_the_script_takes_part_1_or_2(tmp_path):

@@ -24,6 +24,9 @@ class FakeCuda:
     def properties(self, index):
         return self.gpu
 
+    def uuid(self, index):
+        return "GPU-5c4b3f1e-0000-4000-8000-000000000001" if self.gpu else ""
+
 
 GPUS = {  # name, compute capability: what torch.cuda.get_device_properties reports
     "P100": ("Tesla P100-PCIE-16GB", (6, 0)),
@@ -140,12 +143,19 @@ def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch
     monkeypatch.setattr(probe_cache, "DEV", tmp_path / "dev")
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidia0").touch()  # a GPU's driver loaded within the boot: `auto` looks again
+    kept = set((tmp_path / "cache").iterdir())
     session.probe("auto")
     assert len(started) == 4
+    # and keeps looking: a CPU answer while a GPU node exists (a transient CUDA failure) is never kept
+    session.probe("auto")
+    assert len(started) == 5 and set((tmp_path / "cache").iterdir()) == kept
+    session.probe("cpu")
+    session.probe("cpu")
+    assert len(started) == 6  # asking for the CPU is still served from the cache (its key has the nodes)
     code = next(iter(sorted((tmp_path / "cache").iterdir())))
     monkeypatch.setattr(probe_cache, "_stamp", lambda path: [str(path), "changed"])  # amp_bench or torch changed
     session.probe("cpu")
-    assert len(started) == 5 and code.exists()
+    assert len(started) == 7 and code.exists()
     monkeypatch.undo()
     monkeypatch.setattr(session, "run_worker", probe_worker)
     monkeypatch.setattr(session, "software_record", lambda: {})

@@ -130,3 +130,27 @@ def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
     record = {}
     prepare_case(case, DeviceInfo("cpu", "cpu"), record)  # the real write: strict, and recorded so
     assert record["tf32_cudnn"] is False
+
+
+def test_a_cuda_run_says_in_one_line_what_a_tf32_override_does_and_how_to_clear_it(monkeypatch):
+    """NVIDIA's NGC containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1: every IEEE mode is then refused
+    case by case; the run says why once, at its start, with the command that clears it (issue 33)."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from amp_bench.cli.console import rich_reporter
+    from amp_bench.platform.device import DeviceInfo
+    monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
+    monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
+    for device, said in ((DeviceInfo("cuda", "NVIDIA H200", index=0, capability=(9, 0)), True),
+                         (DeviceInfo("cpu", "AMD EPYC"), False)):  # it changes nothing on a CPU
+        console = Console(record=True, width=300)
+        reporter = rich_reporter(console)
+        reporter.run_started(SimpleNamespace(dir="results/x"), device, 1)
+        reporter.close()
+        notes = [line for line in console.export_text().splitlines() if line.startswith("note:")]
+        assert len(notes) == int(said), notes
+        if said:
+            assert "makes cuBLAS use TF32 whatever the flags say" in notes[0]
+            assert "`unset TORCH_ALLOW_TF32_CUBLAS_OVERRIDE`" in notes[0]

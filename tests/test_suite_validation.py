@@ -33,6 +33,22 @@ def test_good_suite_expands_to_the_matrix(write_suite):
     assert cases[0].group_id == cases[1].group_id != cases[2].group_id
 
 
+def test_a_model_entry_can_turn_explain_on_or_off_for_itself(write_suite):
+    suite = load_suite(write_suite("""
+models:
+  - {ref: torchvision/resnet18, explain: false}
+  - {ref: torchvision/resnet18, label: r18-explained, explain: true}
+  - {ref: torchvision/resnet18, label: r18-suite}
+batch_sizes: [2]
+precisions: [fp32]
+explain: false
+"""))
+    assert [(c.model.label, c.explain) for c in suite.cases("cpu")] == [
+        ("resnet18", False), ("r18-explained", True), ("r18-suite", False)]
+    lines = problems(write_suite, "models: [{ref: torchvision/resnet18, explain: sometimes}]\nbatch_sizes: [2]\n")
+    assert len(lines) == 1 and "models[0].explain" in lines[0]
+
+
 def test_cpu_block_overrides_top_level_on_cpu_only(write_suite):
     suite = load_suite(write_suite(GOOD + "steps: 50\ncpu:\n  batch_sizes: [1]\n  steps: 3\n"))
     cpu, cuda = suite.cases("cpu"), suite.cases("cuda")

@@ -1,5 +1,7 @@
 """Per-phase memory and FLOP counting run for real on the CPU; peak table, MFU and fingerprints."""
 import json
+import os
+import time
 import subprocess
 import sys
 
@@ -117,6 +119,42 @@ def test_fingerprint_changes_with_what_makes_results_incomparable():
                     fingerprint_columns(device, versions, {**gpu, "driver_version": "600.1"}, "node-a"),
                     fingerprint_columns(device, versions, gpu, "node-b")):
         assert changed["fingerprint"] != base["fingerprint"]
+
+
+def test_two_gpus_of_one_node_differ_without_nvml_by_the_uuid_torch_gives(monkeypatch):
+    """No NVML (a container without the library): the UUID comes from torch's device properties, in
+    NVML's form, so two SLURM jobs on different GPUs of one node are two series (issue 33)."""
+    from amp_bench.platform import nvml
+    from amp_bench.platform.device import DeviceInfo, nvml_uuid
+    from amp_bench.platform.provenance import gpu_facts
+    assert nvml_uuid("5c4b3f1e-0000-4000-8000-000000000001") == "GPU-5c4b3f1e-0000-4000-8000-000000000001"
+    assert nvml_uuid("MIG-abc") == "MIG-abc" and nvml_uuid("") == ""
+
+    def no_nvml():
+        raise RuntimeError("NVML Shared Library Not Found")
+    monkeypatch.setattr(nvml, "load_nvml", no_nvml)
+    facts = [gpu_facts(DeviceInfo("cuda", "NVIDIA H200", index=i, capability=(9, 0), uuid=f"GPU-{i}")) for i in (0, 1)]
+    assert [f["gpu_uuid"] for f in facts] == ["GPU-0", "GPU-1"] and facts[0]["nvml"].startswith("NVML Shared")
+    device = {"name": "NVIDIA H200", "capability": [9, 0]}
+    prints = {fingerprint_columns({**device, "uuid": f"GPU-{i}"}, {}, {}, "node-a")["fingerprint"] for i in (0, 1)}
+    assert len(prints) == 2
+
+
+def test_the_conda_export_is_bounded_and_can_be_skipped(monkeypatch, tmp_path):
+    """`conda env export` can take minutes on a conda image: it is cut at its timeout (the record says
+    so) and skipped with AMP_BENCH_CONDA_EXPORT=0, which the GPU check sets (issue 33)."""
+    from amp_bench.platform import provenance
+    slow = tmp_path / "conda"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("CONDA_PREFIX", str(tmp_path))
+    started = time.monotonic()
+    assert provenance.conda_export(timeout_s=0.5) == "not recorded (`conda env export` failed or took over 0 s)"
+    assert time.monotonic() - started < 10
+    monkeypatch.setenv("AMP_BENCH_CONDA_EXPORT", "0")
+    started = time.monotonic()
+    assert provenance.software_record()["conda_env"] == "not recorded (AMP_BENCH_CONDA_EXPORT=0)"
 
 
 def test_env_json_has_the_record():

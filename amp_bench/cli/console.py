@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from amp_bench import modes
+from amp_bench.platform.provenance import tf32_override_notes
 from amp_bench.store.flags import is_true, true_rows
 
 
@@ -56,6 +57,9 @@ def rich_reporter(console):
         def run_started(self, store, device, total):
             self.console.print(f"[bold]device[/]: {device.name} ({device.architecture})   "
                                f"[bold]results[/]: {store.dir}")
+            if device.type == "cuda":
+                for note in tf32_override_notes():
+                    self.console.print(f"[yellow]note[/]: {escape(note)}", highlight=False, soft_wrap=True)
             self.progress.start()
             self.run_task = self.progress.add_task("cases", total=total)
 
@@ -376,7 +380,8 @@ def print_env(info, console) -> None:
     software = info.get("software", {})
     console.print(f"[bold]fingerprint[/]: {fp['fingerprint']}   git: {software.get('git_commit', '-')}   "
                   f"pip packages: {len(software.get('pip_freeze', []))}"
-                  + ("   conda env: recorded" if software.get("conda_env") else ""), highlight=False)
+                  + (f"   conda env: {_conda_state(software['conda_env'])}" if software.get("conda_env") else ""),
+                  highlight=False)
     if info["host"]["env"]:
         console.print("[bold]env[/]: " + " ".join(f"{k}={v}" for k, v in info["host"]["env"].items()), highlight=False)
     table = Table("precision", "runs here", "why")
@@ -384,3 +389,7 @@ def print_env(info, console) -> None:
         runs = "yes" if support["supported"] else ("only with allow_emulated" if support["emulated"] else "no")
         table.add_row(mode, runs, escape(support["reason"]) or "-")
     console.print(table)
+
+
+def _conda_state(conda_env: str) -> str:
+    return conda_env if conda_env.startswith("not recorded") else "recorded"

@@ -26,12 +26,13 @@ class JobIdentity:
     array_task_id: str = ""
     partition: str = ""
     node: str = ""
+    gpus: str = ""  # SLURM_JOB_GPUS: the node's GPU indices the job was given (two jobs on one node differ)
 
     def columns(self) -> dict:
         """The row columns that say which job measured a case."""
         return {"slurm_job_id": self.job_id, "slurm_array_job_id": self.array_job_id,
                 "slurm_array_task_id": self.array_task_id, "slurm_partition": self.partition,
-                "slurm_node": self.node}
+                "slurm_node": self.node, "slurm_job_gpus": self.gpus}
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -43,7 +44,8 @@ def this_job(environ=None) -> JobIdentity | None:
         array_job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
         return JobIdentity("slurm", f"{array_job}_{task}" if array_job and task else env["SLURM_JOB_ID"],
                            array_job, task, env.get("SLURM_JOB_PARTITION", ""),
-                           env.get("SLURMD_NODENAME") or socket.gethostname())
+                           env.get("SLURMD_NODENAME") or socket.gethostname(),
+                           env.get("SLURM_JOB_GPUS") or env.get("SLURM_STEP_GPUS") or "")
     if env.get("SUBMITIT_LOCAL_JOB_ID"):
         return JobIdentity("local", env["SUBMITIT_LOCAL_JOB_ID"], node=socket.gethostname())
     return None

@@ -7,13 +7,16 @@ The script runs a part's stages into a work folder and, after each, calls
     python3 -m amp_bench.gpu_check summary WORK OUT --part N [--final]
 
 which reads what the stages left (WORK/stages.tsv, WORK/env.json, WORK/matmul.json, the run
-directories under WORK/suite, WORK/fidelity, WORK/headroom, WORK/overhead.csv), copies the part's
-tables flat into OUT as partN_*.csv (at most 8 files per part come back from a remote GPU machine)
-and writes OUT/partN_summary.md, via a temporary file in WORK (never a ninth file in OUT): part 1
-puts our figures beside the published anchors (shared/FIELD_NOTES.md) and beside a plain
-hand-written AMP loop run in the same call; part 2 has pytest -m gpu, fidelity and headroom.
+directories under WORK/suite, WORK/fidelity, WORK/headroom, WORK/overhead.csv, WORK/overrides.txt),
+copies the part's tables flat into OUT as partN_*.csv (at most 8 files per part come back from a
+remote GPU machine) and writes OUT/partN_summary.md, via a temporary file in WORK (never a ninth file
+in OUT): part 1 puts our figures beside the published anchors (shared/FIELD_NOTES.md), beside a plain
+hand-written AMP loop run in the same call, and headroom; part 2 has fp8, the explain case (its
+breakdown checked, its longest kernels named), pytest -m gpu and fidelity. The stages and their
+estimates are plan.py's.
 `--final` prints the verdict and exits 1 unless it passed.
-`python3 -m amp_bench.gpu_check matmul FILE` measures the bf16 dense matmul rate (GPU only).
+`python3 -m amp_bench.gpu_check matmul FILE` measures the bf16 dense matmul rate (GPU only);
+`python3 -m amp_bench.gpu_check plan --part N [--shell]` prints the part's plan (plan.py).
 Torch-free at import; no plotly, no scikit-learn.
 """
 from __future__ import annotations
@@ -25,24 +28,38 @@ from pathlib import Path
 
 import pandas as pd
 
-from amp_bench.gpu_check import tables
+from amp_bench.gpu_check import plan, tables
 
-PARTS = {1: ("env", "suite", "overhead"), 2: ("env", "pytest", "fidelity", "headroom")}  # in running order
-STAGES = ("env", "suite", "overhead", "pytest", "fidelity", "headroom")
+PARTS = {n: tuple(s.name for s in part.stages) for n, part in plan.PARTS.items()}  # in running order
+STAGES = tuple(dict.fromkeys(name for names in PARTS.values() for name in names))
+PRE = "pre"  # the checks before any stage: recorded only when they fail the part
 FINISHED = ("ok", "failed", "timeout", "skipped", "budget")  # a stage's last word; "pending" until then
-TABLES = {1: ("suite", "overhead"), 2: ("fidelity", "headroom")}  # what each part copies flat into OUT
+TABLES = {1: ("suite", "overhead", "headroom"), 2: ("suite", "fidelity")}  # what each part copies flat into OUT
+EXPLAIN_MAX_OTHER = 0.30  # the explain case fails the check when "other" is this share of its busy time or more
+
+
+def _estimates(part: int | None) -> dict[str, object]:
+    return {s.name: s.estimate_s for s in plan.PARTS[part].stages} if part in plan.PARTS else {}
 
 
 def read_stages(path: Path, part: int | None = None) -> dict[str, dict]:
-    """stage -> its latest line in stages.tsv (name, status, seconds, timeout, note); the part's
-    stages that have no line yet are "pending" (not reached)."""
+    """stage -> its latest line in stages.tsv (name, status, seconds, timeout, note) and its H200
+    estimate; the part's stages that have no line yet are "pending" (not reached). The pre-checks
+    appear only when they recorded a failure."""
     names = PARTS[part] if part else STAGES
-    stages = {name: {"stage": name, "status": "pending", "seconds": "", "timeout": "", "note": ""} for name in names}
+    estimates = _estimates(part)
+    fields = ("stage", "status", "seconds", "timeout", "note")
+    order = ("stage", "status", "seconds", "estimate_s", "timeout", "note")
+    stages = {name: dict(zip(fields, (name, "pending", "", "", ""))) for name in names}
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             parts = (line.split("\t") + [""] * 5)[:5]
-            if parts[0] and (part is None or parts[0] in names):
-                stages[parts[0]] = dict(zip(("stage", "status", "seconds", "timeout", "note"), parts))
+            if parts[0] and (part is None or parts[0] in names or parts[0] == PRE):
+                stages[parts[0]] = dict(zip(fields, parts))
+    stages = {name: {key: {**stage, "estimate_s": estimates.get(name, "")}[key] for key in order}
+              for name, stage in stages.items()}
+    if PRE in stages:  # first, as it ran
+        stages = {PRE: stages.pop(PRE), **stages}
     return stages
 
 
@@ -73,8 +90,10 @@ def load(work: Path, part: int | None = None) -> dict:
               for key, table in (("suite", "results"), ("fidelity", "fidelity"), ("headroom", "headroom"))}
     # overhead.csv is the plain-loop cross-check's own table (not a run directory), in the work folder
     overhead = _read(work, "overhead", unreadable, nested=False)
+    overrides = (work / "overrides.txt").read_text(encoding="utf-8").splitlines() \
+        if (work / "overrides.txt").is_file() else []
     return {"part": part, "stages": read_stages(work / "stages.tsv", part), "env": _read_json(work / "env.json"),
-            "matmul": _read_json(work / "matmul.json"), **tables,
+            "matmul": _read_json(work / "matmul.json"), **tables, "overrides": [o for o in overrides if o.strip()],
             "overhead": overhead.drop(columns=["run_dir"], errors="ignore"), "unreadable": unreadable}
 
 
@@ -116,6 +135,35 @@ def failures(data: dict) -> list[str]:
     if not data["headroom"].empty:
         out += [f"headroom {line}" for line in headroom_failed(data["headroom"], allow_unsupported=False)]
         out += [f"headroom {line}" for line in less_headroom(data["headroom"])]
+    if cap is not None and data.get("part") == 2 and data["stages"].get("suite", {}).get("status") == "ok":
+        out += explain_failures(suite)
+    return out
+
+
+def explain_failures(suite: pd.DataFrame) -> list[str]:
+    """On a GPU, the explain case must give a breakdown that explains something: status ok, busy and
+    GEMM time above zero, and "other" (kernels no rule names) under EXPLAIN_MAX_OTHER of the busy time.
+    A trace without GPU events, a classifier that misses Hopper's kernel names, or a profile that
+    failed would all pass unnoticed otherwise."""
+    from amp_bench.store.flags import is_true
+    if suite.empty or "explain_status" not in suite:
+        return ["explain: no case ran with explain on"]
+    rows = suite[suite["explain_status"].notna() & (suite["explain_status"].astype(str) != "")]
+    if rows.empty:
+        return ["explain: no case ran with explain on"]
+    out = []
+    for _, row in rows.iterrows():
+        name = row["case_id"]
+        if row.get("explain_status") != "ok":
+            out.append(f"explain {name}: {row.get('explain_status')} ({row.get('explain_reason') or 'no reason'})")
+            continue
+        for column, what in (("explain_busy_ms", "busy time"), ("explain_gemm_ms", "GEMM time")):
+            if not (pd.notna(row.get(column)) and float(row[column]) > 0):
+                out.append(f"explain {name}: {what} is {row.get(column)} (expected above zero)")
+        other = row.get("explain_other_share")
+        if pd.notna(other) and float(other) >= EXPLAIN_MAX_OTHER and not is_true(row.get("emulated")):
+            out.append(f"explain {name}: 'other' is {float(other):.0%} of the busy time (at most "
+                       f"{EXPLAIN_MAX_OTHER:.0%}): the kernel names below are not classified")
     return out
 
 
@@ -195,19 +243,22 @@ def render(data: dict) -> str:
     lines = [f"# amp_bench GPU check{f', part {part} of 2' if part else ''}", "",
              f"**{status}** on {name}" + (f" (compute capability {cap[0]}.{cap[1]})" if cap else "") + ".", ""]
     lines += [f"- {r}" for r in reasons] + ([""] if reasons else [])
+    lines += [f"Environment changed for the check: {o}" for o in data.get("overrides", [])]
+    lines += [""] if data.get("overrides") else []
     if device.get("type") == "cpu" or (not cap and not suite.empty and (suite["device"] == "cpu").all()):
         lines += ["No CUDA GPU: this run is the CPU smoke of the script's path; nothing here validates CUDA.", ""]
     unreached = [s["stage"] for s in data["stages"].values() if s["status"] in ("pending", "budget")]
     lines += [f"Stages not reached: {', '.join(unreached)}." if unreached else "Every stage was reached.", ""]
     lines += ["## Stages", "", tables.markdown(pd.DataFrame(data["stages"].values())), ""]
     lines += tables.environment(env)
+    lines += tables.suite_section(suite)
     if part in (None, 1):
-        lines += tables.suite_section(suite)
         lines += tables.anchors_section(suite, data["matmul"], name)
         lines += tables.plain_loop_section(data["overhead"], suite)
-    if part in (None, 2):
-        lines += tables.fidelity_section(data["fidelity"])
         lines += tables.headroom_section(data["headroom"])
+    if part in (None, 2):
+        lines += tables.explain_section(suite)
+        lines += tables.fidelity_section(data["fidelity"])
     lines += tables.failure_logs(suite)
     return "\n".join(lines) + "\n"
 
@@ -273,6 +324,8 @@ def matmul_tflops(path: Path, n: int = 8192, repeats: int = 20) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["plan"]:
+        return plan.main(argv[1:])
     if len(argv) >= 3 and argv[0] == "summary":
         part = int(argv[argv.index("--part") + 1]) if "--part" in argv[:-1] else None
         status, reasons = summarize(Path(argv[1]), Path(argv[2]), part)

@@ -119,7 +119,7 @@ def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
 
 
 def suite_section(suite: pd.DataFrame) -> list[str]:
-    lines = ["## Suite (suites/gpu_check_part1.yaml)", ""]
+    lines = ["## Suite", ""]
     if suite.empty:
         return lines + ["(no results: the suite stage did not run or finished no case)", ""]
     lines += [markdown(suite_table(suite)), "",
@@ -260,3 +260,49 @@ def failure_logs(suite: pd.DataFrame, cases: int = 6, tail: int = 12) -> list[st
             continue
         lines += [f"### {r['case_id']} ({r['status']}): last lines of its log", "", "```", *text, "```", ""]
     return (["## Logs of failed cases", ""] + lines) if lines else []
+
+
+# --------------------------------------------------------------------------- explain on the GPU
+
+EXPLAIN_COLUMNS = {"explain_status": "status", "explain_busy_ms": "busy ms", "explain_host_ms": "host ms",
+                   "explain_gemm_ms": "GEMM ms", "explain_attention_ms": "attention ms",
+                   "explain_elementwise_ms": "elementwise ms", "explain_norm_ms": "norm ms",
+                   "explain_cast_ms": "cast ms", "explain_other_share": "other share"}
+
+
+def explain_section(suite: pd.DataFrame, top: int = 20) -> list[str]:
+    """The explain case's breakdown and its `top` longest GPU kernels by name, with the category the
+    classifier gave each: what to read against a real trace when the classifier is in doubt."""
+    if suite.empty or "explain_status" not in suite:
+        return []
+    rows = suite[suite["explain_status"].notna() & (suite["explain_status"].astype(str) != "")]
+    if rows.empty:
+        return []
+    lines = ["## Explain on this device", ""]
+    shown = rows[["case_id", *[c for c in EXPLAIN_COLUMNS if c in rows]]].rename(columns=EXPLAIN_COLUMNS)
+    lines += [markdown(shown), ""]
+    for _, row in rows.iterrows():
+        kernels = longest_kernels(row, top)
+        if kernels is not None:
+            lines += [f"The {top} longest kernels of {row['case_id']}'s profiled steps:", "", markdown(kernels), ""]
+    return lines
+
+
+def longest_kernels(row: pd.Series, top: int = 20) -> pd.DataFrame | None:
+    """The trace's GPU kernels, memcpys and memsets by total time (None without a readable trace)."""
+    from amp_bench.analysis.explain.categories import classify_kernel
+    from amp_bench.analysis.explain.trace import GPU_CATS, load_trace
+    trace = row.get("explain_trace")
+    if not isinstance(trace, str) or not trace or "run_dir" not in row or not isinstance(row["run_dir"], str):
+        return None
+    try:
+        events = load_trace(Path(row["run_dir"]) / trace).get("traceEvents", [])
+    except (OSError, ValueError):
+        return None
+    kernels = pd.DataFrame([{"kernel": e.get("name", ""), "us": float(e.get("dur", 0))} for e in events
+                            if isinstance(e, dict) and e.get("cat") in GPU_CATS and e.get("ph") == "X"])
+    if kernels.empty:
+        return None
+    table = kernels.groupby("kernel")["us"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(top)
+    return pd.DataFrame({"kernel": [k[:120] for k in table.index], "category": [classify_kernel(k) for k in table.index],
+                         "calls": table["count"].to_numpy(), "total ms": table["sum"].to_numpy() / 1e3})

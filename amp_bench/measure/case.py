@@ -173,7 +173,7 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     rule = stop_rule(case, rank)
     total = case.warmup_steps + rule.max_steps  # the most steps this case can take, for progress
     events.emit(event="phase", phase="warmup", total=total)
-    watch = WindowWatch(record["num_threads"])
+    watch = WindowWatch(ops.host_threads(record["num_threads"]))
     if not case.compiled:  # inductor's compile workers would count as other processes
         watch.mark_warmup()  # a window too short for /proc/stat is judged with its warmup
     compile_columns = compiling.warm_up(case, step, inputs, target, losses,

@@ -9,9 +9,11 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+
 import torch
 
 from amp_bench import modes
+from amp_bench.platform.provenance import tf32_override_problems
 
 
 @dataclass(frozen=True)
@@ -94,12 +96,7 @@ def fp32_math_problems(fp32_math: str, flags: dict, env=None) -> list[str]:
     matmul_precision = flags.get("float32_matmul_precision")
     if matmul_precision and (matmul_precision != "highest") != tf32:
         problems.append(f"float32_matmul_precision is {matmul_precision}")
-    env = env or {}
-    if not tf32 and env.get("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE") == "1":
-        problems.append("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 makes cuBLAS use TF32 whatever the flags say")
-    if tf32 and env.get("NVIDIA_TF32_OVERRIDE") == "0":
-        problems.append("NVIDIA_TF32_OVERRIDE=0 disables TF32 inside NVIDIA's libraries")
-    return problems
+    return problems + tf32_override_problems("tf32" if tf32 else "ieee", env or {})
 
 
 def check_fp32_math(mode_name: str, fp32_math: str, flags: dict, env=None) -> None:

@@ -29,6 +29,7 @@ class DeviceInfo:
     cpu_model: str = ""
     cpu_flags: frozenset[str] = field(default_factory=frozenset)
     cpu_fp16_autocast: bool = False  # does this torch's CPU autocast engage for float16?
+    uuid: str = ""  # the GPU's UUID as NVML writes it (GPU-...), from torch: known without NVML
 
     @property
     def torch_device(self) -> str:
@@ -172,6 +173,16 @@ class CudaQuery:
         props = torch.cuda.get_device_properties(index)
         return props.name, (props.major, props.minor), props.total_memory
 
+    def uuid(self, index: int) -> str:
+        """The device's UUID in NVML's form ("GPU-..."): torch gives it bare; '' where it has none."""
+        import torch
+        return nvml_uuid(str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or ""))
+
+
+def nvml_uuid(bare: str) -> str:
+    """A UUID as NVML and nvidia-smi write it: torch's `props.uuid` has no "GPU-" prefix."""
+    return bare if not bare or bare.startswith(("GPU-", "MIG-")) else f"GPU-{bare}"
+
 
 def read_cpu_info(path: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
     """CPU model name and ISA flags (the first processor's; they are the same on all)."""
@@ -238,7 +249,7 @@ def probe_device(requested: str = "auto", cuda: CudaQuery | None = None,
             raise DeviceUnavailable(f"device {requested!r}: only {cuda.device_count()} CUDA device(s)")
         name, capability, memory = cuda.properties(index)
         return DeviceInfo("cuda", name, index=index, capability=capability, total_memory_bytes=memory,
-                          cpu_model=cpu_model, cpu_flags=cpu_flags)
+                          cpu_model=cpu_model, cpu_flags=cpu_flags, uuid=cuda.uuid(index))
     raise DeviceUnavailable(f"device {requested!r}: expected auto, cpu, cuda or cuda:N")
 
 

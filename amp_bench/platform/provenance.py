@@ -15,6 +15,31 @@ RESULT_AFFECTING_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_TF32_OVERRIDE", "OMP_NUM
 RESULT_AFFECTING_PREFIXES = ("NCCL_",)
 
 
+# Environment variables that override the TF32 flags inside NVIDIA's libraries: (the value that acts,
+# what it does, the modes it breaks). NVIDIA's NGC PyTorch containers set the first.
+TF32_OVERRIDES = {
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": ("1", "makes cuBLAS use TF32 whatever the flags say", "ieee"),
+    "NVIDIA_TF32_OVERRIDE": ("0", "disables TF32 inside NVIDIA's libraries", "tf32"),
+}
+
+
+def tf32_override_problems(fp32_math: str, environ=None) -> list[str]:
+    """Why `fp32_math` ("ieee" or "tf32") cannot run as it says under the environment's overrides."""
+    environ = os.environ if environ is None else environ
+    return [f"{name}={value} {what} (`unset {name}` to measure it)"
+            for name, (value, what, breaks) in TF32_OVERRIDES.items()
+            if environ.get(name) == value and breaks == fp32_math]
+
+
+def tf32_override_notes(environ=None) -> list[str]:
+    """One line per TF32 override set in `environ`, with the modes it stops and how to clear it."""
+    environ = os.environ if environ is None else environ
+    stops = {"ieee": "fp32 and the AMP modes cannot run as IEEE FP32 and are refused",
+             "tf32": "tf32 cannot run as TF32 and is refused"}
+    return [f"{name}={value} {what}, so {stops[breaks]}: `unset {name}` to measure every mode"
+            for name, (value, what, breaks) in TF32_OVERRIDES.items() if environ.get(name) == value]
+
+
 def result_affecting_env(environ=None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     return {k: environ[k] for k in sorted(environ)
@@ -55,10 +80,12 @@ def host_facts() -> dict[str, object]:
 
 
 def gpu_facts(device) -> dict[str, object]:
-    """Driver and board facts through NVML (empty values, with the reason, where unreadable)."""
+    """Driver and board facts through NVML (empty values, with the reason, where unreadable). The
+    UUID comes from torch first (device.uuid), so two GPUs of one node differ without NVML too."""
     facts: dict[str, object] = {"nvml": ""}
     if device.type != "cuda":
         return facts
+    facts["gpu_uuid"] = getattr(device, "uuid", "") or None
     from amp_bench.platform.nvml import cuda_identity, device_handle, load_nvml
     try:
         nvml = load_nvml()
@@ -80,7 +107,9 @@ def gpu_facts(device) -> dict[str, object]:
         return value.decode() if isinstance(value, bytes) else str(value)
 
     read("driver_version", nvml.nvmlSystemGetDriverVersion, text)
+    from_torch = facts.get("gpu_uuid")
     read("gpu_uuid", lambda: nvml.nvmlDeviceGetUUID(handle), text)
+    facts["gpu_uuid"] = facts["gpu_uuid"] or from_torch
     read("power_limit_w", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000)
     read("application_sm_clock_mhz", lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_SM))
     read("application_mem_clock_mhz", lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_MEM))
@@ -98,9 +127,14 @@ def _run(command: list[str], timeout: float = 60) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+CONDA_EXPORT_TIMEOUT_S = 30.0  # `conda env export` can take minutes on a large conda image
+CONDA_EXPORT_ENV = "AMP_BENCH_CONDA_EXPORT"  # "0": skip it (the GPU check does)
+
+
 def software_record() -> dict[str, object]:
     """What it takes to rebuild the environment: the git commit, pip freeze, and the conda
-    environment (without its prefix line) when running inside one."""
+    environment (without its prefix line) when running inside one. The conda export is bounded
+    (CONDA_EXPORT_TIMEOUT_S) and skipped where AMP_BENCH_CONDA_EXPORT=0; either way `conda_env` says why."""
     record: dict[str, object] = {}
     commit = _run(["git", "rev-parse", "HEAD"], 10)
     if commit:
@@ -109,7 +143,14 @@ def software_record() -> dict[str, object]:
     freeze = _run([sys.executable, "-m", "pip", "freeze", "--disable-pip-version-check"])
     record["pip_freeze"] = freeze.splitlines() if freeze else []
     if os.environ.get("CONDA_PREFIX"):
-        export = _run(["conda", "env", "export", "--no-builds"], 120)
-        if export:
-            record["conda_env"] = "".join(l for l in export.splitlines(keepends=True) if not l.startswith("prefix:"))
+        record["conda_env"] = conda_export()
     return record
+
+
+def conda_export(timeout_s: float = CONDA_EXPORT_TIMEOUT_S) -> str:
+    if os.environ.get(CONDA_EXPORT_ENV) == "0":
+        return f"not recorded ({CONDA_EXPORT_ENV}=0)"
+    export = _run(["conda", "env", "export", "--no-builds"], timeout_s)
+    if export is None:
+        return f"not recorded (`conda env export` failed or took over {timeout_s:.0f} s)"
+    return "".join(line for line in export.splitlines(keepends=True) if not line.startswith("prefix:"))

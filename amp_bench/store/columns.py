@@ -20,7 +20,8 @@ EXPLAIN_COLUMNS = [
     "explain_phase_optimizer_ms", "explain_phase_scaler_ms", "explain_trace", "explain_status", "explain_reason",
 ]
 # Which SLURM job measured the case (studies/cluster.py; empty in a local run): executors/job_env.py writes them.
-SLURM_COLUMNS = ["slurm_partition", "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_node"]
+SLURM_COLUMNS = ["slurm_partition", "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_node",
+                 "slurm_job_gpus"]
 # The documented columns, in order; records may carry more (appended after these). Adding columns
 # keeps FORMAT_VERSION: an older reader keeps unknown columns after its own, a newer one reads older
 # files with the new columns empty.

@@ -14,7 +14,7 @@ def fingerprint_columns(device: dict, versions: dict, gpu: dict, hostname: str,
     import hashlib
     capability = device.get("capability")
     columns = {
-        "gpu_uuid": gpu.get("gpu_uuid") or "",
+        "gpu_uuid": gpu.get("gpu_uuid") or device.get("uuid") or "",  # NVML's, else torch's
         "driver_version": gpu.get("driver_version") or "",
         "compute_capability": f"{capability[0]}.{capability[1]}" if capability else "",
         "gpu_memory_bytes": device.get("total_memory_bytes"),

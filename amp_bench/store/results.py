@@ -323,8 +323,8 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
                 frame = pd.read_csv(file)
             except (ValueError, pd.errors.ParserError) as exc:
                 raise UserError(f"{file}: unreadable results table ({exc})") from None
-            if not frame.empty:
-                frames.append(frame.assign(run_dir=str(run_dir)) if with_run_dir else frame)
+            if not frame.empty:  # copy(): one block per dtype, so the added column does not fragment it
+                frames.append(frame.copy().assign(run_dir=str(run_dir)) if with_run_dir else frame)
     if frames:
         # one block per dtype: frames with different columns concatenate into one block per column,
         # and a caller adding a column to that would trip pandas' fragmentation warning

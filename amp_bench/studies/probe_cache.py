@@ -7,8 +7,11 @@ microcode means a new boot id), the Python and torch installed, amp_bench's own 
 device, the environment variables that steer the CPU kernels or the devices torch sees
 (ONEDNN_MAX_CPU_ISA hides the bf16 instructions, CUDA_VISIBLE_DEVICES hides GPUs), and the GPU
 device nodes in /dev. Only a probe that found a CPU is kept: GPUs change within a boot (MIG, another
-job's CUDA_VISIBLE_DEVICES), so a GPU machine always probes afresh. Off unless the variable is set. No library keys a cache on this set
-of facts, so it is written here.
+job's CUDA_VISIBLE_DEVICES), so a GPU machine always probes afresh. And a request that could find a GPU
+(`auto`, `cuda`) is never served from the cache while an NVIDIA device node exists: a CPU probe saved
+after a transient CUDA failure (a driver/library mismatch, nvidia_uvm reloading) would otherwise hide
+the GPU for the rest of the boot, since neither changes the key. Off unless the variable is set. No
+library keys a cache on this set of facts, so it is written here.
 """
 from __future__ import annotations
 
@@ -57,11 +60,18 @@ def cache_key(requested: str) -> str:
     return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:32]
 
 
+def nvidia_nodes() -> list[Path]:
+    return sorted(DEV.glob("nvidia[0-9]*"))
+
+
 def location(requested: str) -> Path | None:
-    """Where this request's probe is kept, or None when the cache is off. Computed once per probe:
+    """Where this request's probe is kept, or None when the cache is off or must not answer it (a
+    request that could find a GPU, on a machine with an NVIDIA device node). Computed once per probe:
     the key stats amp_bench's files."""
     folder = os.environ.get(ENV_VAR)
-    return Path(folder) / f"probe-{cache_key(requested)}.json" if folder else None
+    if not folder or (requested != "cpu" and nvidia_nodes()):
+        return None
+    return Path(folder) / f"probe-{cache_key(requested)}.json"
 
 
 def _found_cpu(probed) -> bool:

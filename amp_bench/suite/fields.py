@@ -85,8 +85,28 @@ def _label(value, path, problems):
 
 
 _MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
-                 "nproc_per_node", "compile", "precisions")
+                 "nproc_per_node", "compile", "precisions", "explain")
 _nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
+
+
+# per-model keys whose null (or absence) means "the suite's own": key -> its check
+_MODEL_OVERRIDES: dict[str, Callable] = {
+    "nproc_per_node": lambda v, p, problems: _nproc_axis(v, p, problems),
+    "compile": lambda v, p, problems: _compile_axis(v, p, problems),
+    "precisions": lambda v, p, problems: _axis(_choice(modes.names()), "precision")(v, p, problems),
+    "explain": lambda v, p, problems: _bool(v, p, problems),
+}
+_KIND_ONLY = (("config", "transformers"), ("task", "transformers"), ("attn_implementation", "transformers"),
+              ("options", "python"), ("num_classes", "torchvision"))
+
+
+def _model_overrides(value: dict, path: str, problems: Problems) -> dict:
+    out = {}
+    for key, check in _MODEL_OVERRIDES.items():
+        given = value.get(key, DEFAULTS["model"][key])
+        checked = check(given, _join(path, key), problems) if given is not None else None
+        out[key] = tuple(checked) if isinstance(checked, list) else checked
+    return out
 
 
 def _model(search_dirs: tuple[str, ...]) -> Callable:
@@ -121,21 +141,11 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         num_classes = value.get("num_classes", defaults["num_classes"])
         if num_classes is not None:
             num_classes = _int(2, 1_000_000)(num_classes, _join(path, "num_classes"), problems)
-        nproc = value.get("nproc_per_node", defaults["nproc_per_node"])
-        if nproc is not None:
-            nproc = _nproc_axis(nproc, _join(path, "nproc_per_node"), problems)
-        compile_modes = value.get("compile", defaults["compile"])
-        if compile_modes is not None:
-            compile_modes = _compile_axis(compile_modes, _join(path, "compile"), problems)
-        precisions = value.get("precisions", defaults["precisions"])
-        if precisions is not None:
-            precisions = _axis(_choice(modes.names()), "precision")(precisions, _join(path, "precisions"), problems)
+        overrides = _model_overrides(value, path, problems)
         if len(problems) > before:
             return None
         kind = model_refs.kind_of(ref)
-        for key, wants in (("config", "transformers"), ("task", "transformers"),
-                           ("attn_implementation", "transformers"), ("options", "python"),
-                           ("num_classes", "torchvision")):
+        for key, wants in _KIND_ONLY:
             if key in value and kind is not None and kind != wants:
                 problems.append(f"{_join(path, key)}: only applies to {wants}/ models, not {ref}")
         for sub, message in model_refs.check_model(ref, config=config, task=task, search_dirs=search_dirs):
@@ -143,10 +153,7 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
         if len(problems) > before:
             return None
         return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
-                         options=options or {}, num_classes=num_classes,
-                         nproc_per_node=tuple(nproc) if nproc else None,
-                         compile=tuple(compile_modes) if compile_modes else None,
-                         precisions=tuple(precisions) if precisions else None)
+                         options=options or {}, num_classes=num_classes, **overrides)
     return check
 
 

@@ -87,7 +87,8 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 rdzv_id=settings["rdzv_id"], compile_mode=compile_mode,
                 compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"],
                 compile_optimizer=settings["compile_optimizer"], compile_cache=settings["compile_cache"],
-                compile_note=note, fp8_recipe=settings["fp8_recipe"], explain=settings["explain"],
+                compile_note=note, fp8_recipe=settings["fp8_recipe"],
+                explain=settings["explain"] if spec.explain is None else spec.explain,
                 fp8_skip_first_last=settings["fp8_skip_first_last"]))
     return cases
 

@@ -71,6 +71,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "nproc_per_node": None,  # None: the suite's nproc_per_node
         "compile": None,  # None: the suite's compile axis
         "precisions": None,  # None: the suite's precisions
+        "explain": None,  # None: the suite's explain
     },
     "fidelity": {
         "dataset": "digits",
@@ -143,6 +144,7 @@ class ModelSpec:
     nproc_per_node: tuple[int, ...] | None = _MODEL["nproc_per_node"]
     compile: tuple[str, ...] | None = _MODEL["compile"]  # replaces the suite's compile axis for this model
     precisions: tuple[str, ...] | None = _MODEL["precisions"]  # replaces the suite's precisions for this model
+    explain: bool | None = _MODEL["explain"]  # replaces the suite's explain for this model
 
     @property
     def kind(self) -> str:

@@ -59,6 +59,11 @@ class DeviceOps(ABC):
     def peak_memory_columns(self) -> dict:
         """The device's peak-memory columns since reset_peak_memory (none where it keeps no count)."""
 
+    def host_threads(self, num_threads: int) -> int:
+        """The host cores the measured step needs, the share contention is judged against (the CPU's
+        step runs on all of torch's `num_threads`)."""
+        return num_threads
+
     @abstractmethod
     def phase_probe(self):
         """A per-phase peak-memory probe (telemetry.phase_memory), or None where none works here."""

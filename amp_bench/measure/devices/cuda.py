@@ -30,6 +30,7 @@ class CudaOps(DeviceOps):
     def __init__(self, torch_device, cuda=None, warm=None):
         super().__init__(torch_device)
         self._cuda, self._warm = cuda, warm
+        self._retries_at_reset = 0  # num_alloc_retries when the peaks were last reset
 
     @property
     def cuda(self):
@@ -82,14 +83,26 @@ class CudaOps(DeviceOps):
         self.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total), self.torch_device)
         return {"memory_cap_bytes": cap_bytes, "memory_cap_kind": "cuda allocator fraction of the device"}
 
+    def _alloc_retries(self) -> int | None:
+        return self.cuda.memory_stats(self.torch_device).get("num_alloc_retries")
+
     def reset_peak_memory(self) -> None:
         self.cuda.synchronize(self.torch_device)
         self.cuda.reset_peak_memory_stats(self.torch_device)
+        # reset_peak_memory_stats leaves the accumulated counters alone: the window's retries are a difference
+        self._retries_at_reset = self._alloc_retries() or 0
 
     def peak_memory_columns(self) -> dict:
+        retries = self._alloc_retries()
         return {"peak_mem_allocated_bytes": self.cuda.max_memory_allocated(self.torch_device),
                 "peak_mem_reserved_bytes": self.cuda.max_memory_reserved(self.torch_device),
-                "cuda_num_alloc_retries": self.cuda.memory_stats(self.torch_device).get("num_alloc_retries")}
+                "cuda_num_alloc_retries": None if retries is None else retries - self._retries_at_reset}
+
+    def host_threads(self, num_threads: int) -> int:
+        """A GPU step needs about one host core to launch its kernels, whatever torch's CPU thread
+        pool is (16 on a 16-core host): judged on 16, a GPU row would read as contended as soon as
+        other processes used a few cores."""
+        return 1
 
     def phase_probe(self):
         from amp_bench.measure.telemetry.phase_memory import CudaPhaseProbe
