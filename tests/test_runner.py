@@ -34,6 +34,8 @@ timeout_s: 25  # the sleeper times out; every other case is done in seconds, eve
 
 
 def _workers_alive(marker: str) -> list[int]:
+    """Workers whose command line names the marker: a spawned worker's names its run directory; a run's
+    fork server (amp_bench.workers.forkserver) and the children it forks carry the suite's folder."""
     return processes_with("amp_bench.worker", marker)
 
 
@@ -54,7 +56,7 @@ def test_every_status_is_recorded_and_the_run_goes_on(write_suite, tmp_path):
     assert "Traceback" in (run_dir / status["raises", "fp32"].log_file).read_text()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["cases_finished"] == 12
-    assert not _workers_alive(str(run_dir))
+    assert not _workers_alive(str(tmp_path))  # the run's fork server stopped with it
     # the ok row is complete and sane
     ok = status["mlp", "fp32"]
     assert ok.step_time_ms_p10 <= ok.step_time_ms_median <= ok.step_time_ms_p90
@@ -189,7 +191,7 @@ def test_an_interrupted_run_keeps_finished_cases(write_suite, tmp_path, sig):
     table = None
     while time.monotonic() < deadline:
         files = list(results_dir.glob("*/results.csv"))
-        if files and len(pd.read_csv(files[0])) == 1 and _workers_alive(str(files[0].parent)):
+        if files and len(pd.read_csv(files[0])) == 1 and _workers_alive(str(tmp_path)):
             table = files[0]
             break
         time.sleep(0.2)
@@ -204,6 +206,6 @@ def test_an_interrupted_run_keeps_finished_cases(write_suite, tmp_path, sig):
     assert manifest["status"] == ("running" if sig == signal.SIGKILL else "interrupted")
     assert not [p for p in run_dir.rglob("*") if ".tmp" in p.name]
     time.sleep(0.5)  # the kernel delivers the parent-death signal asynchronously
-    assert not _workers_alive(str(run_dir))
+    assert not _workers_alive(str(tmp_path))  # the fork server and its child too
     if sig != signal.SIGKILL:
         assert "interrupted" in output and "Traceback" not in output

@@ -49,6 +49,9 @@ def add_parsers(sub) -> None:
     run.add_argument("--explain", action=argparse.BooleanOptionalAction, default=None, help="profile one more step "
                      "per case after its window: where the time goes, per category (on by default; the suite key "
                      "explain: false or --no-explain turns it off)")
+    run.add_argument("--isolation", choices=("fork", "spawn"), help="how each case's worker starts: fork (default), "
+                     "a child of one server that imported torch and the models' libraries once; spawn, a fresh "
+                     "interpreter per case (3-7 s of imports each)")
     run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
@@ -124,7 +127,7 @@ def cmd_run(args, console) -> int:
                  "case_budget_s": args.case_budget, "budget_s": args.budget, "allow_emulated": args.allow_emulated,
                  "compile": args.compile, "compile_backend": args.compile_backend,
                  "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
-                 "compile_cache": args.compile_cache, "explain": args.explain}
+                 "compile_cache": args.compile_cache, "explain": args.explain, "isolation": args.isolation}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     spec = _executor(args)
     if spec.remote:

@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import random
+import time
 
 from amp_bench import modes
 from amp_bench.measure import compiling
@@ -145,7 +146,7 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
         from amp_bench.measure.ddp import threads_per_rank
         torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
-    record: dict = {"num_threads": torch.get_num_threads()}
+    record: dict = {"num_threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
     device_type = device.type
     ops = for_device(torch.device(device.torch_device))  # every per-device difference goes through ops
     backend = None
@@ -176,6 +177,8 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     watch = WindowWatch(ops.host_threads(record["num_threads"]))
     if not case.compiled:  # inductor's compile workers would count as other processes
         watch.mark_warmup()  # a window too short for /proc/stat is judged with its warmup
+    launched = os.environ.get("AMP_BENCH_LAUNCHED_AT")  # the parent's clock when it started this worker
+    record["worker_start_s"] = time.time() - float(launched) if launched else None  # launch -> first step
     compile_columns = compiling.warm_up(case, step, inputs, target, losses,
                                         lambda i: events.emit(event="step", phase="warmup", step=i, total=total))
     compiling.log_summary(compile_columns)

@@ -45,12 +45,13 @@ RESULT_COLUMNS = [
     "graph_break_reasons", "recompiles", "recompile_reasons", "recompiles_in_window", "unique_graphs",
     "fp8_recipe", "fp8_layers_converted", "fp8_layers_skipped", "fp8_skip_reasons", "fp8_conv1d_as_linear", "fp8_matmul",
     "fp8_torchao_version",
-    "optimizer", "optimizer_impl", "seed", "num_threads", "threads_per_rank", "model_parameters", "model_attn_implementation",
+    "optimizer", "optimizer_impl", "seed", "num_threads", "omp_wait_policy", "threads_per_rank", "model_parameters",
+    "model_attn_implementation",
     "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "fingerprint",
     *SLURM_COLUMNS,
     "gpu_uuid", "driver_version", "compute_capability", "gpu_memory_bytes", "cpu_model", "cpu_count", "cpu_bf16_isa",
     "timestamp",
-    "worker_seconds", "log_file", *EXPLAIN_COLUMNS,
+    "worker_seconds", "worker_start", "worker_start_s", "log_file", *EXPLAIN_COLUMNS,
 ]
 SAMPLE_COLUMNS = ["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"]
 

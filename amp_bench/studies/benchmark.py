@@ -23,6 +23,7 @@ from amp_bench.store.results import RunStore, order_columns, utc_now
 from amp_bench.store.run_state import DIED_STATUSES, Heartbeat, run_state
 from amp_bench.studies.session import Session, probe, record_machine, running
 from amp_bench.suite import Case
+from amp_bench.workers.forkserver import ForkServer
 from amp_bench.workers.launch import base_row, run_one
 
 
@@ -113,6 +114,7 @@ class Machine:
     hostname: str
     fingerprint: dict
     columns: dict = field(default_factory=dict)
+    server: ForkServer | None = None  # the run's fork server: how its workers start (None: fresh interpreters)
 
 
 def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
@@ -139,7 +141,7 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
                 stop.armed = runs
             row, samples = run_one(case, repeat, info, machine.versions, store,
                                    on_event=lambda event, case=case: reporter.worker_event(case, event),
-                                   support=supports[index])
+                                   support=supports[index], server=machine.server)
         except KeyboardInterrupt:
             if stop is None or not stop.requested:
                 raise  # Ctrl-C on a local run: finished cases are saved, this one has no row
@@ -188,12 +190,16 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     reporter = reporter or Reporter()
     session = Session.start(path, device, overrides)
     info = session.device
-    order = schedule(session.suite.cases(info.type, overrides))
+    try:
+        order = schedule(session.suite.cases(info.type, overrides))
+    except BaseException:
+        session.close()
+        raise
     store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(order),
-                               executor={"type": "local"})
+                               executor={"type": "local"}, workers=session.isolation_record())
     store.write_plan(make_plan(order, info.type, device or session.suite.device))
     reporter.run_started(store, info, len(order))
-    machine = Machine(info, session.versions, session.host["hostname"], session.fingerprint)
+    machine = Machine(info, session.versions, session.host["hostname"], session.fingerprint, server=session.server)
     with session.running(lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
         run_cases(store, [(i, case, repeat) for i, (case, repeat) in enumerate(order)], machine, reporter,
                   heartbeat=heartbeat)

@@ -5,7 +5,9 @@ turn a scheduler's SIGTERM into an interrupt that keeps what was finished.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import socket
 import threading
 import tempfile
 from dataclasses import dataclass
@@ -16,18 +18,18 @@ from amp_bench.studies import probe_cache
 from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo
-from amp_bench.workers.process import run_worker
+from amp_bench.workers.forkserver import ForkServer, launch
 from amp_bench.store.results import RunStore, make_run_id, utc_now
 from amp_bench.suite import Suite, load_suite, validate_overrides
 
 PROBE_TIMEOUT_S = 180.0
 
 
-def probe(requested: str) -> dict:
-    """Describe the device in a throwaway worker, so this process never creates a CUDA context. The
-    software record (git commit, pip freeze, conda env: a second or more of subprocesses) is taken by
-    this process meanwhile, while the worker imports torch: it costs no start-up of its own, and it
-    never runs beside a case's measured window."""
+def probe(requested: str, server: ForkServer | None = None) -> dict:
+    """Describe the device in a throwaway worker (a child of the run's fork server when there is one),
+    so this process never creates a CUDA context. The software record (git commit, pip freeze, conda
+    env: a second or more of subprocesses) is taken by this process meanwhile, while the worker
+    imports torch: it costs no start-up of its own, and it never runs beside a case's measured window."""
     software: dict = {}
     thread = threading.Thread(target=lambda: software.update(software_record()), name="amp_bench-software-record")
     thread.start()
@@ -39,7 +41,8 @@ def probe(requested: str) -> dict:
     try:
         with tempfile.TemporaryDirectory(prefix="amp_bench_probe_") as tmp:
             result_path, log_path = Path(tmp) / "probe.json", Path(tmp) / "probe.log"
-            outcome = run_worker(["probe", requested, str(result_path)], result_path, log_path, PROBE_TIMEOUT_S)
+            outcome = launch(["probe", requested, str(result_path)], result_path, log_path, PROBE_TIMEOUT_S,
+                             server=server)
             if outcome.result is None:
                 tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
                 raise UserError(f"device probe failed (exit code {outcome.exit_code}): "
@@ -62,14 +65,21 @@ class Session:
     store: RunStore | None = None
     host: dict | None = None
     fingerprint: dict | None = None
+    server: ForkServer | None = None  # the run's fork server (isolation: fork), or None: fresh interpreters
 
     @classmethod
     def start(cls, path, device: str | None = None, overrides: dict | None = None) -> Session:
         suite = load_suite(path)
         if overrides:  # a bad override is a one-line error before any worker starts
             validate_overrides(overrides, suite.path)
-        probed = probe(device or suite.device)
-        return cls(Path(path), suite, probed, DeviceInfo.from_json(probed["device"]))
+        server = start_server(suite, overrides)
+        try:
+            probed = probe(device or suite.device, server)
+        except BaseException:
+            if server is not None:
+                server.close()
+            raise
+        return cls(Path(path), suite, probed, DeviceInfo.from_json(probed["device"]), server=server)
 
     @property
     def versions(self) -> dict:
@@ -82,8 +92,38 @@ class Session:
 
     @contextlib.contextmanager
     def running(self, final_manifest):
-        with running(self.store, final_manifest):
-            yield
+        """The study's loop (module-level running()); the fork server stops with it."""
+        try:
+            with running(self.store, final_manifest):
+                yield
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    def isolation_record(self) -> dict:
+        """How this run's workers start, for the manifest: fork (and what the server preloaded) or spawn
+        (and why, when the server could not be used)."""
+        if self.server is None:
+            return {"mode": "spawn", "why": "isolation: spawn"}
+        if self.server.unusable:
+            return {"mode": "spawn", "why": self.server.unusable}
+        return {"mode": "fork", "preloaded": (self.server.ready_info or {}).get("imported", []),
+                "not_preloaded": (self.server.ready_info or {}).get("failed", {}),
+                "server_import_s": (self.server.ready_info or {}).get("seconds")}
+
+
+def start_server(suite: Suite, overrides: dict | None = None) -> ForkServer | None:
+    """The run's fork server (workers/forkserver.py), importing what the suite's models need, unless
+    the suite or the command line asks for isolation: spawn (or this platform cannot fork)."""
+    from amp_bench.suite.model_refs import preload_modules
+    isolation = {**suite.settings, **(overrides or {})}.get("isolation", "fork")
+    if isolation != "fork" or not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
+        return None
+    refs = [spec.ref for block in (suite.settings, *suite.blocks.values()) for spec in block.get("models", [])]
+    return ForkServer.start(preload_modules(refs), search_dirs=(str(suite.path.resolve().parent),))
 
 
 @contextlib.contextmanager

@@ -68,6 +68,7 @@ def _compile_item(value, path, problems):
 _compile_axis = _axis(_compile_item, "compile mode (false, true or one of " + ", ".join(COMPILE_MODES) + ")")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")  # "eager": dynamo only, no codegen (tests)
 COMPILE_CACHES = ("warm", "cold")
+ISOLATIONS = ("fork", "spawn")  # a case's worker: a child of the run's fork server, or a fresh interpreter
 
 
 # --------------------------------------------------------------------------- models: entries
@@ -245,6 +246,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "compile_fullgraph": _bool,
         "compile_optimizer": _bool,
         "explain": _bool,
+        "isolation": _choice(ISOLATIONS),
         "compile_cache": _choice(COMPILE_CACHES),
         "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
         "compile_timeout_s": _optional(_number(0, 7 * 24 * 3600)),

@@ -229,3 +229,29 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     import difflib
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+# what every training worker imports whatever its model: torch, torch._dynamo (torch.optim's optimizer
+# constructor imports it, 1.7 s), torchao's float8 (when installed) and amp_bench's measuring modules
+_WORKER_MODULES = ("torch", "torch._dynamo", "torch.optim", "amp_bench.measure.case", "amp_bench.measure.step",
+                   "amp_bench.measure.models", "amp_bench.measure.window", "amp_bench.measure.precision",
+                   "amp_bench.measure.telemetry.flops", "amp_bench.measure.telemetry.phase_memory")
+
+
+def preload_modules(refs, search_dirs: tuple[str, ...] = ()) -> list[str]:
+    """The modules a worker for these model references imports before its first step: what a fork
+    server imports once (workers/forkserver.py) so each case's worker starts without them. Names
+    only: nothing is imported here. A transformers model type adds its own modeling module (its
+    package's __init__ is lazy); a name that does not import is skipped there, and the worker imports
+    what it needs itself."""
+    names = list(_WORKER_MODULES)
+    for ref in dict.fromkeys(refs):
+        kind = kind_of(ref)
+        if kind == "torchvision":
+            names.append("torchvision.models")
+        elif kind == "transformers":
+            module = short_name(ref).replace("-", "_")
+            names += ["transformers", f"transformers.models.{module}.modeling_{module}"]
+        elif kind == "python":
+            names.append(_split_python_ref(ref)[0])
+    return list(dict.fromkeys(names))

@@ -57,6 +57,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # one more step per case under torch.profiler, after its window: where the time goes (analysis/explain/).
         # On by default: it kept the main job (resnet50, 2-core CPU) at 113 s and the smoke suite unchanged
         "explain": True,
+        # fork: each case's worker is a child of one server that imported torch and the models' libraries
+        # (workers/forkserver.py); spawn: a fresh interpreter per case (DDP cases always are)
+        "isolation": "fork",
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)
         "fp8_recipe": "tensorwise",  # or rowwise (per-row scales: slower, more accurate)
         "fp8_skip_first_last": False,  # true: the first and last linear layers stay in bf16

@@ -14,32 +14,34 @@ from typing import Callable
 from amp_bench.measure.ddp import SCALING
 from amp_bench.workers import torchrun
 from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason, precision_support
-from amp_bench.workers.process import WorkerOutcome, run_worker
+from amp_bench.workers.forkserver import ForkServer, launch
+from amp_bench.workers.process import WorkerOutcome
 from amp_bench.store.results import RunStore, utc_now
 from amp_bench.suite import Case
 
 
 def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
             on_event: Callable[[dict], None] | None = None, launcher: list[str] | None = None,
-            extra_env: dict[str, str] | None = None) -> WorkerOutcome:
+            extra_env: dict[str, str] | None = None, server: ForkServer | None = None) -> WorkerOutcome:
     """Run one worker job (`case`, `fidelity`) with its spec; its log is logs/STEM.log. The spec and
-    result files are removed afterwards (the result is in the outcome)."""
+    result files are removed afterwards (the result is in the outcome). With a fork server, the
+    worker is its child where it can be (forkserver.launch)."""
     spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
     log_path = store.dir / "logs" / f"{stem}.log"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
     try:
-        return run_worker([job, str(spec_path), str(result_path)], result_path, log_path, timeout_s,
-                          on_event=on_event, launcher=launcher, extra_env=extra_env)
+        return launch([job, str(spec_path), str(result_path)], result_path, log_path, timeout_s,
+                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server)
     finally:
         spec_path.unlink(missing_ok=True)
 
 
 def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore,
             on_event: Callable[[dict], None] | None = None, stem: str | None = None,
-            support: Support | None = None) -> tuple[dict, list[dict]]:
+            support: Support | None = None, server: ForkServer | None = None) -> tuple[dict, list[dict]]:
     """One worker for one case: (result row, per-step samples). `stem` names its log file. `support`
     is the hardware gate's decision for the case (made here when the caller has none); the worker
-    gets it with the case and does not decide again."""
+    gets it with the case and does not decide again. `server`: the run's fork server, if any."""
     row = base_row(case, repeat, device, versions, store.run_id)
     support = support or precision_support(case.precision, device)
     if not may_run(support, case.allow_emulated):
@@ -58,9 +60,10 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
         extra_env = {**(extra_env or {}), "AMP_BENCH_EXPLAIN_TRACE": str(store.dir / "traces" / f"{stem}.json.gz")}
     outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json(),
                                                 "support": dataclasses.asdict(support)}, case.timeout_s,
-                      on_event=on_event, launcher=launcher, extra_env=extra_env)
+                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server)
     result_path = store.dir / "work" / f"{stem}.result.json"
     row["log_file"] = str(outcome.log_path.relative_to(store.dir))
+    row["worker_start"] = outcome.started_by
     row["peak_rss_bytes"] = outcome.peak_rss_bytes
     row["peak_rss_lifetime_bytes"] = outcome.peak_rss_bytes  # from wait4: the whole worker, all of it
     samples = []

@@ -28,22 +28,39 @@ class WorkerOutcome:
     peak_rss_bytes: int | None
     wall_s: float
     log_path: Path
+    started_by: str = "spawn"  # spawn: a fresh interpreter; fork: a child of the run's fork server
 
 
 _tokens = itertools.count()
+# OpenMP threads that wait for work sleep instead of spinning, unless the user set OMP_WAIT_POLICY:
+# a spinning pool takes the core a neighbour (or the parent) needs, and on a busy 2-core VM one busy
+# neighbour cost 10-100x a step (README, "How it measures"). Recorded in every row.
+OMP_WAIT_POLICY = "PASSIVE"
 
 
-def _worker_env(event_fd: int, token: str) -> dict[str, str]:
-    env = dict(os.environ)
+def package_pythonpath(existing: str = "") -> str:
+    """PYTHONPATH for a worker: the same amp_bench as the parent's, installed or not."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return os.pathsep.join(p for p in (package_root, existing) if p)
+
+
+def new_token() -> str:
+    return f"{os.getpid()}-{next(_tokens)}-{time.monotonic_ns()}"
+
+
+def worker_env(event_fd: int, token: str, environ=None) -> dict[str, str]:
+    """A worker's environment: the parent's, with its event pipe, its case token, the no-network
+    switches, the OpenMP wait policy and the moment it was launched (for worker_start_s)."""
+    env = dict(os.environ if environ is None else environ)
     env["AMP_BENCH_EVENT_FD"] = str(event_fd)
     env["AMP_BENCH_CASE_TOKEN"] = token  # inherited by everything the case starts: see _sweep
     env["AMP_BENCH_PARENT_PID"] = str(os.getpid())
+    env["AMP_BENCH_LAUNCHED_AT"] = repr(time.time())
     env.setdefault("HF_HUB_OFFLINE", "1")  # no network at run time, ever
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
     env["PYTHONUNBUFFERED"] = "1"
-    # the worker must import the same amp_bench as the parent, installed or not
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = package_pythonpath(env.get("PYTHONPATH", ""))
     return env
 
 
@@ -58,9 +75,9 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     parent kills the worker's process group and propagates.
     """
     result_path.unlink(missing_ok=True)
-    token = f"{os.getpid()}-{next(_tokens)}-{time.monotonic_ns()}"
+    token = new_token()
     read_fd, write_fd = os.pipe()
-    env = {**_worker_env(write_fd, token), **(extra_env or {})}
+    env = {**worker_env(write_fd, token), **(extra_env or {})}
     started = time.monotonic()
     try:
         with open(log_path, "ab") as log:
@@ -92,6 +109,12 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     _sweep(token)  # and anything that left the group (torchrun starts each rank in its own session)
     _, status, usage = exited
     proc.returncode = os.waitstatus_to_exitcode(status)
+    return outcome(result_path, proc.returncode, deadline_hit, usage.ru_maxrss, started, log_path, timeout_s)
+
+
+def outcome(result_path: Path, exit_code: int | None, deadline_hit: bool, maxrss_kib: int | None, started: float,
+            log_path: Path, timeout_s: float, started_by: str = "spawn") -> WorkerOutcome:
+    """What the worker left: its result file (None when it died first), how it ended, its peak RSS."""
     result = None
     if result_path.exists():
         try:
@@ -101,8 +124,9 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     if deadline_hit and result is not None:  # measured fine, then hung while shutting down
         note = f"worker hung after writing its result and was killed at timeout_s={timeout_s:g}"
         result["warnings"] = " | ".join(w for w in (result.get("warnings"), note) if w)
-    return WorkerOutcome(result, proc.returncode, deadline_hit and result is None, usage.ru_maxrss * 1024,
-                         time.monotonic() - started, log_path)
+    return WorkerOutcome(result, exit_code, deadline_hit and result is None,
+                         maxrss_kib * 1024 if maxrss_kib is not None else None, time.monotonic() - started,
+                         log_path, started_by)
 
 
 def _wait(pid: int, event_fd: int, deadline: float, on_event) -> tuple | None:

@@ -1,0 +1,374 @@
+"""A fork server for case workers: import torch and the suite's model libraries once per run, then
+fork a fresh child for every case.
+
+Every worker used to pay 3-7 s of imports before its first step (torch 1.8 s, torch._dynamo 1.7 s,
+torchvision or transformers on top). The server is one long-lived process per run that imports them
+and then only forks: each case still runs in a new process with its own address space, its own
+peak-memory accounting (the server's children are reaped one by one; none includes another's memory)
+and, on a GPU, its own CUDA context. The server never runs a torch op and never touches CUDA:
+after its imports it checks that `torch.cuda.is_initialized()` is False, that no CUDA driver library
+is mapped, and that it is still one thread (OpenMP's pool starts at import unless told not to, so the
+server imports with OMP_NUM_THREADS=1 and each child sets its own thread count); a server that fails
+a check is not used, and the run spawns fresh interpreters as before, saying why.
+
+Why not `multiprocessing`'s forkserver: its children are the server's, so only the server can reap
+them, and the parent needs what the reaping gives (wait4's ru_maxrss, the row's peak RSS, and a
+SIGKILL status, the OOM signal); each case also needs its own session (so a timeout kills everything
+it started), its log as stdout and stderr from the first byte, and its own environment (the compile
+cache, the explain trace path). This server forks, sets those up in the child, runs exactly what
+`python -m amp_bench.worker ARGS` would run, reaps the child and sends the parent its pid, status and
+rusage over a Unix socket (fds travel with SCM_RIGHTS, as multiprocessing's forkserver does).
+
+Parent side: ForkServer.start(...), launch(...) -> WorkerOutcome (a forked child, or a spawned
+interpreter where the server cannot take the case), ForkServer.close().
+Server side: `python -m amp_bench.workers.forkserver` (the parent starts it).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from amp_bench.workers import process
+from amp_bench.workers.process import WorkerOutcome
+
+# variables a fork cannot change for a child: read when torch and its libraries load (thread pools,
+# the kernels' ISA, the devices CUDA sees, the allocator's settings, the loader's paths)
+IMPORT_TIME_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "CUDA_VISIBLE_DEVICES", "LD_",
+                   "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCH_NUM_THREADS")
+READY_TIMEOUT_S = 180.0
+_MESSAGE = 65536
+_CUDA_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
+
+
+@dataclass
+class Forked:
+    """What the server says of one child: its pid, then how it ended."""
+    pid: int
+    status: int | None = None  # os.wait4's raw status
+    maxrss_kib: int | None = None
+
+
+class ForkServerGone(RuntimeError):
+    """The server died or stopped answering: the run spawns fresh interpreters from here on."""
+
+
+class ForkServer:
+    """Parent side. `start` launches the server, which imports in the background; the first `run`
+    waits for it to be ready (or for the reason it cannot be used: `unusable`)."""
+
+    def __init__(self, proc: subprocess.Popen, sock: socket.socket, preload: list[str]):
+        self.proc, self.sock, self.preload = proc, sock, preload
+        self.ready_info: dict | None = None
+        self.unusable = ""  # why this server may not fork cases ('' while it may)
+
+    @classmethod
+    def start(cls, preload: list[str], search_dirs: tuple[str, ...] = (), log_path: Path | None = None) -> ForkServer:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = server_env(os.environ)
+        log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "amp_bench.workers.forkserver", str(theirs.fileno()),
+                 json.dumps({"preload": preload, "search_dirs": list(search_dirs)})],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        finally:
+            theirs.close()
+            if log_path:
+                log.close()
+        return cls(proc, ours, preload)
+
+    # ------------------------------------------------------------------ readiness
+
+    def ready(self) -> bool:
+        """Wait for the server's imports (once); False with `unusable` set when it may not fork."""
+        if self.ready_info is None and not self.unusable:
+            try:
+                self.ready_info = self._receive(READY_TIMEOUT_S)
+            except ForkServerGone as exc:
+                self.unusable = f"the fork server did not start ({exc})"
+            else:
+                self.unusable = self.ready_info.get("unsafe", "")
+            if self.unusable:
+                self.close()
+        return not self.unusable
+
+    def _receive(self, timeout_s: float | None) -> dict:
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(_MESSAGE)
+        except (socket.timeout, OSError) as exc:
+            raise ForkServerGone(f"no answer: {exc}") from None
+        if not data:
+            code = self.proc.poll()
+            raise ForkServerGone("it exited" + (f" with code {code}" if code is not None else ""))
+        return json.loads(data)
+
+    # ------------------------------------------------------------------ one child
+
+    def fork(self, args: list[str], env: dict[str, str], event_fd: int, log_fd: int) -> Forked:
+        """Ask for a child running `python -m amp_bench.worker ARGS` with this environment, its events
+        on `event_fd` and its output in `log_fd`; returns once it exists."""
+        request = json.dumps({"args": args, "env": env, "cwd": os.getcwd()}).encode()
+        try:
+            socket.send_fds(self.sock, [request], [event_fd, log_fd])
+            answer = self._receive(30.0)
+        except (OSError, ForkServerGone) as exc:
+            self.unusable = f"the fork server stopped answering ({exc})"
+            self.close()
+            raise ForkServerGone(self.unusable) from None
+        if "error" in answer:
+            raise ForkServerGone(answer["error"])
+        return Forked(int(answer["pid"]))
+
+    def wait(self, child: Forked, event_fd: int, deadline: float, on_event) -> bool:
+        """Forward the child's events until the server says it exited (True) or the deadline passes
+        (False). The server's word is the only exit notice: the child is not this process's."""
+        selector = selectors.DefaultSelector()
+        selector.register(event_fd, selectors.EVENT_READ, "events")
+        selector.register(self.sock, selectors.EVENT_READ, "exit")
+        buffer = [b""]
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                for key, _ in selector.select(remaining):
+                    if key.data == "events" and not process._read_events(event_fd, buffer, on_event):
+                        selector.unregister(event_fd)
+                    elif key.data == "exit":
+                        self._exited(child, self._receive(5.0))
+                        process._drain(event_fd, buffer, on_event)
+                        return True
+        finally:
+            selector.close()
+
+    def reap(self, child: Forked, timeout_s: float = 30.0) -> None:
+        """After the child's group was killed: the server's exit notice, so the next request starts clean."""
+        try:
+            self._exited(child, self._receive(timeout_s))
+        except ForkServerGone as exc:
+            self.unusable = f"the fork server stopped answering ({exc})"
+            self.close()
+
+    @staticmethod
+    def _exited(child: Forked, message: dict) -> None:
+        if message.get("exited") != child.pid:
+            raise ForkServerGone(f"expected the exit of {child.pid}, got {message}")
+        child.status, child.maxrss_kib = int(message["status"]), int(message["maxrss_kib"])
+
+    def close(self) -> None:
+        """Stop the server (closing its socket ends its loop; a kill makes sure)."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def server_env(environ) -> dict[str, str]:
+    """The server's environment: a worker's (process.worker_env: the OpenMP wait policy, which its
+    library reads as it loads, is the workers'), with OpenMP held to one thread while it imports (the
+    pool would otherwise start, and it does not survive a fork; each child sets its own count)."""
+    env = process.worker_env(-1, "", environ)
+    for key in ("AMP_BENCH_EVENT_FD", "AMP_BENCH_CASE_TOKEN", "AMP_BENCH_LAUNCHED_AT"):
+        env.pop(key, None)
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # an import that asks is_available() must not initialise CUDA
+    return env
+
+
+def forkable_env(extra_env: dict[str, str] | None) -> bool:
+    """Can a forked child take this case's own environment? Not when it sets what torch reads as it loads."""
+    return not any(key.startswith(IMPORT_TIME_ENV) for key in (extra_env or {}))
+
+
+def launch(args: list[str], result_path: Path, log_path: Path, timeout_s: float, on_event=None,
+           launcher: list[str] | None = None, extra_env: dict[str, str] | None = None,
+           server: ForkServer | None = None) -> WorkerOutcome:
+    """Run `python -m amp_bench.worker ARGS`: a child of the fork server where it can take the case (no
+    launcher such as torchrun, no import-time variable of the case's own, a server that is ready and
+    safe), else a fresh interpreter (process.run_worker). Never raises for worker failures."""
+    if server is not None and launcher is None and forkable_env(extra_env) and server.ready():
+        try:
+            return _run_forked(server, args, result_path, log_path, timeout_s, on_event, extra_env)
+        except ForkServerGone:
+            pass  # the server is gone (server.unusable says why): this case and the rest spawn
+    return process.run_worker(args, result_path, log_path, timeout_s, on_event=on_event, launcher=launcher,
+                              extra_env=extra_env)
+
+
+def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, timeout_s: float, on_event,
+                extra_env) -> WorkerOutcome:
+    """process.run_worker's contract, with the child forked by the server: the same deadline, events,
+    kill of the case's session and sweep of what it started, and the outcome from the server's reap."""
+    result_path.unlink(missing_ok=True)
+    token = process.new_token()
+    read_fd, write_fd = os.pipe()
+    env = {**process.worker_env(write_fd, token), **(extra_env or {})}
+    started = time.monotonic()
+    try:
+        with open(log_path, "ab") as log:
+            child = server.fork(args, env, write_fd, log.fileno())
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    deadline_hit = False
+    try:
+        if not server.wait(child, read_fd, started + timeout_s, on_event):
+            deadline_hit = True
+            process._kill_group(child.pid)
+            server.reap(child)
+    except ForkServerGone as exc:  # the server died under the case: the case died with it
+        server.unusable = f"the fork server died ({exc})"
+        process._kill_group(child.pid)
+    except BaseException:
+        process._kill_group(child.pid)
+        server.reap(child, 10.0)
+        process._sweep(token)
+        raise
+    finally:
+        os.close(read_fd)
+    process._kill_group(child.pid)  # anything the child left behind in its session
+    process._sweep(token)  # and anything that left it
+    exit_code = os.waitstatus_to_exitcode(child.status) if child.status is not None else None
+    return process.outcome(result_path, exit_code, deadline_hit, child.maxrss_kib, started, log_path, timeout_s,
+                           started_by="fork")
+
+
+# --------------------------------------------------------------------------- the server process
+
+def _preload(names: list[str], search_dirs: list[str]) -> tuple[list[str], dict[str, str]]:
+    for directory in search_dirs:
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    imported, failed = [], {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+            imported.append(name)
+        except Exception as exc:  # noqa: BLE001 - a worker that needs it will fail in its own row
+            failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return imported, failed
+
+
+def unsafe_to_fork() -> str:
+    """Why this process must not fork case workers ('' when it may): CUDA touched, or threads running."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "an import initialised CUDA in the fork server"
+    try:
+        maps = Path("/proc/self/maps").read_text(errors="replace")
+    except OSError:
+        maps = ""
+    touched = [lib for lib in _CUDA_LIBRARIES if lib in maps]
+    if touched:
+        return f"an import loaded the CUDA driver ({', '.join(touched)}) in the fork server"
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
+    if threads > 1:
+        return f"the fork server runs {threads} threads after its imports (a fork keeps only one)"
+    return ""
+
+
+def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
+    """In the forked child: become the case's own session with its log and environment, set the
+    thread count a fresh worker would have had, and run what `python -m amp_bench.worker` runs. It
+    ends as that interpreter would (SystemExit up through the server's frames, which hold nothing to
+    undo): atexit handlers run, and a thread the model left running holds the exit as it would there."""
+    code = 1
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ.update(AMP_BENCH_EVENT_FD=str(event_fd), AMP_BENCH_PARENT_PID=str(server_pid))
+        os.chdir(request["cwd"])
+        import torch  # preloaded: already imported
+        # the count a fresh worker would start with: its OMP_NUM_THREADS, else one per CPU it may use
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0)))
+        sys.argv = ["amp_bench.worker", *request["args"]]
+        import runpy
+        runpy.run_module("amp_bench.worker", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback in the log, exit 1
+        import traceback
+        traceback.print_exc()
+    raise SystemExit(code)
+
+
+def _serve(sock: socket.socket) -> None:
+    """One child at a time: fork it, say its pid, reap it, say how it ended; until the parent hangs up."""
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 2)
+        except OSError:
+            return
+        if not data:
+            return
+        request = json.loads(data)
+        if len(fds) != 2:
+            sock.send(json.dumps({"error": f"expected 2 descriptors, got {len(fds)}"}).encode())
+            continue
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            _child(request, fds[0], fds[1], os.getppid())
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"pid": pid}).encode())
+        _, status, usage = os.wait4(pid, 0)
+        sock.send(json.dumps({"exited": pid, "status": status, "maxrss_kib": usage.ru_maxrss}).encode())
+
+
+def main(argv: list[str]) -> int:
+    from amp_bench.measure.channel import die_with_parent
+    die_with_parent()  # AMP_BENCH_PARENT_PID: the run's parent
+    sock = socket.socket(fileno=int(argv[0]))
+    options = json.loads(argv[1])
+    started = time.monotonic()
+    imported, failed = _preload(options["preload"], options.get("search_dirs", []))
+    unsafe = unsafe_to_fork()
+    sock.send(json.dumps({"imported": imported, "failed": failed, "unsafe": unsafe,
+                          "seconds": round(time.monotonic() - started, 3)}).encode())
+    if failed:
+        print(f"fork server: not preloaded (the workers import them): {failed}", flush=True)
+    if unsafe:
+        print(f"fork server: not used: {unsafe}", flush=True)
+        return 0
+    _serve(sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
