@@ -184,6 +184,10 @@ def test_processes_that_differ_in_speed_are_no_regression_but_a_consistent_slowd
     cand = generated_run(tmp_path, "cand", 6.3, 3, 100, levels=[1.02, 1.17, 1.15])
     step = next(r for r in compare([base], [cand]).results if r.metric == "step_time")
     assert step.ratio > 1.1 and step.verdict == "unstable", step
+    # throughput is the step time seen from the other side: by the same rule, it cannot call a
+    # regression here (its range across three repeats once did: 0.866, "CI" 0.653-0.958)
+    throughput = next(r for r in compare([base], [cand]).results if r.metric == "throughput")
+    assert throughput.verdict == "unstable" and throughput.ci_high / throughput.ci_low >= step.ci_high / step.ci_low
     assert "interval widened to the spread between repeats (repeat medians vary by " in step.detail
     assert "% (baseline) and 15% (candidate)" in step.detail
     assert compare([base], [cand]).exit_code == EXIT_UNSTABLE
@@ -383,3 +387,68 @@ def test_compare_and_nightly_write_junit_through_the_one_writer():
     for module in (compare_outputs, nightly):
         source = inspect.getsource(module)
         assert "junit.to_junit(" in source and "<testcase" not in source, module.__name__
+
+
+def paired_run(root, name, levels, speedup=1.6, fp32_ms=100.0, noise=0.01, seed=0, stopped=()):
+    """A run of one group in fp32 and amp_bf16, each repeat both modes back to back: the repeat's
+    `level` (the machine at that moment) moves both alike; `speedup` is what bf16 buys; `stopped`: the
+    repeats whose rows a contention monitor stopped early (status contended)."""
+    from amp_bench.store.results import RunStore
+    from amp_bench.stats import Window
+    rng = np.random.default_rng(seed)
+    store = RunStore(root, name)
+    for r, level in enumerate(levels):
+        for precision, ms in (("fp32", fp32_ms), ("amp_bf16", fp32_ms / speedup)):
+            case_id = f"mlp-bs4-{precision}"
+            row = {"run_id": store.run_id, "case_id": case_id, "group_id": "mlp-bs4", "model_label": "mlp",
+                   "precision": precision, "device": "cpu", "device_name": "cpu", "repeat": r, "batch_size": 4,
+                   "fingerprint": "fp-x", "peak_rss_bytes": 1e9}
+            if r in stopped:
+                store.add({**row, "status": "contended", "contended": True, "reason": "3 other processes used 1.9 "
+                           "of 2 cores for 6 s", "contention": "3 other processes used 1.9 of 2 cores for 6 s"}, [])
+                continue
+            times = rng.normal(ms * level, ms * level * noise, 20)
+            window = Window.from_steps(times, 4, seconds=sum(times) / 1e3)
+            store.add({**row, "status": "ok", **window.to_columns()},
+                      [{"run_id": store.run_id, "case_id": case_id, "precision": precision, "repeat": r,
+                        "phase": "measure", "step": i, "step_time_ms": float(t), "loss": 1.0}
+                       for i, t in enumerate(times)])
+    return store.dir
+
+
+def test_a_drifting_machine_leaves_the_step_times_unstable_and_the_paired_speedups_decide(tmp_path):
+    """Two same-code runs on a VM that wandered 10% within each run and sat 15% slower during the
+    candidate: the step times honestly cannot be compared (the machine's own wander is in their
+    interval), but bf16's paired speedup is the same in both: exit 0, and the decision says why."""
+    from amp_bench.analysis.compare import EXIT_OK, compare
+    base = paired_run(tmp_path, "base", [1.0, 1.1, 0.95, 1.05, 0.9, 1.0])
+    cand = paired_run(tmp_path, "cand", [1.15 * x for x in (1.05, 0.95, 1.1, 1.0, 0.92, 1.08)], seed=1)
+    result = compare([base], [cand])
+    verdicts = {(r.case_id, r.metric): r.verdict for r in result.results}
+    assert verdicts[("mlp-bs4-fp32", "step_time")] == "unstable"
+    assert verdicts[("mlp-bs4-amp_bf16", "throughput")] == "unstable"
+    speedup = next(r for r in result.results if r.metric == "speedup")
+    assert speedup.verdict == "no change" and 0.97 < speedup.ci_low < 1 < speedup.ci_high < 1.03, speedup
+    assert result.exit_code == EXIT_OK and result.decision.startswith("decided by: the paired speedups")
+    assert any(n.startswith("the machine wandered") for n in result.notes)
+
+
+def test_amp_buying_less_is_a_regression_even_when_the_step_times_cannot_say(tmp_path):
+    from amp_bench.analysis.compare import EXIT_REGRESSION, compare
+    base = paired_run(tmp_path, "base", [1.0, 1.1, 0.95, 1.05, 0.9, 1.0])
+    cand = paired_run(tmp_path, "cand", [1.05, 0.95, 1.1, 1.0, 0.92, 1.08], speedup=1.3, seed=1)
+    result = compare([base], [cand])
+    speedup = next(r for r in result.results if r.metric == "speedup")
+    assert speedup.verdict == "regression" and speedup.ratio == pytest.approx(1.3 / 1.6, rel=0.02)
+    assert result.exit_code == EXIT_REGRESSION and "speedup" in result.decision
+
+
+def test_cases_stopped_early_for_contention_are_not_comparable_and_say_so(tmp_path):
+    """The candidate ran beside busy processes and every case was stopped as `contended` with its
+    evidence: exit 3, naming contention, never a regression or a pass."""
+    from amp_bench.analysis.compare import CONTENDED, EXIT_NO_DATA, compare
+    base = paired_run(tmp_path, "base", [1.0] * 4)
+    cand = paired_run(tmp_path, "cand", [1.0] * 4, stopped=range(4))
+    result = compare([base], [cand])
+    assert result.exit_code == EXIT_NO_DATA and result.summary == CONTENDED
+    assert all("1.9 of 2 cores" in r.detail for r in result.results if r.verdict == CONTENDED)

@@ -79,9 +79,11 @@ def test_summary_pairs_with_fp32_and_tf32_using_medians_across_repeats():
     ])
     table = summarize(frame).set_index("precision")
     assert table.loc["fp32", "step_time_ms"] == 110  # the median resists the 300 ms outlier
-    assert table.loc["amp_bf16", "speedup_vs_fp32"] == pytest.approx(110 / 40)
+    # paired: amp_bf16's only repeat (0) against fp32's repeat 0, not against fp32's median
+    assert table.loc["amp_bf16", "speedup_vs_fp32"] == pytest.approx(100 / 40)
+    assert table.loc["amp_bf16", "speedup_vs_fp32_pairs"] == 1
     assert table.loc["amp_bf16", "speedup_vs_tf32"] == pytest.approx(50 / 40)
-    assert table.loc["amp_bf16", "throughput_speedup_vs_fp32"] == pytest.approx((64 / 40) / (64 / 110))
+    assert table.loc["amp_bf16", "throughput_speedup_vs_fp32"] == pytest.approx((64 / 40) / (64 / 100))
     assert table.loc["amp_bf16", "mem_saving_vs_fp32"] == pytest.approx(0.4)
     assert table.loc["amp_fp16", "status"] == "oom" and math.isnan(table.loc["amp_fp16", "speedup_vs_fp32"])
     assert table.loc["fp32", "repeats_ok"] == 3 and table.loc["fp32", "status_counts"] == "3 ok"
@@ -120,6 +122,33 @@ def test_unwritable_results_directory_is_a_clear_error(tmp_path):
         RunStore(blocker, "run")
 
 
+def test_a_paired_speedup_stays_narrow_when_the_machine_drifts_30_percent_across_repeats():
+    """Six repeats on a VM that slows by 30% from the first to the last: each repeat's fp32 and bf16 ran
+    back to back, so their ratio barely moves (1.6x +-2%), while the modes' own medians spread 30%. The
+    paired interval stays within +-5%; the ratio of the two modes' medians across repeats would not."""
+    import numpy as np
+    drift = np.linspace(1.0, 1.3, 6)
+    wobble = [1.00, 1.02, 0.99, 1.01, 0.98, 1.00]  # the ratio's own repeat-to-repeat noise
+    frame = pd.DataFrame([row("fp32", 1000 * d, 1000, repeat=r, device="cpu") for r, d in enumerate(drift)]
+                         + [row("amp_bf16", 1000 * d / (1.6 * w), 800, repeat=r, device="cpu")
+                            for r, (d, w) in enumerate(zip(drift, wobble))])
+    amp = summarize(frame).set_index("precision").loc["amp_bf16"]
+    assert amp["speedup_vs_fp32"] == pytest.approx(1.6, rel=0.01)
+    assert 1.6 * 0.95 < amp["speedup_vs_fp32_ci_low"] < 1.6 < amp["speedup_vs_fp32_ci_high"] < 1.6 * 1.05
+    assert amp["speedup_vs_fp32_pairs"] == 6
+    # each mode's own step time spread 30% over the run: an unpaired interval could not be this narrow
+    fp32 = frame[frame["precision"] == "fp32"]["step_time_ms_median"]
+    assert fp32.max() / fp32.min() > 1.29
+
+
+def test_contended_pairs_are_left_out_of_the_paired_speedup_while_two_clean_ones_remain():
+    frame = pd.DataFrame([row("fp32", 100, 1000, repeat=r) for r in range(3)]
+                         + [row("amp_bf16", 50, 600, repeat=0), row("amp_bf16", 50, 600, repeat=1),
+                            row("amp_bf16", 200, 600, repeat=2, contended=True)])
+    amp = summarize(frame).set_index("precision").loc["amp_bf16"]
+    assert amp["speedup_vs_fp32"] == pytest.approx(2.0) and amp["speedup_vs_fp32_pairs"] == 2
+
+
 def test_speedup_spread_pairs_repeats_and_memory_metrics():
     frame = pd.DataFrame([
         row("fp32", 100, 1000, repeat=0, peak_mem_reserved_bytes=2000),
@@ -128,9 +157,9 @@ def test_speedup_spread_pairs_repeats_and_memory_metrics():
         row("amp_fp16", 40, 600, repeat=1, peak_mem_reserved_bytes=1500),
     ])
     amp = summarize(frame).set_index("precision").loc["amp_fp16"]
-    assert amp["speedup_vs_fp32"] == pytest.approx(110 / 45)
+    assert amp["speedup_vs_fp32"] == pytest.approx((2.0 * 3.0) ** 0.5)  # the geometric mean of the pairs' ratios
     assert amp["speedup_vs_fp32_min"] == pytest.approx(2.0) and amp["speedup_vs_fp32_max"] == pytest.approx(3.0)
-    assert amp["speedup_vs_fp32_pairs"] == 2
+    assert amp["speedup_vs_fp32_pairs"] == 2 and amp["speedup_vs_fp32_method"].startswith("paired t on log ratios")
     assert amp["mem_saving_allocated_vs_fp32"] == pytest.approx(0.4)
     assert amp["mem_saving_reserved_vs_fp32"] == pytest.approx(0.25)
     assert math.isnan(amp["speedup_vs_tf32"]) and math.isnan(amp["speedup_vs_tf32_min"])

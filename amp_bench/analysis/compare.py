@@ -7,7 +7,14 @@ For each case both sides ran, the ratio (candidate / baseline) of:
   within one do), and a Mann-Whitney U test;
 - throughput: the rows' `throughput` column, the one definition (samples over the measured window's
   wall time, host gaps included: stats.Window), as history and nightly use it: the median across
-  each side's repeats (history.run_series' point per run), with the range across repeats as interval;
+  each side's repeats (history.run_series' point per run); its interval by the step time's rule
+  (Welch's t on the repeats, never narrower than the step time's): it is the step time seen from the
+  other side, so the two cannot disagree for lack of data;
+- both widened by the machine's own wander within each run (analysis/drift.py): a level change
+  smaller than that is not the code's to call;
+- the paired speedup over fp32 of every AMP case (drift.speedup_results): what AMP buys, which a
+  drifting machine cannot hide; when the step times are unstable and every speedup is decided, the
+  speedups decide the exit code, and `decision` says so;
 - peak memory: the median across repeats, with the range across repeats as interval.
 A regression is called only when the whole interval lies beyond the threshold, so noise alone does
 not alert. A case the hardware cannot run (status `unsupported`) on both sides is "not run on either
@@ -16,7 +23,6 @@ finding: exit 1); one only the candidate runs is "new in candidate" (neutral).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,10 +30,14 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import stats
-from amp_bench.analysis.intervals import (BOOTSTRAP, MIN_REPEATS, _spread, _widen,  # noqa: F401 (re-exported)
-                                          bootstrap_median_ratio, judge, mann_whitney_p, repeats_interval)
+from amp_bench.analysis.intervals import (BOOTSTRAP, MIN_REPEATS, Threshold, _spread,  # noqa: F401 (re-exported)
+                                          _widen, bootstrap_median_ratio, judge, mann_whitney_p, repeats_interval,
+                                          welch_log_interval)
 from amp_bench.analysis.compare_outputs import to_json, to_junit, to_markdown, write_outputs  # noqa: F401 (re-exported)
+from amp_bench.analysis.drift import speedup_results, wander, widen_for_wander
+from amp_bench.analysis.gate.history import history_noise
 from amp_bench.errors import UserError
+from amp_bench.store.fingerprint import fingerprint_mismatch, fingerprints
 from amp_bench.store.results import contended, contention_reason
 from amp_bench.analysis.speedups import headline_memory
 
@@ -35,33 +45,10 @@ EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 
 MIN_SAMPLES = 5  # per side, for a time comparison
 
 
-@dataclass(frozen=True)
-class Threshold:
-    """'3%' (relative) or '0B' / '64MiB' (absolute bytes, memory only)."""
-    relative: float | None = None
-    absolute_bytes: int | None = None
-
-    @classmethod
-    def parse(cls, text: str, what: str, allow_bytes: bool = False) -> Threshold:
-        text = str(text).strip()
-        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
-        if match:
-            return cls(relative=float(match.group(1)) / 100)
-        units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-        match = re.fullmatch(r"(\d+)\s*(B|KiB|MiB|GiB)", text)
-        if match and allow_bytes:
-            return cls(absolute_bytes=int(match.group(1)) * units[match.group(2)])
-        expected = "a percentage like 3%" + (" or a size like 0B / 64MiB" if allow_bytes else "")
-        raise UserError(f"--threshold-{what}: expected {expected}, got {text!r}")
-
-    def __str__(self) -> str:
-        return f"{self.relative:.1%}" if self.relative is not None else f"{self.absolute_bytes} B"
-
-
 @dataclass
 class MetricResult:
     case_id: str
-    metric: str  # step_time | throughput | peak_memory
+    metric: str  # step_time | throughput | peak_memory | speedup (over fp32, paired per repeat)
     baseline: float | None
     candidate: float | None
     ratio: float | None
@@ -99,9 +86,34 @@ class Comparison:
         # never a pass for lack of data (nor when every case was not run on either side)
         if "not enough data" in verdicts or CONTENDED in verdicts or not verdicts - set(NEUTRAL):
             return EXIT_NO_DATA
-        if "unstable" in verdicts:
+        if "unstable" in verdicts and not self.speedups_decide:
             return EXIT_UNSTABLE
         return EXIT_OK
+
+    @property
+    def speedups_decide(self) -> bool:
+        """Unstable absolute figures, but every paired speedup compared and decided: they decide."""
+        speedups = [r for r in self.results if r.metric == "speedup"]
+        unstable = [r for r in self.results if r.verdict == "unstable"]
+        return bool(speedups) and bool(unstable) and all(r.metric != "speedup" for r in unstable) and \
+            all(self.judged(r) for r in speedups)
+
+    @property
+    def decision(self) -> str:
+        """Which figures decided the exit code, in one line."""
+        code = self.exit_code
+        speedups = [r for r in self.results if r.metric == "speedup"]
+        if code == EXIT_REGRESSION:
+            found = sorted({r.metric for r in self.results if self.finding(r)})
+            return f"decided by: {', '.join(found)} (a finding)"
+        if code == EXIT_NO_DATA:
+            return "decided by: missing or contended data (no verdict)"
+        if self.speedups_decide:
+            return (f"decided by: the paired speedups ({len(speedups)} compared, none changed beyond its threshold); "
+                    "the step times are too unstable on this machine to compare across runs")
+        if code == EXIT_UNSTABLE:
+            return "decided by: unstable intervals (neither the step times nor the paired speedups could decide)"
+        return "decided by: the step times, throughputs and memory" + (" and the paired speedups" if speedups else "")
 
     @staticmethod
     def finding(r: MetricResult) -> bool:
@@ -135,80 +147,106 @@ def _load_side(inputs: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return results, read_table(run_dirs, "samples", SAMPLE_COLUMNS)
 
 
-def _fingerprints(results: pd.DataFrame) -> set[str]:
-    if "fingerprint" not in results:
-        return set()
-    return set(results["fingerprint"].dropna().astype(str))
-
-
 def compare(baseline: list[str], candidate: list[str], *, threshold_time: Threshold = Threshold(0.03),
             threshold_throughput: Threshold | None = None, threshold_memory: Threshold = Threshold(0.02),
-            force: bool = False, seed: int = 0, noise_floor: dict[str, float] | None = None,
-            history: str | Path | None = None) -> Comparison:
+            threshold_speedup: Threshold = Threshold(0.05), force: bool = False, seed: int = 0,
+            noise_floor: dict[str, float] | None = None, history: str | Path | None = None) -> Comparison:
     """noise_floor: case id -> night-to-night noise of its series (log units), or history: a results
     tree to take it from (the candidate's machine): widens each interval by that run-to-run
     variance, and lets fewer than MIN_REPEATS repeats decide."""
     threshold_throughput = threshold_throughput or threshold_time
     base_rows, base_samples = _load_side(baseline)
     cand_rows, cand_samples = _load_side(candidate)
-    base_fp, cand_fp = _fingerprints(base_rows), _fingerprints(cand_rows)
     comparison = Comparison([str(b) for b in baseline], [str(c) for c in candidate],
                             {"step_time": str(threshold_time), "throughput": str(threshold_throughput),
-                             "peak_memory": str(threshold_memory)})
-    if base_fp and cand_fp and base_fp != cand_fp:
-        message = (f"machine fingerprints differ (baseline {', '.join(sorted(base_fp))}, candidate "
-                   f"{', '.join(sorted(cand_fp))}): different hardware or software")
-        if not force:
-            raise UserError(message + "; pass --force to compare anyway")
-        comparison.notes.append(message + " (compared anyway: --force)")
-    elif not base_fp or not cand_fp:
-        comparison.notes.append("results without a machine fingerprint: could not check they come from the same "
-                                "machine and software")
+                             "peak_memory": str(threshold_memory), "speedup": str(threshold_speedup)})
+    _check_machines(comparison, base_rows, cand_rows, force)
     if history is not None:
-        noise_floor = {**history_noise(history, cand_fp), **(noise_floor or {})}
+        noise_floor = {**history_noise(history, fingerprints(cand_rows)), **(noise_floor or {})}
         comparison.notes.append(f"night-to-night noise of {len(noise_floor)} series from {history} added to the intervals")
-    rng = np.random.default_rng(seed)
-    base_ok = base_rows[base_rows["status"] == "ok"]
-    cand_ok = cand_rows[cand_rows["status"] == "ok"]
+    base_ok, cand_ok = base_rows[base_rows["status"] == "ok"], cand_rows[cand_rows["status"] == "ok"]
     base_busy, cand_busy = contended(base_ok), contended(cand_ok)
-    cases = list(dict.fromkeys(list(base_rows["case_id"]) + list(cand_rows["case_id"])))
+    wanders = (wander(base_ok[~base_busy]), wander(cand_ok[~cand_busy]))
+    context = _CaseContext(base_samples, cand_samples, np.random.default_rng(seed), threshold_time,
+                           threshold_throughput, threshold_memory, noise_floor or {}, wanders)
     excluded: dict[str, tuple[int, int]] = {}
-    for case_id in cases:
-        status = _status_verdict(case_id, base_rows, cand_rows)
-        if status is not None:
-            comparison.results.append(status)
-            continue
-        b, c = base_ok[base_ok["case_id"] == case_id], cand_ok[cand_ok["case_id"] == case_id]
-        # contended repeats are not comparable: a side with nothing else has no verdict (exit 3),
-        # otherwise they are left out (and the notes say how many)
-        b_busy, c_busy = base_busy[b.index], cand_busy[c.index]
-        whole = [side for side, rows, busy in (("baseline", b, b_busy), ("candidate", c, c_busy))
-                 if not rows.empty and busy.all()]
-        if whole:
-            reasons = sorted({x for rows in (b, c) for x in contention_reason(rows) if x})
-            detail = (" and ".join(whole) + ": every repeat contended"
-                      + (f" ({'; '.join(reasons)})" if reasons else ""))
-            for metric in ("step_time", "throughput", "peak_memory"):
-                comparison.results.append(MetricResult(case_id, metric, None, None, None, None, None, None,
-                                                       CONTENDED, detail))
-            continue
-        if b_busy.any() or c_busy.any():
-            excluded[case_id] = (int(b_busy.sum()), int(c_busy.sum()))
-            b, c = b[~b_busy], c[~c_busy]
-        if b.empty or c.empty:
-            side = "baseline" if b.empty else "candidate"
-            statuses = (base_rows if b.empty else cand_rows)
-            status = ", ".join(sorted(set(statuses.loc[statuses["case_id"] == case_id, "status"]))) or "absent"
-            comparison.unmatched.append(f"{case_id}: no ok result in the {side} ({status})")
-            comparison.results.append(MetricResult(case_id, "step_time", None, None, None, None, None, None,
-                                                   "not enough data", f"{side}: {status}"))
-            continue
-        comparison.results.extend(_compare_case(case_id, b, c, base_samples, cand_samples, rng,
-                                                threshold_time, threshold_throughput, threshold_memory,
-                                                (noise_floor or {}).get(case_id)))
+    for case_id in dict.fromkeys(list(base_rows["case_id"]) + list(cand_rows["case_id"])):
+        comparison.results.extend(_judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context,
+                                              comparison, excluded))
+    comparison.results.extend(speedup_results(base_ok[~base_busy], cand_ok[~cand_busy], threshold_speedup.relative,
+                                              MetricResult))
+    _add_notes(comparison, excluded, wanders)
+    return comparison
+
+
+@dataclass
+class _CaseContext:
+    """What every case's comparison shares: the samples, the random stream, thresholds, noise floors
+    and each side's machine wander (drift.wander)."""
+    base_samples: pd.DataFrame
+    cand_samples: pd.DataFrame
+    rng: np.random.Generator
+    time: Threshold
+    throughput: Threshold
+    memory: Threshold
+    floors: dict
+    wanders: tuple
+
+
+def _check_machines(comparison: Comparison, base_rows: pd.DataFrame, cand_rows: pd.DataFrame, force: bool) -> None:
+    differ, message = fingerprint_mismatch(base_rows, cand_rows)
+    if differ and not force:
+        raise UserError(message + "; pass --force to compare anyway")
+    if message:
+        comparison.notes.append(message + (" (compared anyway: --force)" if differ else ""))
+    starts = [set(rows["worker_start"].dropna().astype(str)) if "worker_start" in rows else set()
+              for rows in (base_rows, cand_rows)]
+    if all(starts) and starts[0] != starts[1]:
+        comparison.notes.append(f"workers started differently (baseline {'/'.join(sorted(starts[0]))}, candidate "
+                                f"{'/'.join(sorted(starts[1]))}): a CPU worker's peak RSS includes what it imported")
+
+
+def _judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context: _CaseContext, comparison,
+                excluded) -> list[MetricResult]:
+    """One case's results: a status verdict, "not comparable (contended)", "not enough data", or its metrics."""
+    status = _status_verdict(case_id, base_rows, cand_rows)
+    if status is not None:
+        return [status]
+    b_all, c_all = base_rows[base_rows["case_id"] == case_id], cand_rows[cand_rows["case_id"] == case_id]
+    b, c = b_all[b_all["status"] == "ok"], c_all[c_all["status"] == "ok"]
+    b_busy, c_busy = base_busy[b.index], cand_busy[c.index]
+    # a side whose rows were all contended (flagged at the window's edges, or stopped early as
+    # `contended`) has no verdict (exit 3); otherwise contended repeats are left out
+    whole = [side for side, rows, busy in (("baseline", b_all, b_busy), ("candidate", c_all, c_busy))
+             if not rows.empty and busy.all() and rows["status"].isin(["ok", "contended"]).all()]
+    if whole:
+        reasons = sorted({x for rows in (b_all, c_all) for x in contention_reason(rows) if x})
+        detail = " and ".join(whole) + ": every repeat contended" + (f" ({'; '.join(reasons)})" if reasons else "")
+        return [MetricResult(case_id, metric, None, None, None, None, None, None, CONTENDED, detail)
+                for metric in ("step_time", "throughput", "peak_memory")]
+    if b_busy.any() or c_busy.any():
+        excluded[case_id] = (int(b_busy.sum()), int(c_busy.sum()))
+        b, c = b[~b_busy], c[~c_busy]
+    if b.empty or c.empty:
+        side = "baseline" if b.empty else "candidate"
+        statuses = b_all if b.empty else c_all
+        status = ", ".join(sorted(set(statuses["status"]))) or "absent"
+        comparison.unmatched.append(f"{case_id}: no ok result in the {side} ({status})")
+        return [MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
+                             f"{side}: {status}")]
+    return _compare_case(case_id, b, c, context)
+
+
+def _add_notes(comparison: Comparison, excluded: dict, wanders: tuple) -> None:
     if excluded:
         comparison.notes.append("contended repeats left out (baseline, candidate): " + ", ".join(
             f"{case} ({nb}, {nc})" for case, (nb, nc) in excluded.items()))
+    if any(w for w in wanders):
+        comparison.notes.append(
+            "the machine wandered " + " and ".join(f"{w:.1%} ({side})" for side, w in zip(("baseline", "candidate"),
+                                                                                          wanders) if w)
+            + " (one sd of the repeats' common factor) within the runs: added to the step-time and throughput "
+            "intervals")
     unstable = [r for r in comparison.results if r.verdict == "unstable"]
     if unstable:
         widest = max(unstable, key=lambda r: r.ci_high / r.ci_low)
@@ -223,7 +261,7 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
             if r.verdict == verdict:
                 by_detail.setdefault(r.detail, []).append(r.case_id)
         comparison.notes += [f"{verdict}: {', '.join(ids)} ({detail})" for detail, ids in by_detail.items()]
-    return comparison
+    comparison.notes.append(comparison.decision)
 
 
 def _status_verdict(case_id: str, base_rows: pd.DataFrame, cand_rows: pd.DataFrame) -> MetricResult | None:
@@ -255,35 +293,21 @@ def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> li
             if g["step_time_ms"].notna().any()]
 
 
-def history_noise(tree: str | Path, fingerprints: set[str]) -> dict[str, float]:
-    """Night-to-night noise of each case's step-time series in a results tree (same machine)."""
-    from amp_bench.analysis.gate.changepoints import noise_scale
-    from amp_bench.analysis.gate.history import run_series
-    from amp_bench.store.cache import load_cached
-    series = run_series(load_cached([tree]))
-    if fingerprints:
-        series = series[series["fingerprint"].isin(fingerprints)]
-    out = {}
-    for case_id, g in series.groupby("case_id"):
-        values = g["step_time_ms"].dropna().to_numpy(float)
-        if len(values) >= 6:
-            out[case_id] = noise_scale(np.log(values[values > 0]), 0.0)
-    return out
-
-
 def _too_few_repeats(n_base: int, n_cand: int) -> str:
     return (f"{n_base} baseline and {n_cand} candidate repeats: run-to-run variance unknown "
             f"(need {MIN_REPEATS} each, or --history for the series' noise floor)")
 
 
-def _throughput(case_id, b, c, threshold: Threshold, floor: float | None) -> MetricResult:
+def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None) -> MetricResult:
     """The rows' `throughput` (samples over the window's wall time, host gaps included): the ratio of
-    the medians across repeats, history.run_series' point per run; the interval is the range across
-    repeats (lowest candidate / highest baseline .. highest / lowest), widened by the noise floor."""
+    the medians across repeats, history.run_series' point per run. Its interval by the step time's
+    rule: Welch's t on the repeats' logs, the night noise and the machines' wander, and never narrower
+    (in log terms) than the step time's own: throughput is the step time seen from the other side."""
     def values(rows: pd.DataFrame) -> pd.Series:
         column = pd.to_numeric(rows["throughput"], errors="coerce") if "throughput" in rows else pd.Series(dtype=float)
         return column[column > 0]
     base, cand = values(b), values(c)
+    floor = context.floors.get(case_id)
     if base.empty or cand.empty:
         return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
                             "no throughput figure on one side")
@@ -291,56 +315,68 @@ def _throughput(case_id, b, c, threshold: Threshold, floor: float | None) -> Met
         return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
                             _too_few_repeats(len(base), len(cand)))
     bm, cm = float(base.median()), float(cand.median())
-    low, high = _widen(cm / bm, float(cand.min()) / float(base.max()), float(cand.max()) / float(base.min()), floor)
-    return MetricResult(case_id, "throughput", bm, cm, cm / bm, low, high, None,
-                        judge(low, high, threshold.relative, worse_when_higher=False),
-                        f"{len(base)} vs {len(cand)} repeats"
-                        + (f"; night noise {floor:.2%} from history" if floor else ""))
+    ratio = cm / bm
+    found = welch_log_interval(np.log(base), np.log(cand)) if min(len(base), len(cand)) >= 2 else None
+    low, high = (found[1], found[2]) if found else (ratio, ratio)
+    low, high = widen_for_wander(ratio, *_widen(ratio, low, high, floor), *context.wanders)
+    if step is not None and step.ci_low and step.ci_high and step.ratio:  # the step time's width, mirrored
+        low = min(low, ratio * step.ratio / step.ci_high)
+        high = max(high, ratio * step.ratio / step.ci_low)
+    return MetricResult(case_id, "throughput", bm, cm, ratio, low, high, None,
+                        judge(low, high, context.throughput.relative, worse_when_higher=False),
+                        f"{len(base)} vs {len(cand)} repeats" + (f"; night noise {floor:.2%} from history" if floor else ""))
 
 
-def _compare_case(case_id, b, c, base_samples, cand_samples, rng, t_time, t_tput, t_mem,
-                  floor: float | None = None) -> list[MetricResult]:
-    out = []
-    base_steps, cand_steps = _step_samples(base_samples, b, case_id), _step_samples(cand_samples, c, case_id)
+def _compare_case(case_id, b, c, context: _CaseContext) -> list[MetricResult]:
+    step = _step_time(case_id, b, c, context)
+    return [step, _throughput(case_id, b, c, context, step if step.ratio is not None else None),
+            _peak_memory(case_id, b, c, context.memory)]
+
+
+def _step_time(case_id, b, c, context: _CaseContext) -> MetricResult:
+    """The ratio of the pooled medians with a bootstrap interval over repeats and their samples,
+    widened to Welch's t on the repeats' medians where that is wider, then by the night noise and the
+    machines' wander."""
+    base_steps = _step_samples(context.base_samples, b, case_id)
+    cand_steps = _step_samples(context.cand_samples, c, case_id)
     n_base, n_cand = sum(map(len, base_steps)), sum(map(len, cand_steps))
+    floor = context.floors.get(case_id)
     if n_base < MIN_SAMPLES or n_cand < MIN_SAMPLES:
-        out.append(MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
-                                f"{n_base} baseline and {n_cand} candidate step samples (need {MIN_SAMPLES} each)"))
-    elif min(len(base_steps), len(cand_steps)) < MIN_REPEATS and not floor:
-        out.append(MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
-                                _too_few_repeats(len(base_steps), len(cand_steps))))
-    else:
-        ratio, low, high = bootstrap_median_ratio(base_steps, cand_steps, rng)
-        notes = []
-        between = repeats_interval(base_steps, cand_steps)
-        if between is not None and (between[0] < low or between[1] > high):
-            # the wider of the two: the repeats differ between processes more than the samples show
-            low, high = min(low, between[0]), max(high, between[1])
-            notes.append(f"interval widened to the spread between repeats ({_spread(base_steps, cand_steps)})")
-        low, high = _widen(ratio, low, high, floor)
-        p = mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
-        base_median, cand_median = np.median(np.concatenate(base_steps)), np.median(np.concatenate(cand_steps))
-        out.append(MetricResult(case_id, "step_time", base_median, cand_median, ratio, low, high, p,
-                                judge(low, high, t_time.relative, worse_when_higher=True),
-                                "; ".join([f"{n_base} vs {n_cand} steps", *notes]
-                                          + ([f"night noise {floor:.2%} from history"] if floor else []))))
-    out.append(_throughput(case_id, b, c, t_tput, floor))
+        return MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
+                            f"{n_base} baseline and {n_cand} candidate step samples (need {MIN_SAMPLES} each)")
+    if min(len(base_steps), len(cand_steps)) < MIN_REPEATS and not floor:
+        return MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
+                            _too_few_repeats(len(base_steps), len(cand_steps)))
+    ratio, low, high = bootstrap_median_ratio(base_steps, cand_steps, context.rng)
+    notes = [f"{n_base} vs {n_cand} steps"]
+    between = repeats_interval(base_steps, cand_steps)
+    if between is not None and (between[0] < low or between[1] > high):
+        # the wider of the two: the repeats differ between processes more than the samples show
+        low, high = min(low, between[0]), max(high, between[1])
+        notes.append(f"interval widened to the spread between repeats ({_spread(base_steps, cand_steps)})")
+    low, high = widen_for_wander(ratio, *_widen(ratio, low, high, floor), *context.wanders)
+    notes += [f"night noise {floor:.2%} from history"] if floor else []
+    p = mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
+    base_median, cand_median = np.median(np.concatenate(base_steps)), np.median(np.concatenate(cand_steps))
+    return MetricResult(case_id, "step_time", base_median, cand_median, ratio, low, high, p,
+                        judge(low, high, context.time.relative, worse_when_higher=True), "; ".join(notes))
+
+
+def _peak_memory(case_id, b, c, threshold: Threshold) -> MetricResult:
     base_mem, cand_mem = headline_memory(b).dropna(), headline_memory(c).dropna()
     if base_mem.empty or cand_mem.empty:
-        out.append(MetricResult(case_id, "peak_memory", None, None, None, None, None, None, "not enough data",
-                                "no peak-memory figure on one side"))
-        return out
+        return MetricResult(case_id, "peak_memory", None, None, None, None, None, None, "not enough data",
+                            "no peak-memory figure on one side")
     bm, cm = float(base_mem.median()), float(cand_mem.median())
     # memory is near-deterministic: the interval is the range across repeats
     low, high = float(cand_mem.min()) / float(base_mem.max()), float(cand_mem.max()) / float(base_mem.min())
-    if t_mem.absolute_bytes is not None:
-        verdict = "regression" if cand_mem.min() - base_mem.max() > t_mem.absolute_bytes else (
-            "improvement" if base_mem.min() - cand_mem.max() > t_mem.absolute_bytes else "no change")
+    if threshold.absolute_bytes is not None:
+        verdict = "regression" if cand_mem.min() - base_mem.max() > threshold.absolute_bytes else (
+            "improvement" if base_mem.min() - cand_mem.max() > threshold.absolute_bytes else "no change")
     else:
-        verdict = judge(low, high, t_mem.relative, worse_when_higher=True)
-    out.append(MetricResult(case_id, "peak_memory", bm, cm, cm / bm if bm else None, low, high, None, verdict,
-                            f"{len(base_mem)} vs {len(cand_mem)} repeats"))
-    return out
+        verdict = judge(low, high, threshold.relative, worse_when_higher=True)
+    return MetricResult(case_id, "peak_memory", bm, cm, cm / bm if bm else None, low, high, None, verdict,
+                        f"{len(base_mem)} vs {len(cand_mem)} repeats")
 
 
 # ----------------------------------------------------------------------------- outputs

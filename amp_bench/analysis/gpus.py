@@ -20,14 +20,15 @@ import pandas as pd
 import yaml
 
 from amp_bench import modes
-from amp_bench.analysis.speedups import GROUP_KEYS
+from amp_bench.analysis.speedups import GROUP_KEYS, speedup_text
 from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column
 
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
 CASE_KEYS = ["model_label", "batch_size", "image_size", "seq_len", "channels_last", "world_size", "compile_mode"]
 COLUMNS = ["case", *CASE_KEYS, "gpu", "architecture", "compute_capability", "precision", "status", "reason",
-           "throughput", "speedup_vs_reference_mode", "samples_per_watt", "mfu", "price_per_gpu_hour",
+           "throughput", "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "samples_per_watt", "mfu",
+           "price_per_gpu_hour",
            "samples_per_dollar", "run_id"]
 
 
@@ -105,6 +106,7 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
         "precision": table["precision"], "status": table["status"], "reason": text_column(table, "reason"),
         "throughput": table["throughput"].where(table["status"] == "ok"),
         "speedup_vs_reference_mode": table.get(f"speedup_vs_{ref}"),
+        "speedup_ci_low": table.get(f"speedup_vs_{ref}_ci_low"), "speedup_ci_high": table.get(f"speedup_vs_{ref}_ci_high"),
         "samples_per_watt": table["samples_per_joule"], "mfu": table["mfu"], "run_id": table["run_id"]})
     device = text_column(table, "device_name")
     partition = text_column(table, "slurm_partition")
@@ -195,8 +197,9 @@ def cell_text(row) -> str:
     if row["status"] != "ok" or not np.isfinite(row["throughput"] if row["throughput"] is not None else np.nan):
         return f"{row['status']}" + (f": {row['reason']}" if row["reason"] else "")
     parts = [f"{row['throughput']:,.1f} samples/s"]
-    if pd.notna(row["speedup_vs_reference_mode"]):
-        parts.append(f"{row['speedup_vs_reference_mode']:.2f}x vs {modes.reference()}")
+    if pd.notna(row["speedup_vs_reference_mode"]):  # paired on that GPU, with its 95% interval
+        parts.append(f"{speedup_text(row['speedup_vs_reference_mode'], row.get('speedup_ci_low'), row.get('speedup_ci_high'))}"
+                     f" vs {modes.reference()}")
     if pd.notna(row["samples_per_watt"]):
         parts.append(f"{row['samples_per_watt']:.3g} samples/s per W")
     if pd.notna(row["mfu"]):

@@ -3,7 +3,35 @@ repeats' medians, the Mann-Whitney p-value, the night-noise widening and the thr
 Torch-free; numpy, and scipy only where a test or a quantile needs it (never inside a measured window)."""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import numpy as np
+
+from amp_bench.errors import UserError
+
+@dataclass(frozen=True)
+class Threshold:
+    """'3%' (relative) or '0B' / '64MiB' (absolute bytes, memory only)."""
+    relative: float | None = None
+    absolute_bytes: int | None = None
+
+    @classmethod
+    def parse(cls, text: str, what: str, allow_bytes: bool = False) -> Threshold:
+        text = str(text).strip()
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
+        if match:
+            return cls(relative=float(match.group(1)) / 100)
+        units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+        match = re.fullmatch(r"(\d+)\s*(B|KiB|MiB|GiB)", text)
+        if match and allow_bytes:
+            return cls(absolute_bytes=int(match.group(1)) * units[match.group(2)])
+        expected = "a percentage like 3%" + (" or a size like 0B / 64MiB" if allow_bytes else "")
+        raise UserError(f"--threshold-{what}: expected {expected}, got {text!r}")
+
+    def __str__(self) -> str:
+        return f"{self.relative:.1%}" if self.relative is not None else f"{self.absolute_bytes} B"
+
 
 MIN_REPEATS = 3  # per side: fewer cannot show run-to-run variance (unless history gives the noise floor)
 BOOTSTRAP = 2000
@@ -33,18 +61,44 @@ def repeats_interval(base: list[np.ndarray], cand: list[np.ndarray], level: floa
     over three repeats understates the spread between processes: two quiet runs of the same suite on
     one VM, whose processes differed by up to 15%, read as a 16% 'regression' with it alone. None
     below MIN_REPEATS a side, or when the repeats agree exactly."""
-    from scipy.stats import t as student_t
     if min(len(base), len(cand)) < MIN_REPEATS:
         return None
-    lb = np.log([np.median(x) for x in base])
-    lc = np.log([np.median(x) for x in cand])
+    found = welch_log_interval(np.log([np.median(x) for x in base]), np.log([np.median(x) for x in cand]), level)
+    if found is None or found[1] == found[2]:
+        return None
+    return found[1], found[2]
+
+
+def paired_log_interval(log_ratios, level: float = 0.95) -> tuple[float, float, float] | None:
+    """The paired speedup and its interval: each repeat ran every mode back to back (rotating which went
+    first), so the ratio within a repeat cancels whatever the machine did between repeats (a VM drifting
+    10-40% in an hour). Point: the geometric mean of the per-repeat ratios; interval: Student's t on
+    their logs (the repeats are the independent units). None without two finite ratios."""
+    from scipy.stats import t as student_t
+    logs = np.asarray([x for x in log_ratios if np.isfinite(x)], dtype=float)
+    if logs.size < 2:
+        return None
+    mean, half = logs.mean(), 0.0
+    spread = logs.std(ddof=1)
+    if spread > 0:
+        half = student_t.ppf(1 - (1 - level) / 2, logs.size - 1) * spread / np.sqrt(logs.size)
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
+def welch_log_interval(base_logs, cand_logs, level: float = 0.95) -> tuple[float, float, float] | None:
+    """exp(mean(cand) - mean(base)) and Welch's t interval, both sides given as logs (one value per
+    independent unit: a repeat's median, a repeat's paired speedup). None below two values a side."""
+    from scipy.stats import t as student_t
+    lb, lc = np.asarray(base_logs, dtype=float), np.asarray(cand_logs, dtype=float)
+    if min(lb.size, lc.size) < 2:
+        return None
+    diff = lc.mean() - lb.mean()
     vb, vc = lb.var(ddof=1) / lb.size, lc.var(ddof=1) / lc.size
     if vb + vc <= 0:
-        return None
+        return float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff))
     df = (vb + vc) ** 2 / (vb ** 2 / (lb.size - 1) + vc ** 2 / (lc.size - 1))
     half = student_t.ppf(1 - (1 - level) / 2, df) * np.sqrt(vb + vc)
-    diff = lc.mean() - lb.mean()
-    return float(np.exp(diff - half)), float(np.exp(diff + half))
+    return float(np.exp(diff)), float(np.exp(diff - half)), float(np.exp(diff + half))
 
 
 def mann_whitney_p(base: np.ndarray, cand: np.ndarray) -> float:

@@ -1,5 +1,12 @@
 """Pair every precision with the fp32 (and tf32) baseline of the same model, batch size, layout,
-device and run, and compute speedups and memory savings from medians across repeats.
+device and run, and compute speedups and memory savings.
+
+A speedup is paired: the run's schedule runs every mode of a group once per repeat, back to back,
+rotating which goes first (studies/benchmark.schedule), so within a repeat the two modes saw the same
+machine. The speedup is the geometric mean of the per-repeat ratios of the two modes' median step
+times, its 95% interval Student's t on their logs (analysis/intervals.paired_log_interval): a VM
+whose speed drifts between repeats moves both sides of a pair alike, and the ratio cancels it.
+Memory savings are from the medians across repeats.
 
 This is the plotting-free layer under the CLI table and the report: a precision is only ever
 compared with a baseline measured in the same run (same machine, suite and torch), and a missing
@@ -11,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import modes
+from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.store.flags import is_true, true_rows
 
 GROUP_KEYS = ["run_id", "suite", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device",
@@ -47,6 +55,22 @@ def _prepare(results: pd.DataFrame) -> pd.DataFrame:
         frame["mem_above_baseline_bytes"] = growth.where(frame["device"] == "cpu")
     frame["peak_mem_bytes"] = headline_memory(frame)
     return frame
+
+
+def speedup_text(point, low=None, high=None) -> str:
+    """'1.66x (1.61-1.72)': a speedup with its 95% interval where it has one; '-' without a figure.
+    The one way every table prints a speedup."""
+    def finite(value) -> bool:
+        try:
+            return np.isfinite(float(value))
+        except (TypeError, ValueError):
+            return False
+    if not finite(point):
+        return "-"
+    text = f"{float(point):.2f}x"
+    if finite(low) and finite(high) and float(low) != float(high):
+        text += f" ({float(low):.2f}-{float(high):.2f})"
+    return text
 
 
 def headline_memory(frame: pd.DataFrame) -> pd.Series:
@@ -86,18 +110,18 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         base = table[table["precision"] == precision].set_index(GROUP_KEYS)[column]
         return table.join(base.rename("_base"), on=GROUP_KEYS)["_base"]
 
+    ref = modes.reference()  # memory savings and the throughput ratio are given against it only
     for base in modes.baseline_names():
-        # from median step times (robust to outliers); the throughput ratio includes host gaps
-        table[f"speedup_vs_{base}"] = baseline(base, "step_time_ms") / table["step_time_ms"]
-        low, high, pairs, ci_low, ci_high = _repeat_spread(ok, base)
-        table = table.join(pd.DataFrame({f"speedup_vs_{base}_min": low, f"speedup_vs_{base}_max": high,
-                                         f"speedup_vs_{base}_pairs": pairs, f"speedup_vs_{base}_ci_low": ci_low,
-                                         f"speedup_vs_{base}_ci_high": ci_high}), on=keys)
+        # paired per repeat (the module's docstring); where no repeat has both modes ok, the ratio of
+        # the medians across repeats, without an interval
+        table = table.join(paired_speedups(ok, base, throughput=base == ref), on=keys)
+        unpaired = baseline(base, "step_time_ms") / table["step_time_ms"]
+        table[f"speedup_vs_{base}"] = table[f"speedup_vs_{base}"].fillna(unpaired)
         # a ratio is only as trustworthy as both its sides
         both = zip(table["contended"], baseline(base, "contended"))
         table[f"contended_vs_{base}"] = [is_true(a) or is_true(b) for a, b in both]
-    ref = modes.reference()  # memory savings and the throughput ratio are given against it only
-    table[f"throughput_speedup_vs_{ref}"] = table["throughput"] / baseline(ref, "throughput")
+    unpaired = table["throughput"] / baseline(ref, "throughput")
+    table[f"throughput_speedup_vs_{ref}"] = table[f"throughput_speedup_vs_{ref}"].fillna(unpaired)
     table[f"mem_saving_vs_{ref}"] = 1 - table["peak_mem_bytes"] / baseline(ref, "peak_mem_bytes")
     for name in metrics:
         if name != "peak_mem_bytes":
@@ -166,18 +190,62 @@ def _flags(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                          "contention": grouped["contention"].agg(first_reason)})
 
 
-def _repeat_spread(ok: pd.DataFrame, base: str) -> tuple[pd.Series, ...]:
-    """Min and max of the per-repeat speedups, pairing repeat r of the baseline with repeat r of
-    the mode (they ran interleaved, next to each other); and the interval that also covers each
-    pair's 95% intervals of the median (base low / mode high .. base high / mode low)."""
+def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
+    """Per ok row that has its repeat's `base` row beside it: the log of the pair's step-time ratio
+    (`_log`: base median / this median), of its throughput ratio (`_tlog`), whether either side was
+    contended (`_busy`), and the base side's interval columns (`_base_*`). GROUP_KEYS + precision +
+    repeat identify a pair: the two modes ran back to back in that repeat (studies/benchmark.schedule)."""
     keys = GROUP_KEYS + ["repeat"]
-    columns = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high"]
-    ok = ok.assign(**{c: ok[c] if c in ok else np.nan for c in columns})
-    base_times = ok[ok["precision"] == base].set_index(keys)[columns].rename(columns=lambda c: f"_base_{c}")
-    paired = ok.join(base_times, on=keys)
-    paired["_ratio"] = paired["_base_step_time_ms_median"] / paired["step_time_ms_median"]
-    paired["_low"] = paired["_base_step_time_ms_ci_low"] / paired["step_time_ms_ci_high"]
-    paired["_high"] = paired["_base_step_time_ms_ci_high"] / paired["step_time_ms_ci_low"]
-    grouped = paired.dropna(subset=["_ratio"]).groupby(GROUP_KEYS + ["precision"], dropna=False)
-    return (grouped["_ratio"].min(), grouped["_ratio"].max(), grouped["_ratio"].size(),
-            grouped["_low"].min(), grouped["_high"].max())
+    sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended"]
+    ok = ok.assign(**{c: ok[c] if c in ok else np.nan for c in sides})
+    base_side = ok[ok["precision"] == base].set_index(keys)[sides].rename(columns=lambda c: f"_base_{c}")
+    paired = ok.join(base_side, on=keys)
+    paired["_log"] = np.log(paired["_base_step_time_ms_median"] / paired["step_time_ms_median"])
+    paired["_tlog"] = np.log(paired["throughput"] / paired["_base_throughput"])
+    paired["_busy"] = [is_true(a) or is_true(b) for a, b in zip(paired["contended"], paired["_base_contended"])]
+    return paired.dropna(subset=["_log"])
+
+
+def clean_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The pairs where neither side was contended, while two such remain; else all of them."""
+    clean = pairs[~pairs["_busy"]]
+    return clean if len(clean) >= 2 else pairs
+
+
+def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd.DataFrame:
+    """Per group and precision: the paired speedup over `base` (the module's docstring), its interval
+    and how it was got, the lowest and highest per-repeat ratio and the number of pairs; with
+    `throughput`, the paired throughput ratio too. Contended pairs are left out while two clean pairs
+    remain. One pair has the interval its two windows' 95% intervals of the median allow (base low /
+    mode high .. base high / mode low)."""
+    rows = {key: _paired_row(clean_pairs(pairs), base, throughput)
+            for key, pairs in paired_log_ratios(ok, base).groupby(GROUP_KEYS + ["precision"], dropna=False)}
+    index = pd.MultiIndex.from_tuples(list(rows), names=GROUP_KEYS + ["precision"]) if rows else \
+        pd.MultiIndex.from_tuples([], names=GROUP_KEYS + ["precision"])
+    columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high", f"speedup_vs_{base}_min",
+               f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs", f"speedup_vs_{base}_method"] + \
+        ([f"throughput_speedup_vs_{base}"] if throughput else [])
+    return pd.DataFrame(list(rows.values()), index=index, columns=columns)
+
+
+def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:
+    name = f"speedup_vs_{base}"
+    ratios = np.exp(pairs["_log"])
+    found = paired_log_interval(pairs["_log"])
+    if (pairs["precision"] == base).all():  # the baseline against itself
+        point, low, high, method = 1.0, 1.0, 1.0, "the baseline itself"
+    elif found is not None:
+        point, low, high = found
+        method = f"paired t on log ratios ({len(pairs)} repeats)"
+    else:  # one pair
+        one = pairs.iloc[0]
+        point = float(ratios.iloc[0])
+        low = one["_base_step_time_ms_ci_low"] / one["step_time_ms_ci_high"]
+        high = one["_base_step_time_ms_ci_high"] / one["step_time_ms_ci_low"]
+        method = "one pair: its windows' 95% intervals of the median"
+    row = {name: point, f"{name}_ci_low": low, f"{name}_ci_high": high, f"{name}_min": float(ratios.min()),
+           f"{name}_max": float(ratios.max()), f"{name}_pairs": len(pairs), f"{name}_method": method}
+    if throughput:
+        logs = pairs["_tlog"].dropna()
+        row[f"throughput_{name}"] = float(np.exp(logs.mean())) if len(logs) else np.nan
+    return row

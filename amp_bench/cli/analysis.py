@@ -29,6 +29,8 @@ def add_parsers(sub) -> None:
     comp.add_argument("candidate", nargs=1)
     comp.add_argument("--threshold-time", default="3%", help="step-time regression threshold (default 3%%)")
     comp.add_argument("--threshold-throughput", help="default: the time threshold")
+    comp.add_argument("--threshold-speedup", default="5%", help="the paired speedup over fp32 (what AMP buys) "
+                      "lower by more than this is a regression (default 5%%)")
     comp.add_argument("--threshold-memory", default="2%", help="a percentage, or bytes such as 0B or 64MiB")
     comp.add_argument("--force", action="store_true", help="compare even when the machine fingerprints differ")
     comp.add_argument("--seed", type=int, default=0, help="bootstrap seed (results are reproducible)")
@@ -77,6 +79,7 @@ def cmd_compare(args, console) -> int:
         args.baseline, args.candidate, force=args.force, seed=args.seed, history=args.history,
         threshold_time=Threshold.parse(args.threshold_time, "time"),
         threshold_throughput=Threshold.parse(args.threshold_throughput or args.threshold_time, "throughput"),
+        threshold_speedup=Threshold.parse(args.threshold_speedup, "speedup"),
         threshold_memory=Threshold.parse(args.threshold_memory, "memory", allow_bytes=True))
     render_console.print_comparison(comparison, console)
     stem = args.output or Path("reports") / f"compare-{Path(args.candidate[0]).name}-vs-{Path(args.baseline[0]).name}"

@@ -166,7 +166,7 @@ def cluster_reporter(console):
 def print_summary(results, console) -> None:
     """One table per model: each precision's step time, speedup against every baseline the registry
     names (fp32, and tf32 where it ran) and memory saving against the reference (fp32)."""
-    from amp_bench.analysis.speedups import summarize
+    from amp_bench.analysis.speedups import speedup_text, summarize
     summary = summarize(results)
     ref = modes.reference()
     for (model, device_name), table in summary.groupby(["model_label", "device_name"], sort=False):
@@ -176,7 +176,8 @@ def print_summary(results, console) -> None:
                  if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
         show_procs = (table["world_size"] > 1).any()
         show_compile = (table["compile_mode"] != "eager").any()
-        out = Table(title=f"{model} on {device_name}: medians across repeats", title_justify="left",
+        out = Table(title=f"{model} on {device_name}: medians across repeats; speedups paired per repeat, "
+                    "with their 95% interval", title_justify="left",
                     box=box.SIMPLE_HEAD, pad_edge=False)
         columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
             ["precision", "ms/step", "samples/s", f"vs {ref}"] + [f"vs {b}" for b in later] + \
@@ -190,12 +191,14 @@ def print_summary(results, console) -> None:
             cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
             cells += [str(int(r["world_size"]))] if show_procs else []
             precision = modes.with_emulated(r["precision"], is_true(r.get("emulated")))
-            speedup = _fmt(r[f"speedup_vs_{ref}"], ".2f", "x")
+            speedup = speedup_text(r[f"speedup_vs_{ref}"], r.get(f"speedup_vs_{ref}_ci_low"),
+                                   r.get(f"speedup_vs_{ref}_ci_high")) if r["precision"] != ref else "1.00x"
             if is_true(r.get(f"contended_vs_{ref}")) and speedup != "-":
                 speedup = f"[red]{speedup} contended[/]"
             cells += [precision, _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
                       _fmt(r["throughput"], ".1f"), speedup]
-            cells += [_fmt(r[f"speedup_vs_{b}"], ".2f", "x") for b in later]
+            cells += [speedup_text(r[f"speedup_vs_{b}"], r.get(f"speedup_vs_{b}_ci_low"), r.get(f"speedup_vs_{b}_ci_high"))
+                      for b in later]
             if show_procs:
                 cells.append(_fmt(r["scaling_efficiency"], ".0%"))
             if show_compile:  # vs eager: the same precision eager, same run (summary._versus_eager)
@@ -354,7 +357,10 @@ def print_comparison(comparison, console) -> None:
                       _fmt(r.p_value, ".2g"), verdict)
     console.print(table)
     for note in comparison.notes + comparison.unmatched:
-        console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+        if note != comparison.decision:
+            console.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+    console.print(f"[bold]{escape(comparison.decision)}[/] (exit {comparison.exit_code})", highlight=False,
+                  soft_wrap=True)
 
 
 

@@ -51,7 +51,8 @@ def _finish(fig, title: str, y_title: str, height_per_row: int = 360):
 
 
 def speedup_chart(summary: pd.DataFrame, base: str | None = None):
-    """Speedup of each mode over the baseline, per model and batch size, error bars = repeat spread.
+    """Paired speedup of each mode over the baseline, per model and batch size, error bars = its 95%
+    interval (analysis/speedups: t on the per-repeat log ratios; a single pair: its windows' intervals).
     Cases that were not measured are drawn as labelled crosses on the parity line, never as zero."""
     base = base or modes.reference()
     frame = summary[summary["precision"] != base].copy()
@@ -59,8 +60,8 @@ def speedup_chart(summary: pd.DataFrame, base: str | None = None):
     if frame.empty or frame[f"speedup_vs_{base}"].notna().sum() == 0:
         return None
     frame["x"] = _x_label(frame)
-    frame["err_plus"] = (frame[f"speedup_vs_{base}_max"] - frame[f"speedup_vs_{base}"]).clip(lower=0)
-    frame["err_minus"] = (frame[f"speedup_vs_{base}"] - frame[f"speedup_vs_{base}_min"]).clip(lower=0)
+    frame["err_plus"] = (frame[f"speedup_vs_{base}_ci_high"] - frame[f"speedup_vs_{base}"]).clip(lower=0)
+    frame["err_minus"] = (frame[f"speedup_vs_{base}"] - frame[f"speedup_vs_{base}_ci_low"]).clip(lower=0)
     frame["repeats"] = frame[f"speedup_vs_{base}_pairs"].fillna(0).astype(int)
     frame = frame.sort_values(["batch_size", "channels_last"], kind="stable")
     measured = frame[frame[f"speedup_vs_{base}"].notna()].copy()
@@ -79,7 +80,7 @@ def speedup_chart(summary: pd.DataFrame, base: str | None = None):
     fig.update_xaxes(categoryorder="array", categoryarray=list(dict.fromkeys(frame["x"])))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     _mark_not_measured(fig, frame, f"speedup_vs_{base}", base)
-    return _finish(fig, f"Training-step speedup over {base} (median step time; bars span the repeats)",
+    return _finish(fig, f"Training-step speedup over {base} (paired per repeat; bars: 95% interval)",
                    f"speedup vs {base} (x)")
 
 

@@ -27,3 +27,22 @@ def fingerprint_columns(device: dict, versions: dict, gpu: dict, hostname: str,
                 columns["driver_version"], versions.get("torch_cuda_version", ""), versions.get("torch_version", "")]
     columns["fingerprint"] = hashlib.sha256("|".join(map(str, identity)).encode()).hexdigest()[:12]
     return columns
+
+
+def fingerprints(results) -> set[str]:
+    """The machine fingerprints a results table carries."""
+    if "fingerprint" not in results:
+        return set()
+    return set(results["fingerprint"].dropna().astype(str))
+
+
+def fingerprint_mismatch(base_rows, cand_rows) -> tuple[bool, str]:
+    """(the two sides come from different machines or software, what to say about it): compare
+    refuses such sides unless told to go on; results without a fingerprint are said to be unchecked."""
+    base_fp, cand_fp = fingerprints(base_rows), fingerprints(cand_rows)
+    if base_fp and cand_fp and base_fp != cand_fp:
+        return True, (f"machine fingerprints differ (baseline {', '.join(sorted(base_fp))}, candidate "
+                      f"{', '.join(sorted(cand_fp))}): different hardware or software")
+    if not base_fp or not cand_fp:
+        return False, "results without a machine fingerprint: could not check they come from the same machine and software"
+    return False, ""

@@ -297,3 +297,18 @@ def to_markdown(result: HistoryResult, max_changes: int = 200) -> str:
     else:
         lines.append("No change in any series.")
     return "\n".join(lines) + "\n"
+
+
+def history_noise(tree: str | Path, fingerprints: set[str]) -> dict[str, float]:
+    """Night-to-night noise of each case's step-time series in a results tree (same machine)."""
+    from amp_bench.analysis.gate.changepoints import noise_scale
+    from amp_bench.store.cache import load_cached
+    series = run_series(load_cached([tree]))
+    if fingerprints:
+        series = series[series["fingerprint"].isin(fingerprints)]
+    out = {}
+    for case_id, g in series.groupby("case_id"):
+        values = g["step_time_ms"].dropna().to_numpy(float)
+        if len(values) >= 6:
+            out[case_id] = noise_scale(np.log(values[values > 0]), 0.0)
+    return out
