@@ -416,12 +416,12 @@ def test_the_software_record_is_taken_beside_the_probe_and_done_before_any_case(
         order.append("software")
         return {"pip_freeze": ["torch==2.14.1"], "git_commit": "abc"}
 
-    def probe_worker(args, result_path, log_path, timeout_s):
+    def probe_worker(args, result_path, log_path, timeout_s, server=None):
         order.append("probe")
         return WorkerOutcome({"device": {"type": "cpu", "name": "cpu"}}, 0, False, None, 0.1, log_path)
     monkeypatch.delenv("AMP_BENCH_PROBE_CACHE", raising=False)  # this fake probe is never kept
     monkeypatch.setattr(session, "software_record", slow_record)
-    monkeypatch.setattr(session, "run_worker", probe_worker)
+    monkeypatch.setattr(session, "launch", probe_worker)
     probed = session.probe("cpu")
     assert order == ["probe", "software"]  # side by side: the probe did not wait for the record to start
     assert probed["software"]["pip_freeze"] == ["torch==2.14.1"] and probed["device"]["type"] == "cpu"

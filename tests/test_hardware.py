@@ -123,10 +123,10 @@ def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch
     started = []
     found = {"type": "cpu", "name": "Xeon"}
 
-    def probe_worker(args, result_path, log_path, timeout_s):
+    def probe_worker(args, result_path, log_path, timeout_s, server=None):
         started.append(args[1])
         return WorkerOutcome({"device": dict(found), "versions": {"torch": "2.14.1"}}, 0, False, None, 0.1, log_path)
-    monkeypatch.setattr(session, "run_worker", probe_worker)
+    monkeypatch.setattr(session, "launch", probe_worker)
     monkeypatch.setattr(session, "software_record", lambda: {"git_commit": "abc"})
     monkeypatch.setenv("AMP_BENCH_PROBE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
@@ -157,7 +157,7 @@ def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch
     session.probe("cpu")
     assert len(started) == 7 and code.exists()
     monkeypatch.undo()
-    monkeypatch.setattr(session, "run_worker", probe_worker)
+    monkeypatch.setattr(session, "launch", probe_worker)
     monkeypatch.setattr(session, "software_record", lambda: {})
     monkeypatch.setenv("AMP_BENCH_PROBE_CACHE", str(tmp_path / "gpu"))
     found.update(type="cuda", name="NVIDIA H200")

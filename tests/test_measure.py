@@ -30,6 +30,9 @@ class FakeCuda:
     def reset_peak_memory_stats(self, device=None):
         self.calls.append("reset_peak_memory_stats")
 
+    def memory_stats(self, device=None):
+        return {"num_alloc_retries": 0}
+
 
 class FakeReader:
     def __init__(self, calls, used=7 * 2**30):

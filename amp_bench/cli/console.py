@@ -78,7 +78,7 @@ def rich_reporter(console):
         def case_finished(self, case, row):
             self.progress.advance(self.run_task)
             status = row.get("status")
-            colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow"}.get(status, "red")
+            colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow", "contended": "yellow"}.get(status, "red")
             if status == "ok":
                 memory = (row.get("peak_mem_allocated_bytes") if row.get("device") == "cuda"
                           else row.get("peak_rss_bytes"))
@@ -94,6 +94,9 @@ def rich_reporter(console):
             for warning in filter(None, str(row.get("warnings") or "").split(" | ")):
                 if warning != "nan":
                     self.console.print(f"            [yellow]warning:[/] {escape(warning)}", highlight=False)
+
+        def note(self, text):
+            self.console.print(f"[yellow]note[/]: {escape(text)}", highlight=False, soft_wrap=True)
 
         def close(self):
             self.progress.stop()
@@ -164,51 +167,61 @@ def cluster_reporter(console):
 
 
 def print_summary(results, console) -> None:
-    """One table per model: each precision's step time, speedup against every baseline the registry
-    names (fp32, and tf32 where it ran) and memory saving against the reference (fp32)."""
-    from amp_bench.analysis.speedups import speedup_text, summarize
+    """One table per model (summary_table), then the notes every table shares and the headline."""
+    from amp_bench.analysis.headline import headlines
+    from amp_bench.analysis.speedups import summarize
     summary = summarize(results)
-    ref = modes.reference()
     for (model, device_name), table in summary.groupby(["model_label", "device_name"], sort=False):
-        cpu = (table["device"] == "cpu").all()
-        show_layout = table["channels_last"].astype(bool).any()
-        later = [b for b in modes.baseline_names()[1:]
-                 if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
-        show_procs = (table["world_size"] > 1).any()
-        show_compile = (table["compile_mode"] != "eager").any()
-        out = Table(title=f"{model} on {device_name}: medians across repeats; speedups paired per repeat, "
-                    "with their 95% interval", title_justify="left",
-                    box=box.SIMPLE_HEAD, pad_edge=False)
-        columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
-            ["precision", "ms/step", "samples/s", f"vs {ref}"] + [f"vs {b}" for b in later] + \
-            (["scaling eff"] if show_procs else []) + \
-            (["compile", "vs eager", "compile s", "breaks", "recomp"] if show_compile else []) + \
-            ["peak RSS" if cpu else "peak alloc", "saved"] + (["saved*"] if cpu else [])
-        for name in columns:
-            out.add_column(name, justify="left" if name in ("layout", "precision") else "right", no_wrap=True)
-        for _, r in table.iterrows():
-            ok = r["status"] == "ok"
-            cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
-            cells += [str(int(r["world_size"]))] if show_procs else []
-            precision = modes.with_emulated(r["precision"], is_true(r.get("emulated")))
-            speedup = speedup_text(r[f"speedup_vs_{ref}"], r.get(f"speedup_vs_{ref}_ci_low"),
-                                   r.get(f"speedup_vs_{ref}_ci_high")) if r["precision"] != ref else "1.00x"
-            if is_true(r.get(f"contended_vs_{ref}")) and speedup != "-":
-                speedup = f"[red]{speedup} contended[/]"
-            cells += [precision, _fmt(r["step_time_ms"], ".1f") if ok else escape(r["status"]),
-                      _fmt(r["throughput"], ".1f"), speedup]
-            cells += [speedup_text(r[f"speedup_vs_{b}"], r.get(f"speedup_vs_{b}_ci_low"), r.get(f"speedup_vs_{b}_ci_high"))
-                      for b in later]
-            if show_procs:
-                cells.append(_fmt(r["scaling_efficiency"], ".0%"))
-            if show_compile:  # vs eager: the same precision eager, same run (summary._versus_eager)
-                cells += [r["compile_mode"], _fmt(r["speedup_vs_eager"], ".2f", "x"), _fmt(r["compile_time_s"], ".1f"),
-                          _fmt(r["graph_breaks"], ".0f"), _fmt(r["recompiles"], ".0f")]
-            cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r[f"mem_saving_vs_{ref}"], ".1%")]
-            if cpu:
-                cells.append(_fmt(r[f"mem_saving_above_baseline_vs_{ref}"], ".1%"))
-            out.add_row(*cells)
-        console.print(out)
+        console.print(summary_table(table, f"{model} on {device_name}"))
+    _print_summary_notes(summary, console)
+    sentences = headlines(summary)
+    if sentences:
+        console.print()
+        for sentence in sentences:
+            console.print(f"[bold]{escape(sentence)}[/]", highlight=False, soft_wrap=True)
+
+
+def summary_table(table, title: str) -> Table:
+    """Each precision's step time, its paired speedup (with its interval) over every baseline the registry
+    names (fp32, and tf32 where it ran) and its memory saving against the reference (fp32)."""
+    from amp_bench.analysis.speedups import speedup_text
+    ref = modes.reference()
+    cpu = (table["device"] == "cpu").all()
+    show_layout = table["channels_last"].astype(bool).any()
+    later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
+    show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != "eager").any()
+    out = Table(title=f"{title}: medians across repeats; speedups paired per repeat, with their 95% interval",
+                title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
+        ["precision", "ms/step", "samples/s", f"vs {ref}"] + [f"vs {b}" for b in later] + \
+        (["scaling eff"] if show_procs else []) + \
+        (["compile", "vs eager", "compile s", "breaks", "recomp"] if show_compile else []) + \
+        ["peak RSS" if cpu else "peak alloc", "saved"] + (["saved*"] if cpu else [])
+    for name in columns:
+        out.add_column(name, justify="left" if name in ("layout", "precision") else "right", no_wrap=True)
+    for _, r in table.iterrows():
+        cells = [str(int(r["batch_size"]))] + (["cl" if r["channels_last"] else "nchw"] if show_layout else [])
+        cells += [str(int(r["world_size"]))] if show_procs else []
+        speedup = speedup_text(r[f"speedup_vs_{ref}"], r.get(f"speedup_vs_{ref}_ci_low"),
+                               r.get(f"speedup_vs_{ref}_ci_high")) if r["precision"] != ref else "1.00x"
+        if is_true(r.get(f"contended_vs_{ref}")) and speedup != "-":
+            speedup = f"[red]{speedup} contended[/]"
+        cells += [modes.with_emulated(r["precision"], is_true(r.get("emulated"))),
+                  _fmt(r["step_time_ms"], ".1f") if r["status"] == "ok" else escape(r["status"]),
+                  _fmt(r["throughput"], ".1f"), speedup]
+        cells += [speedup_text(r[f"speedup_vs_{b}"], r.get(f"speedup_vs_{b}_ci_low"), r.get(f"speedup_vs_{b}_ci_high"))
+                  for b in later]
+        cells += [_fmt(r["scaling_efficiency"], ".0%")] if show_procs else []
+        if show_compile:  # vs eager: the same precision eager, same run (summary._versus_eager)
+            cells += [r["compile_mode"], _fmt(r["speedup_vs_eager"], ".2f", "x"), _fmt(r["compile_time_s"], ".1f"),
+                      _fmt(r["graph_breaks"], ".0f"), _fmt(r["recompiles"], ".0f")]
+        cells += [_fmt_bytes(r["peak_mem_bytes"]), _fmt(r[f"mem_saving_vs_{ref}"], ".1%")]
+        cells += [_fmt(r[f"mem_saving_above_baseline_vs_{ref}"], ".1%")] if cpu else []
+        out.add_row(*cells)
+    return out
+
+
+def _print_summary_notes(summary, console) -> None:
     if (summary["world_size"] > 1).any():
         console.print("[dim]procs: DDP world size; weak scaling (per-process batch fixed, samples/s global); "
                       "scaling eff = step time with 1 process / step time with procs (docs/distributed.md)[/]")
@@ -217,23 +230,15 @@ def print_summary(results, console) -> None:
                       "built (the torch runtime's own footprint)[/]")
     for reason in dict.fromkeys(r for r in summary.get("emulated_reason", []) if isinstance(r, str) and r):
         console.print(f"[yellow]emulated[/]: {escape(reason)}", highlight=False)
-    contended = summary[true_rows(summary["contended"])] if "contended" in summary \
-        else summary.iloc[0:0]
+    contended = summary[true_rows(summary["contended"])]
     for _, r in contended.iterrows():
         console.print(f"[red]contended[/]: {escape(r['model_label'])} bs {int(r['batch_size'])} {r['precision']}: "
                       f"{escape(str(r['contention']))}; its figures are not trustworthy (rerun on a quiet machine)",
                       highlight=False, soft_wrap=True)
     not_run = summary[(summary["status"] == "unsupported")]
-    if not not_run.empty:
-        for reason in dict.fromkeys(not_run["reason"].astype(str)):
-            names = ", ".join(dict.fromkeys(not_run.loc[not_run["reason"].astype(str) == reason, "precision"]))
-            console.print(f"[dim]not run ({escape(names)}): {escape(reason)}[/]", highlight=False, soft_wrap=True)
-    from amp_bench.analysis.headline import headlines
-    sentences = headlines(summary)
-    if sentences:
-        console.print()
-        for sentence in sentences:
-            console.print(f"[bold]{escape(sentence)}[/]", highlight=False, soft_wrap=True)
+    for reason in dict.fromkeys(not_run["reason"].astype(str)):
+        names = ", ".join(dict.fromkeys(not_run.loc[not_run["reason"].astype(str) == reason, "precision"]))
+        console.print(f"[dim]not run ({escape(names)}): {escape(reason)}[/]", highlight=False, soft_wrap=True)
 
 
 # -- fidelity and headroom ---------------------------------------------------------------------------
@@ -363,8 +368,6 @@ def print_comparison(comparison, console) -> None:
                   soft_wrap=True)
 
 
-
-
 # -- machine -----------------------------------------------------------------------------------------
 
 def print_env(info, console) -> None:
@@ -386,8 +389,8 @@ def print_env(info, console) -> None:
     software = info.get("software", {})
     console.print(f"[bold]fingerprint[/]: {fp['fingerprint']}   git: {software.get('git_commit', '-')}   "
                   f"pip packages: {len(software.get('pip_freeze', []))}"
-                  + (f"   conda env: {_conda_state(software['conda_env'])}" if software.get("conda_env") else ""),
-                  highlight=False)
+                  + (f"   conda env: {'recorded' if not software['conda_env'].startswith('not') else software['conda_env']}"
+                     if software.get("conda_env") else ""), highlight=False)
     if info["host"]["env"]:
         console.print("[bold]env[/]: " + " ".join(f"{k}={v}" for k, v in info["host"]["env"].items()), highlight=False)
     table = Table("precision", "runs here", "why")
@@ -395,7 +398,3 @@ def print_env(info, console) -> None:
         runs = "yes" if support["supported"] else ("only with allow_emulated" if support["emulated"] else "no")
         table.add_row(mode, runs, escape(support["reason"]) or "-")
     console.print(table)
-
-
-def _conda_state(conda_env: str) -> str:
-    return conda_env if conda_env.startswith("not recorded") else "recorded"

@@ -52,6 +52,9 @@ def add_parsers(sub) -> None:
     run.add_argument("--isolation", choices=("fork", "spawn"), help="how each case's worker starts: fork (default), "
                      "a child of one server that imported torch and the models' libraries once; spawn, a fresh "
                      "interpreter per case (3-7 s of imports each)")
+    run.add_argument("--on-contention", choices=("stop", "flag"), help="stop (default): a case whose worker other "
+                     "processes hold under 85%% of its cores for 3 s is stopped as contended, with the evidence, "
+                     "and retried once at the end if the machine is quiet then; flag: it runs on, its row says so")
     run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
@@ -127,7 +130,8 @@ def cmd_run(args, console) -> int:
                  "case_budget_s": args.case_budget, "budget_s": args.budget, "allow_emulated": args.allow_emulated,
                  "compile": args.compile, "compile_backend": args.compile_backend,
                  "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
-                 "compile_cache": args.compile_cache, "explain": args.explain, "isolation": args.isolation}
+                 "compile_cache": args.compile_cache, "explain": args.explain, "isolation": args.isolation,
+                 "on_contention": args.on_contention}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     spec = _executor(args)
     if spec.remote:

@@ -202,6 +202,7 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
         lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i, total=total),
         before_end=sampler.halt if sampler is not None else lambda: None)
     contention = watch.stop()
+    events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
     window_compile, recompiled = compiling.window_columns(record, compiling.CompileWatch().snapshot()) \
         if case.compiled else ({}, "")
     record.update(window_compile)

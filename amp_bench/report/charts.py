@@ -60,8 +60,10 @@ def speedup_chart(summary: pd.DataFrame, base: str | None = None):
     if frame.empty or frame[f"speedup_vs_{base}"].notna().sum() == 0:
         return None
     frame["x"] = _x_label(frame)
-    frame["err_plus"] = (frame[f"speedup_vs_{base}_ci_high"] - frame[f"speedup_vs_{base}"]).clip(lower=0)
-    frame["err_minus"] = (frame[f"speedup_vs_{base}"] - frame[f"speedup_vs_{base}_ci_low"]).clip(lower=0)
+    high = frame.get(f"speedup_vs_{base}_ci_high", frame[f"speedup_vs_{base}_max"])  # older summaries: the spread
+    low = frame.get(f"speedup_vs_{base}_ci_low", frame[f"speedup_vs_{base}_min"])
+    frame["err_plus"] = (high - frame[f"speedup_vs_{base}"]).clip(lower=0)
+    frame["err_minus"] = (frame[f"speedup_vs_{base}"] - low).clip(lower=0)
     frame["repeats"] = frame[f"speedup_vs_{base}_pairs"].fillna(0).astype(int)
     frame = frame.sort_values(["batch_size", "channels_last"], kind="stable")
     measured = frame[frame[f"speedup_vs_{base}"].notna()].copy()

@@ -30,6 +30,8 @@ STALE_S = 60.0  # six beats missed: the writer is gone
 # job, the parent cancelled it), not because of the case: `run --resume` runs these again, as it runs
 # cases without a row. Every other status (ok, oom, error, timeout, ...) is the case's own outcome.
 DIED_STATUSES = ("cancelled", "time_limit", "preempted", "node_fail", "lost")
+# rows `run --resume` runs again: a died job's, and a case stopped because the machine was busy
+RERUN_STATUSES = DIED_STATUSES + ("contended",)
 STATES = ("complete", "running", "queued", "interrupted", "unknown")
 
 

@@ -20,7 +20,7 @@ from amp_bench.analysis.explain.judge import explain_row
 from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.results import RunStore, order_columns, utc_now
-from amp_bench.store.run_state import DIED_STATUSES, Heartbeat, run_state
+from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
 from amp_bench.studies.session import Session, probe, record_machine, running
 from amp_bench.suite import Case
 from amp_bench.workers.forkserver import ForkServer
@@ -34,6 +34,7 @@ class Reporter:
     def case_started(self, case: Case, repeat: int, index: int, total: int) -> None: ...
     def worker_event(self, case: Case, event: dict) -> None: ...
     def case_finished(self, case: Case, row: dict) -> None: ...
+    def note(self, text: str) -> None: ...
 
 
 def schedule(cases: list[Case]) -> list[tuple[Case, int]]:
@@ -121,46 +122,82 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
               stop=None, heartbeat=None) -> None:
     """Run cases one after another, each in a fresh worker, and save each row as it finishes. `stop`
     (a job's StopSignals) ends the loop at a signal: the case it cut short, and those not started,
-    get rows saying why (a died status); `heartbeat` is told which case runs."""
+    get rows saying why (a died status); `heartbeat` is told which case runs. Cases stopped early as
+    `contended` are run once more at the end if the machine is quiet then (retry_contended)."""
     info = machine.device
     # the hardware gate, decided once per planned case; the worker is handed the decision
     supports = {index: precision_support(case.precision, info) for index, case, _ in order}
     runnable = [index for index, case, _ in order if may_run(supports[index], case.allow_emulated)]
     planner = BudgetPlanner(order[0][1].budget_s if order else None, len(runnable))
+    starved = []
     for position, (index, case, repeat) in enumerate(order):
-        runs = index in runnable
-        case = planner.plan(case) if runs else case
         if stop is not None and stop.requested:
             _save_died(store, order[position:], machine, stop, started=False)
             return
-        reporter.case_started(case, repeat, position, len(order))
-        if heartbeat is not None:
-            heartbeat.set(case=f"{case.case_id} r{repeat}")
-        try:
-            if stop is not None:
-                stop.armed = runs
-            row, samples = run_one(case, repeat, info, machine.versions, store,
-                                   on_event=lambda event, case=case: reporter.worker_event(case, event),
-                                   support=supports[index], server=machine.server)
-        except KeyboardInterrupt:
-            if stop is None or not stop.requested:
-                raise  # Ctrl-C on a local run: finished cases are saved, this one has no row
+        row = _run_item(store, (index, case, repeat), machine, reporter, supports[index], index in runnable,
+                        planner, stop, heartbeat, position, len(order))
+        if row is None:  # a stop cut it short: it and the rest are saved as died
             _save_died(store, order[position:], machine, stop, started=True)
             return
-        finally:
-            if stop is not None:
-                stop.armed = False
-        if stop is not None and stop.requested and runs and row["status"] != "ok":
-            # the signal reached the worker first (SLURM signals the whole job): its death is the stop's
-            _save_died(store, order[position:], machine, stop, started=True)
-            return
-        if case.explain:  # the worker saved a profiled step: judged here, torch-free (issue 23)
-            row.update(explain_row(row, store.dir))
-        _stamp(row, machine)
-        store.add(row, samples, key=part_key(index, case, repeat))
-        if runs:  # a gated case costs nothing: it is not in the budget's count
-            planner.finished(row)
-        reporter.case_finished(case, row)
+        if row["status"] == "contended":
+            starved.append((index, case, repeat))
+    if starved and not (stop is not None and stop.requested):
+        retry_contended(store, starved, machine, reporter, supports, planner, heartbeat)
+
+
+def _run_item(store, item, machine: Machine, reporter: Reporter, support, runs: bool, planner, stop, heartbeat,
+              position: int, total: int, note: str = "") -> dict | None:
+    """One planned case in its worker, judged and saved; None when a job's stop cut it short."""
+    index, case, repeat = item
+    case = planner.plan(case) if runs else case
+    reporter.case_started(case, repeat, position, total)
+    if heartbeat is not None:
+        heartbeat.set(case=f"{case.case_id} r{repeat}")
+    try:
+        if stop is not None:
+            stop.armed = runs
+        row, samples = run_one(case, repeat, machine.device, machine.versions, store,
+                               on_event=lambda event, case=case: reporter.worker_event(case, event),
+                               support=support, server=machine.server)
+    except KeyboardInterrupt:
+        if stop is None or not stop.requested:
+            raise  # Ctrl-C on a local run: finished cases are saved, this one has no row
+        return None
+    finally:
+        if stop is not None:
+            stop.armed = False
+    if stop is not None and stop.requested and runs and row["status"] != "ok":
+        return None  # the signal reached the worker first (SLURM signals the whole job): its death is the stop's
+    if case.explain:  # the worker saved a profiled step: judged here, torch-free (issue 23)
+        row.update(explain_row(row, store.dir))
+    if note:
+        row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
+    _stamp(row, machine)
+    store.add(row, samples, key=part_key(index, case, repeat))
+    if runs:  # a gated case costs nothing: it is not in the budget's count
+        planner.finished(row)
+    reporter.case_finished(case, row)
+    return row
+
+
+def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, supports: dict, planner,
+                    heartbeat=None) -> None:
+    """Run each case stopped as contended once more, if the run's budget is not spent and the machine
+    is quiet now (busy.quiet_now over 2 s); its new row replaces the stopped one and says it was a
+    retry. A machine still busy gets no retry (each would be stopped again): the note says why."""
+    from amp_bench.workers.busy import cores_needed, quiet_now
+    first = starved[0][1]
+    spent = planner.budget_s is not None and planner.clock() - planner.started >= planner.budget_s
+    quiet, how = (False, "the run's budget is spent") if spent else \
+        quiet_now(cores_needed(machine.device.type, first.threads_per_rank, first.nproc_per_node or 1))
+    if not quiet:
+        reporter.note(f"{len(starved)} case(s) stopped as contended were not run again: {how}")
+        store.update_manifest(lambda m: m.update(contended_not_retried=f"{len(starved)} case(s): {how}"))
+        return
+    reporter.note(f"running the {len(starved)} case(s) stopped as contended once more ({how})")
+    for n, (index, case, repeat) in enumerate(starved):
+        _run_item(store, (index, case, repeat), machine, reporter, supports[index], True, planner, None, heartbeat,
+                  n, len(starved), note="run again at the end: its first run was stopped as contended")
 
 
 def _stamp(row: dict, machine: Machine) -> None:
@@ -228,7 +265,7 @@ def resume_local(run_dir, reporter: Reporter | None = None) -> pd.DataFrame:
         raise UserError(f"{store.dir}: still running ({state.detail}): let it finish, or stop it first")
     plan = store.read_plan()
     rows = rows_by_index(store)
-    todo = [i for i, _, _ in plan_order(plan) if i not in rows or rows[i].get("status") in DIED_STATUSES]
+    todo = [i for i, _, _ in plan_order(plan) if i not in rows or rows[i].get("status") in RERUN_STATUSES]
     probed = probe(plan["device_request"])
     info = DeviceInfo.from_json(probed["device"])
     host, fingerprint = record_machine(store, probed)

@@ -23,7 +23,7 @@ from amp_bench.executors import job_states, slurm
 from amp_bench.executors.job_env import StopSignals, this_job
 from amp_bench.platform.device import DeviceInfo
 from amp_bench.store.results import RunStore, make_run_id, utc_now
-from amp_bench.store.run_state import DIED_STATUSES, Heartbeat, live_beats, read_heartbeats, run_state
+from amp_bench.store.run_state import DIED_STATUSES, RERUN_STATUSES, Heartbeat, live_beats, read_heartbeats, run_state
 from amp_bench.studies.benchmark import (Machine, Reporter, make_plan, part_key, plan_order, rows_by_index, run_cases,
                                          schedule)
 from amp_bench.studies.session import new_store, probe, record_machine
@@ -158,7 +158,7 @@ def job_main(run_dir: str, indices: list[int]) -> dict:
         job = dataclasses.replace(job, partition=(store.manifest.get("executor") or {}).get("partition", ""))
     plan = store.read_plan()
     done = rows_by_index(store)
-    order = [o for o in plan_order(plan, indices) if o[0] not in done or done[o[0]].get("status") in DIED_STATUSES]
+    order = [o for o in plan_order(plan, indices) if o[0] not in done or done[o[0]].get("status") in RERUN_STATUSES]
     job_id = job.job_id if job else str(os.getpid())
     fields = {**(job.to_json() if job else {}), "job_id": job_id, "indices": list(indices)}
     with StopSignals(job) as stop, Heartbeat(store.dir, f"job-{job_id}", **fields) as heartbeat:
@@ -330,7 +330,7 @@ def resume(run_dir, *, reporter: ClusterReporter | None = None, detach: bool = F
     reconcile(store, states)
     plan = store.read_plan()
     rows = rows_by_index(store)
-    todo = [i for i, _, _ in plan_order(plan) if i not in rows or rows[i].get("status") in DIED_STATUSES]
+    todo = [i for i, _, _ in plan_order(plan) if i not in rows or rows[i].get("status") in RERUN_STATUSES]
     run = ClusterRun(partition, store, [], len(plan["items"]))
     if not todo:
         finalize(store, states)

@@ -247,6 +247,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "compile_optimizer": _bool,
         "explain": _bool,
         "isolation": _choice(ISOLATIONS),
+        "on_contention": _choice(("stop", "flag")),
         "compile_cache": _choice(COMPILE_CACHES),
         "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
         "compile_timeout_s": _optional(_number(0, 7 * 24 * 3600)),

@@ -60,6 +60,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # fork: each case's worker is a child of one server that imported torch and the models' libraries
         # (workers/forkserver.py); spawn: a fresh interpreter per case (DDP cases always are)
         "isolation": "fork",
+        # stop: the parent stops a case whose worker other processes held under 85% of its cores for 3 s
+        # (workers/busy.py), status contended with the evidence, retried once at the end if the machine
+        # is quiet then; flag: it runs to the end and the row says contended (AMP_BENCH_ON_CONTENTION overrides)
+        "on_contention": "stop",
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)
         "fp8_recipe": "tensorwise",  # or rowwise (per-row scales: slower, more accurate)
         "fp8_skip_first_last": False,  # true: the first and last linear layers stay in bf16
@@ -200,6 +204,7 @@ class Case(TrainingSettings):
     budget_s: float | None = _SETTINGS["budget_s"]
     peak_tflops: float | None = None  # the user's peak for MFU (one precision's), overriding the built-in table
     nvml_interval_ms: float = _SETTINGS["nvml_interval_ms"]
+    on_contention: str = _SETTINGS["on_contention"]  # stop: a case the machine starves is stopped early
     search_dirs: tuple[str, ...] = ()
     memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
     instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)

@@ -130,9 +130,10 @@ class ForkServer:
             raise ForkServerGone(answer["error"])
         return Forked(int(answer["pid"]))
 
-    def wait(self, child: Forked, event_fd: int, deadline: float, on_event) -> bool:
-        """Forward the child's events until the server says it exited (True) or the deadline passes
-        (False). The server's word is the only exit notice: the child is not this process's."""
+    def wait(self, child: Forked, event_fd: int, deadline: float, on_event, watch=None) -> bool | str:
+        """Forward the child's events until the server says it exited (True), the deadline passes
+        (False) or the contention watch says stop (its evidence). The server's word is the only exit
+        notice: the child is not this process's."""
         selector = selectors.DefaultSelector()
         selector.register(event_fd, selectors.EVENT_READ, "events")
         selector.register(self.sock, selectors.EVENT_READ, "exit")
@@ -142,13 +143,16 @@ class ForkServer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                for key, _ in selector.select(remaining):
+                for key, _ in selector.select(min(remaining, 0.5) if watch is not None else remaining):
                     if key.data == "events" and not process._read_events(event_fd, buffer, on_event):
                         selector.unregister(event_fd)
                     elif key.data == "exit":
                         self._exited(child, self._receive(5.0))
                         process._drain(event_fd, buffer, on_event)
                         return True
+                evidence = watch.check() if watch is not None else ""
+                if evidence:
+                    return evidence
         finally:
             selector.close()
 
@@ -205,21 +209,22 @@ def forkable_env(extra_env: dict[str, str] | None) -> bool:
 
 def launch(args: list[str], result_path: Path, log_path: Path, timeout_s: float, on_event=None,
            launcher: list[str] | None = None, extra_env: dict[str, str] | None = None,
-           server: ForkServer | None = None) -> WorkerOutcome:
+           server: ForkServer | None = None, contention=None) -> WorkerOutcome:
     """Run `python -m amp_bench.worker ARGS`: a child of the fork server where it can take the case (no
     launcher such as torchrun, no import-time variable of the case's own, a server that is ready and
-    safe), else a fresh interpreter (process.run_worker). Never raises for worker failures."""
+    safe), else a fresh interpreter (process.run_worker). Never raises for worker failures.
+    `contention(pid)`: a watch that may stop the worker early (workers/busy.py)."""
     if server is not None and launcher is None and forkable_env(extra_env) and server.ready():
         try:
-            return _run_forked(server, args, result_path, log_path, timeout_s, on_event, extra_env)
+            return _run_forked(server, args, result_path, log_path, timeout_s, on_event, extra_env, contention)
         except ForkServerGone:
             pass  # the server is gone (server.unusable says why): this case and the rest spawn
     return process.run_worker(args, result_path, log_path, timeout_s, on_event=on_event, launcher=launcher,
-                              extra_env=extra_env)
+                              extra_env=extra_env, contention=contention)
 
 
 def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, timeout_s: float, on_event,
-                extra_env) -> WorkerOutcome:
+                extra_env, contention=None) -> WorkerOutcome:
     """process.run_worker's contract, with the child forked by the server: the same deadline, events,
     kill of the case's session and sweep of what it started, and the outcome from the server's reap."""
     result_path.unlink(missing_ok=True)
@@ -235,10 +240,13 @@ def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, tim
         raise
     finally:
         os.close(write_fd)
-    deadline_hit = False
+    deadline_hit, stopped = False, ""
+    watch = contention(child.pid) if contention is not None else None
     try:
-        if not server.wait(child, read_fd, started + timeout_s, on_event):
-            deadline_hit = True
+        ended = server.wait(child, read_fd, started + timeout_s, process._watched(on_event, watch), watch)
+        if ended is not True:
+            stopped = ended if isinstance(ended, str) else ""
+            deadline_hit = not stopped
             process._kill_group(child.pid)
             server.reap(child)
     except ForkServerGone as exc:  # the server died under the case: the case died with it
@@ -254,8 +262,10 @@ def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, tim
     process._kill_group(child.pid)  # anything the child left behind in its session
     process._sweep(token)  # and anything that left it
     exit_code = os.waitstatus_to_exitcode(child.status) if child.status is not None else None
-    return process.outcome(result_path, exit_code, deadline_hit, child.maxrss_kib, started, log_path, timeout_s,
-                           started_by="fork")
+    found = process.outcome(result_path, exit_code, deadline_hit, child.maxrss_kib, started, log_path, timeout_s,
+                            started_by="fork")
+    found.contention = stopped
+    return found
 
 
 # --------------------------------------------------------------------------- the server process

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import signal
 from pathlib import Path
@@ -14,15 +15,29 @@ from typing import Callable
 from amp_bench.measure.ddp import SCALING
 from amp_bench.workers import torchrun
 from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason, precision_support
+from amp_bench.workers.busy import ContentionWatch, cores_needed
 from amp_bench.workers.forkserver import ForkServer, launch
 from amp_bench.workers.process import WorkerOutcome
 from amp_bench.store.results import RunStore, utc_now
 from amp_bench.suite import Case
 
 
+def contention_watch(case: Case, device: DeviceInfo):
+    """The watch that stops a starved case early (on_contention: stop; AMP_BENCH_ON_CONTENTION overrides
+    the suite, as the test suite's shared cores need), as a factory of the worker's pid, or None."""
+    policy = os.environ.get("AMP_BENCH_ON_CONTENTION") or case.on_contention
+    if policy != "stop":
+        return None
+    threads = case.threads_per_rank or (int(os.environ["OMP_NUM_THREADS"])
+                                        if os.environ.get("OMP_NUM_THREADS", "").isdigit() else None)
+    needed = cores_needed(device.type, threads, case.nproc_per_node or 1)
+    return lambda pid: ContentionWatch(pid, needed)
+
+
 def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
             on_event: Callable[[dict], None] | None = None, launcher: list[str] | None = None,
-            extra_env: dict[str, str] | None = None, server: ForkServer | None = None) -> WorkerOutcome:
+            extra_env: dict[str, str] | None = None, server: ForkServer | None = None,
+            contention=None) -> WorkerOutcome:
     """Run one worker job (`case`, `fidelity`) with its spec; its log is logs/STEM.log. The spec and
     result files are removed afterwards (the result is in the outcome). With a fork server, the
     worker is its child where it can be (forkserver.launch)."""
@@ -31,7 +46,7 @@ def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
     try:
         return launch([job, str(spec_path), str(result_path)], result_path, log_path, timeout_s,
-                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server)
+                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server, contention=contention)
     finally:
         spec_path.unlink(missing_ok=True)
 
@@ -60,7 +75,8 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
         extra_env = {**(extra_env or {}), "AMP_BENCH_EXPLAIN_TRACE": str(store.dir / "traces" / f"{stem}.json.gz")}
     outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json(),
                                                 "support": dataclasses.asdict(support)}, case.timeout_s,
-                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server)
+                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server,
+                      contention=contention_watch(case, device))
     result_path = store.dir / "work" / f"{stem}.result.json"
     row["log_file"] = str(outcome.log_path.relative_to(store.dir))
     row["worker_start"] = outcome.started_by
@@ -78,6 +94,8 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
         # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
         if record.get("rss_hwm_bytes"):
             row["peak_rss_bytes"] = record["rss_hwm_bytes"]
+    elif outcome.contention:  # stopped early by the parent (workers/busy.py): the machine was not its to measure
+        row.update(status="contended", reason=outcome.contention, contended=True, contention=outcome.contention)
     else:
         row.update(status=classify_death(outcome), reason=death_reason(outcome, case.timeout_s))
         if case.distributed and outcome.timed_out:

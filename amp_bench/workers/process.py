@@ -29,6 +29,7 @@ class WorkerOutcome:
     wall_s: float
     log_path: Path
     started_by: str = "spawn"  # spawn: a fresh interpreter; fork: a child of the run's fork server
+    contention: str = ""  # why the parent stopped it early as contended (workers/busy.py), '' if it did not
 
 
 _tokens = itertools.count()
@@ -66,13 +67,14 @@ def worker_env(event_fd: int, token: str, environ=None) -> dict[str, str]:
 
 def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: float,
                on_event: Callable[[dict], None] | None = None, launcher: list[str] | None = None,
-               extra_env: dict[str, str] | None = None) -> WorkerOutcome:
+               extra_env: dict[str, str] | None = None, contention=None) -> WorkerOutcome:
     """Run `python -m amp_bench.worker ARGS...` (or `LAUNCHER... ARGS...`, e.g. torchrun starting
     the worker on every rank); never raises for worker failures.
 
     The deadline holds until the worker process has exited, not just until it closes its event
     pipe (interpreter shutdown can hang on a thread the model started). KeyboardInterrupt in the
-    parent kills the worker's process group and propagates.
+    parent kills the worker's process group and propagates. `contention(pid)` gives a watch
+    (workers/busy.ContentionWatch) that may stop the worker early; its evidence is in the outcome.
     """
     result_path.unlink(missing_ok=True)
     token = new_token()
@@ -91,11 +93,14 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
         raise
     finally:
         os.close(write_fd)
-    deadline_hit = False
+    deadline_hit, stopped = False, ""
+    watch = contention(proc.pid) if contention is not None else None
     try:
-        exited = _wait(proc.pid, read_fd, started + timeout_s, on_event)
-        if exited is None:
-            deadline_hit = True
+        exited = _wait(proc.pid, read_fd, started + timeout_s, _watched(on_event, watch), watch)
+        if isinstance(exited, str):  # the watch's evidence: stopped early as contended
+            stopped = exited
+        if not isinstance(exited, tuple):
+            deadline_hit = not stopped
             _kill_group(proc.pid)
             exited = os.wait4(proc.pid, 0)
     except BaseException:
@@ -109,7 +114,21 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     _sweep(token)  # and anything that left the group (torchrun starts each rank in its own session)
     _, status, usage = exited
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return outcome(result_path, proc.returncode, deadline_hit, usage.ru_maxrss, started, log_path, timeout_s)
+    found = outcome(result_path, proc.returncode, deadline_hit, usage.ru_maxrss, started, log_path, timeout_s)
+    found.contention = stopped
+    return found
+
+
+def _watched(on_event, watch):
+    """The events go to the caller and to the contention watch (which stops watching after the window)."""
+    if watch is None:
+        return on_event
+
+    def both(event: dict) -> None:
+        watch.on_event(event)
+        if on_event is not None:
+            on_event(event)
+    return both
 
 
 def outcome(result_path: Path, exit_code: int | None, deadline_hit: bool, maxrss_kib: int | None, started: float,
@@ -129,11 +148,12 @@ def outcome(result_path: Path, exit_code: int | None, deadline_hit: bool, maxrss
                          log_path, started_by)
 
 
-def _wait(pid: int, event_fd: int, deadline: float, on_event) -> tuple | None:
-    """Forward events until the worker exits (its wait4 triple) or the deadline passes (None).
+def _wait(pid: int, event_fd: int, deadline: float, on_event, watch=None) -> tuple | str | None:
+    """Forward events until the worker exits (its wait4 triple), the deadline passes (None) or the
+    contention watch says stop (its evidence).
 
     Waits on the pipe and on a pidfd for the process, so there is no busy loop; without pidfd
-    support, the exit is polled twice a second.
+    support (or with a watch to tick), it wakes twice a second.
     """
     selector = selectors.DefaultSelector()
     selector.register(event_fd, selectors.EVENT_READ, "events")
@@ -154,9 +174,12 @@ def _wait(pid: int, event_fd: int, deadline: float, on_event) -> tuple | None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            for key, _ in selector.select(min(remaining, 0.5) if pidfd is None else remaining):
+            for key, _ in selector.select(min(remaining, 0.5) if pidfd is None or watch else remaining):
                 if key.data == "events" and not _read_events(event_fd, buffer, on_event):
                     selector.unregister(event_fd)  # EOF; the exit may still be pending
+            evidence = watch.check() if watch is not None else ""
+            if evidence:
+                return evidence
     finally:
         selector.close()
         if pidfd is not None:
