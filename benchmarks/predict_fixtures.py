@@ -47,8 +47,10 @@ def _write(trace: dict, path: Path) -> None:
 def cpu(run_dir: str) -> None:
     run = Path(run_dir)
     rows = pd.read_csv(run / "results.csv")
-    rows = rows[(rows["model_label"] == "resnet18") & (rows["repeat"] == 0)].reindex(columns=COLUMNS)
+    rows = rows[(rows["model_label"] == "resnet18") & (rows["repeat"] == 0)]  # every column: the report reads them
+    samples = pd.read_csv(run / "samples.csv")
     out = DATA / "cpu_run"
+    samples[samples["case_id"].isin(rows["case_id"]) & (samples["repeat"] == 0)].to_csv(out / "samples.csv", index=False)
     for trace in rows["explain_trace"].dropna():
         _write(trim_trace(json.load(gzip.open(run / trace))["traceEvents"]), out / trace)
     rows.to_csv(out / "results.csv", index=False)

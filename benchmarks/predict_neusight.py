@@ -12,7 +12,7 @@ gradient accumulation times in ms, FP32 with TF32 off, with input shapes) and .j
 end-to-end latency). `extract` keeps the columns used here, gzipped, under tests/data/predict/.
 Protocol: the inference labels are the development set (checking the pipeline, setting the interval
 factors in amp_bench/analysis/predict/model.py); the training labels are scored once, from predictions
-written to docs/predict/neusight_predictions.csv and committed before the scoring commit.
+written to docs/predict/neusight_predictions.csv.gz and committed before the scoring commit.
 """
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ from amp_bench.analysis.predict import neusight  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "predict"
 LABELS, E2E = DATA / "neusight_labels.csv.gz", DATA / "neusight_e2e.csv"
-PREDICTIONS = ROOT / "docs" / "predict" / "neusight_predictions.csv"
+PREDICTIONS = ROOT / "docs" / "predict" / "neusight_predictions.csv.gz"
+FROZEN = ["workload", "source", "target", "idx", "name", "phase", "category", "rule", "source_ms", "model_ms",
+          "roofline_ms", "same_ms"]
 
 
 def _git(repo: str, *args: str) -> str:
@@ -82,8 +84,9 @@ def predict() -> None:
     labels, e2e = _load()
     pairs = neusight.predict_all(labels, e2e, phase="train")
     PREDICTIONS.parent.mkdir(parents=True, exist_ok=True)
-    pairs.drop(columns=["measured_ms"]).to_csv(PREDICTIONS, index=False, float_format="%.6g")
-    print(f"{PREDICTIONS}: {len(pairs)} predictions frozen (measured values left out)")
+    kept = pairs[pairs["category"] != "host"][FROZEN]  # host rows keep their time by rule: the e2e rows hold them
+    kept.to_csv(PREDICTIONS, index=False, float_format="%.6g", compression={"method": "gzip", "mtime": 0})
+    print(f"{PREDICTIONS}: {len(kept)} predictions frozen (measured values left out)")
 
 
 def score() -> None:

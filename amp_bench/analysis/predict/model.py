@@ -95,9 +95,15 @@ def _from_gpu(mode: ModeSource, source: GpuSpec, target: GpuSpec, tf32_dst) -> P
 
 
 def _from_inventory(mode: ModeSource, target: GpuSpec, tf32_dst, batch: int) -> Predicted:
-    pieces = [(w, scale(w, target, target, tf32_dst, tf32_dst)) for w in mode.works]
+    return price_inventory(mode.works, target, tf32_dst, batch)
+
+
+def price_inventory(works, target: GpuSpec, tf32: tuple[bool, bool], batch: int) -> Predicted:
+    """An op inventory's step on `target`: the larger of the ops at the target's roofline and the host's
+    dispatch time; `tf32` is what FP32 matmul and convolutions run as there."""
+    pieces = [(w, scale(w, target, target, tf32, tf32)) for w in works]
     gpu = sum(s.ms for _, s in pieces)
-    host = DISPATCH_MS * sum(w.kernels for w in mode.works)
+    host = DISPATCH_MS * sum(w.kernels for w in works)
     step = max(gpu, host)
     predicted = _tally(pieces, Predicted(step, batch * 1e3 / step if step else None))
     if host > gpu:

@@ -230,3 +230,45 @@ def achieved_fractions(gemm: pd.DataFrame, elem: pd.DataFrame) -> pd.DataFrame:
         if len(row) > 1:
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+PREDICTORS = {"model_ms": "amp_bench", "roofline_ms": "roofline (spec sheet)", "same_ms": "same time as the source"}
+
+
+def _errors(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy()
+    for column in PREDICTORS:
+        out[column.replace("_ms", "_error")] = (out[column] - out["measured_ms"]).abs() / out["measured_ms"]
+    return out
+
+
+def score(frozen: pd.DataFrame, labels: pd.DataFrame, e2e: pd.DataFrame, phase: str = "train") -> dict[str, pd.DataFrame]:
+    """The frozen predictions against the measured labels: per source -> target pair, the median and worst
+    relative error of each predictor, per op (the ops that move tensors; host rows left out) and end to end;
+    and per pair the op and the workload the model missed most."""
+    measured = predict_all(labels, e2e, phase)[["workload", "source", "target", "idx", "phase", "measured_ms"]]
+    table = _errors(frozen.merge(measured, on=["workload", "source", "target", "idx", "phase"], how="left"))
+    table = table[table["measured_ms"] > 0]
+    ops = table[(table["phase"] != "e2e") & (table["category"] != HOST)]
+    whole = table[table["phase"] == "e2e"]
+    return {"ops": _per_pair(ops), "e2e": _per_pair(whole), "worst_ops": _worst(ops), "worst_e2e": _worst(whole),
+            "rows": table}
+
+
+def _per_pair(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (source, target), group in list(frame.groupby(["source", "target"])) + [(("all", "all"), frame)]:
+        row = {"source": source, "target": target, "n": len(group)}
+        for column, label in PREDICTORS.items():
+            errors = group[column.replace("_ms", "_error")]
+            row[f"{label} median %"] = 100 * errors.median()
+            row[f"{label} worst %"] = 100 * errors.max()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _worst(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per pair, the row the model missed most: which op (or workload), its phase and the rule used."""
+    picked = frame.loc[frame.groupby(["source", "target"])["model_error"].idxmax()]
+    return picked[["source", "target", "workload", "name", "phase", "category", "rule", "source_ms", "measured_ms",
+                   "model_ms", "model_error"]].reset_index(drop=True)

@@ -28,7 +28,9 @@ NO_KERNEL = {"view", "reshape", "_reshape_alias", "as_strided", "as_strided_", "
              "new_empty_strided", "empty_permuted", "resize_", "set_", "lift_fresh", "_unsafe_view", "numpy_T",
              "flatten", "unflatten", "view_as", "movedim", "contiguous", "resolve_conj", "resolve_neg", "size",
              "stride", "is_nonzero", "item", "_local_scalar_dense", "unsafe_split", "_has_compatible_shallow_copy_type",
-             "to", "type_as", "_to_dense", "record_stream", "zeros", "ones", "full"}
+             "to", "type_as", "_to_dense", "record_stream", "zeros", "ones", "full", "device", "is_same_size",
+             "_record_function_enter_new", "_record_function_exit", "sym_size", "sym_stride", "sym_numel", "dim",
+             "is_contiguous", "_nested_tensor_size"}
 GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "_scaled_mm", "linear", "matmul", "_int_mm"}
 CONV_OPS = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "cudnn_convolution", "mkldnn_convolution",
             "_slow_conv2d_forward", "thnn_conv2d", "_conv_depthwise2d", "convolution_overrideable"}
