@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +109,7 @@ def _lambda_note(name: str, target: str, model: str) -> str:
 
 
 def extract(dle: str, lam: str) -> None:
+    """tests/data/predict/amp_pairs.csv: the DLE rows (cited literals) and Lambda's one-GPU rows."""
     del dle  # the DLE figures are the literal rows above, each cited: its READMEs are prose tables
     rows = _dle_pairs() + _lambda_pairs(lam)
     pairs = pd.DataFrame(rows)
@@ -131,6 +133,7 @@ def _arms(pairs: pd.DataFrame):
 
 
 def inventories() -> None:
+    """One fake-tensor step trace per arm of every scored pair, cached under results/ (git-ignored)."""
     import gzip
     import json
 
@@ -146,6 +149,7 @@ def inventories() -> None:
 
 
 def predict() -> None:
+    """Every scored pair's predicted speedup from its two inventories, written to docs/predict/ (frozen)."""
     from amp_bench.analysis.predict.inventory import inventory
     from amp_bench.analysis.predict.model import INTERVALS, price_inventory
     from amp_bench.platform.gpu_specs import by_key
@@ -164,16 +168,46 @@ def predict() -> None:
     print(f"{PREDICTIONS}: {len(rows)} predictions frozen")
 
 
+def _why_not(row) -> str:
+    if row["scored"]:
+        return ""
+    if pd.isna(row["target"]):
+        return "no spec entry"
+    return "repeat machine" if "repeat machine" in str(row["note"]) else "no inventory"
+
+
+def _compact(scored: pd.DataFrame) -> pd.DataFrame:
+    """Every pair, scored or not, as docs/predict.md lists them."""
+    def arm(row):
+        layouts = f" {row['baseline_layout']}->{row['amp_layout']}" if isinstance(row["baseline_layout"], str) else ""
+        return f"{row['baseline']} bs {row['baseline_batch']} -> fp16 bs {row['amp_batch']}{layouts}"
+    out = pd.DataFrame({"pair": scored["pair"], "table": scored["table"], "GPU": scored["gpu"], "model": scored["model"],
+                        "arms": scored.apply(arm, axis=1), "measured speedup": scored["measured_speedup"]})
+    out["amp_bench speedup (interval)"] = [f"{p:.2f}x ({lo:.2f}-{hi:.2f})" if p == p else "-" for p, lo, hi in zip(
+        scored["predicted_speedup"], scored["predicted_speedup_low"], scored["predicted_speedup_high"])]
+    out["peak ratio"] = scored["peak_ratio"]
+    out["amp_bench error x"] = (scored["model_log_error"]).map(lambda e: f"{np.exp(e):.2f}" if e == e else "-")
+    out["source-GPU guess, median error x"] = scored["source_gpu_median_log_error"].map(
+        lambda e: f"{np.exp(e):.2f}" if e == e else "-")
+    out["not scored"] = scored.apply(_why_not, axis=1)
+    return out
+
+
 def score() -> None:
+    """The scored tables, in markdown: the summary (all, and per table), GPU rankings, every pair."""
+    from amp_bench.analysis.predict.amp_tables import kendall, summary
     from amp_bench.analysis.predict.amp_tables import score as score_pairs
-    from amp_bench.analysis.predict.amp_tables import summary
+    from amp_bench.report.render import markdown_table
     scored = score_pairs(pd.read_csv(PAIRS), pd.read_csv(PREDICTIONS))
-    print(summary(scored).to_markdown(index=False, floatfmt=".2f"))
-    columns = ["pair", "table", "gpu", "model", "baseline", "baseline_batch", "amp_batch", "measured_speedup",
-               "predicted_speedup", "predicted_speedup_low", "predicted_speedup_high", "peak_ratio",
-               "source_gpu_median_log_error", "model_log_error", "scored", "note"]
-    print()
-    print(scored[columns].to_markdown(index=False, floatfmt=".2f"))
+    print(markdown_table(summary(scored)))
+    for table, group in scored[scored["scored"]].groupby("table"):
+        print(f"\n{table}\n\n" + markdown_table(summary(group)))
+    ranks = [{"table": t, "model": m, "GPUs": len(g), "amp_bench tau": kendall(g, "predicted_speedup"),
+              "peak ratio tau": kendall(g, "peak_ratio")} for (t, m), g in scored[scored["scored"]].groupby(["table", "model"])]
+    print("\n" + markdown_table(pd.DataFrame(ranks)))
+    inside = scored.loc[scored["scored"], "inside_interval"]
+    print(f"\nmeasured speedup inside the predicted interval: {inside.mean():.0%} of {len(inside)}\n")
+    print(markdown_table(_compact(scored)))
 
 
 def main() -> None:

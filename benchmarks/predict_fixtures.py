@@ -26,6 +26,7 @@ COLUMNS = ["run_id", "case_id", "model", "model_label", "batch_size", "precision
 
 
 def trim_trace(events: list[dict], start: float | None = None, end: float | None = None) -> dict:
+    """The events predict reads, with only the args it reads, optionally inside [start, end]."""
     out = []
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in CATS:
@@ -45,6 +46,7 @@ def _write(trace: dict, path: Path) -> None:
 
 
 def cpu(run_dir: str) -> None:
+    """tests/data/predict/cpu_run/ from a CPU run of suites/smoke.yaml: its resnet18 case, repeat 0."""
     run = Path(run_dir)
     rows = pd.read_csv(run / "results.csv")
     rows = rows[(rows["model_label"] == "resnet18") & (rows["repeat"] == 0)]  # every column: the report reads them
@@ -60,6 +62,7 @@ def cpu(run_dir: str) -> None:
 
 
 def gpu(trace_file: str) -> None:
+    """tests/data/predict/gpu_run/ from HTA's sampled_rank-0 trace: its first ProfilerStep as a one-row run."""
     events = json.load(gzip.open(trace_file))["traceEvents"]
     step = next(e for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
     trace = trim_trace(events, step["ts"], step["ts"] + step["dur"] + 2e5)  # + the kernels still queued at its end

@@ -89,10 +89,33 @@ def predict() -> None:
     print(f"{PREDICTIONS}: {len(kept)} predictions frozen (measured values left out)")
 
 
+def _pct(frame: pd.DataFrame) -> pd.DataFrame:
+    """Percent columns as 'median / worst' strings, one per predictor."""
+    out = frame[["source", "target", "n"]].copy()
+    for label in neusight.PREDICTORS.values():
+        out[label] = [f"{m:.1f}% / {w:.0f}%" for m, w in zip(frame[f"{label} median %"], frame[f"{label} worst %"])]
+    return out
+
+
 def score() -> None:
+    """The scored tables, in markdown (median / worst relative error per source -> target pair)."""
+    from amp_bench.analysis.predict.model import INTERVALS
+    from amp_bench.report.render import markdown_table
     labels, e2e = _load()
-    frozen = pd.read_csv(PREDICTIONS)
-    print(neusight.score(frozen, labels, e2e))
+    scored = neusight.score(pd.read_csv(PREDICTIONS), labels, e2e)
+    print("Per op (forward, backward, accumulation: the ops that move tensors)\n")
+    print(markdown_table(_pct(scored["ops"])))
+    print("\nEnd to end (one training iteration)\n")
+    print(markdown_table(_pct(scored["e2e"])))
+    for key in ("worst_ops", "worst_e2e"):
+        print(f"\n{key}\n")
+        print(markdown_table(scored[key].round(4)))
+    whole = scored["rows"][scored["rows"]["phase"] == "e2e"]
+    ratio = whole["measured_ms"] / whole["model_ms"]
+    low, high = INTERVALS["gpu"]
+    inside = ((ratio >= low) & (ratio <= high)).mean()
+    print(f"\nmeasured/predicted end to end: p10 {ratio.quantile(0.1):.2f}, median {ratio.median():.2f}, "
+          f"p90 {ratio.quantile(0.9):.2f}; inside the 'gpu' interval ({low}-{high}): {inside:.0%} of {len(ratio)}")
 
 
 def main() -> None:

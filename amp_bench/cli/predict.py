@@ -29,6 +29,7 @@ def add_parsers(sub) -> None:
 
 
 def spec_table() -> Table:
+    """The GPUs `--target` takes, their dense peaks and bandwidth, and where each figure comes from."""
     from amp_bench.platform.gpu_specs import SPECS, achievable
     table = Table(title="GPUs predict knows (dense datasheet peaks, TFLOP/s; bandwidth GB/s)")
     for column in ("key", "GPU", "cc", "FP32", "TF32", "FP16", "BF16", "FP8", "GB/s", "achievable", "sources"):
@@ -76,6 +77,7 @@ def _targets(args) -> tuple[list[str], str | None]:
 
 
 def cmd_predict(args, console) -> int:
+    """One table per case, the notes, and the CSVs when asked; bad input is one line (UserError)."""
     from amp_bench.analysis.predict.model import predict_run
     from amp_bench.analysis.predict.settings import notes
     if args.list_targets:

@@ -47,6 +47,8 @@ def fp32_line(spec: GpuSpec, fp32_as: str | None) -> str:
 
 
 def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
+    """The lines printed under the tables: the source's kind, how far to trust the intervals, what FP32
+    means on each target, and the GPUs whose achievable fractions were not measured."""
     specs = [by_key()[t] for t in targets]
     lines = []
     if any(not case.is_gpu for case in result.cases):
@@ -54,6 +56,10 @@ def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
                      "FLOPs, bytes) at each target's derated roofline, not from measured kernel times; intervals are "
                      "wide. CPU autocast keeps layer_norm and softmax in 16-bit where CUDA's runs them in FP32. No "
                      "GPU-sourced AMP prediction has been scored yet (docs/predict.md).")
+    if any(case.is_gpu for case in result.cases):
+        lines.append("Intervals are the 10th-90th percentile of the rules' errors on a development set; on the scored "
+                     "held-out set the errors spread wider than that, so read them as the least uncertainty "
+                     "(docs/predict.md)")
     meaning = "a plain PyTorch script's FP32 (cuDNN TF32 on from Ampere, matmul TF32 off)" if fp32_as else \
         "amp_bench's fp32 mode: strict IEEE FP32 (TF32 off); --fp32-as pytorch-default predicts a plain script's"
     lines.append(f"fp32 is {meaning}: " + "; ".join(fp32_line(s, fp32_as) for s in specs))
