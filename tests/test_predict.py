@@ -262,3 +262,26 @@ def test_predicting_and_its_report_section_import_no_torch():
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_the_suites_predict_block_is_checked_when_the_suite_loads(write_suite):
+    from amp_bench.errors import SuiteError
+    from amp_bench.suite import load_suite
+    good = write_suite("models: ['python:toy_models:mlp']\nbatch_sizes: [4]\n"
+                       "predict: {targets: [h100-sxm, l4], fp32_as: pytorch-default}\n")
+    assert load_suite(good).predict == {"targets": ["h100-sxm", "l4"], "fp32_as": "pytorch-default"}
+    bad = write_suite("models: ['python:toy_models:mlp']\nbatch_sizes: [4]\npredict: {targets: [H100], colour: red}\n",
+                      "bad.yaml")
+    with pytest.raises(SuiteError) as caught:
+        load_suite(bad)
+    text = "\n".join(caught.value.lines)
+    assert "bad.yaml: predict.targets[0]: expected a GPU key" in text and "predict" in text and "colour" in text
+
+
+@pytest.mark.slow
+def test_predict_on_a_real_cpu_run_of_the_smoke_suite(smoke_run, capsys):
+    _, out = smoke_run
+    run = next(p for p in (out / "results").iterdir() if (p / "results.csv").is_file())
+    assert main(["predict", str(run), "--target", "h100-sxm,v100-sxm2"]) == 0
+    printed = capsys.readouterr().out
+    assert "resnet18 bs 4" in printed and "gpt2-tiny bs 4" in printed and "unsupported" in printed
