@@ -86,7 +86,7 @@ LAYERS = {  # layer -> the layers it may import
     "platform": set(),
     "suite": set(),
     "report": {"analysis", "store"},
-    "analysis": {"store"},
+    "analysis": {"store", "platform.gpu_specs"},  # the GPU spec table (torch-free data) that predict scales to
     "store": {"platform.nvml"},  # the NVML column names only (a torch-free constant)
     "gpu_check": {"report", "analysis", "store", "platform.peaks"},
 }

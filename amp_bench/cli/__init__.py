@@ -1,8 +1,8 @@
-"""Command line: run, explain, fidelity, headroom, status, report, compare, export, ingest, history, nightly, validate,
+"""Command line: run, explain, predict, fidelity, headroom, status, report, compare, export, ingest, history, nightly, validate,
 list-models, env.
 
 This module builds the parser and dispatches; each command group is a module holding its commands'
-options (add_parsers) and their cmd_* functions: run.py, explain.py, studies.py (fidelity, headroom), status.py,
+options (add_parsers) and their cmd_* functions: run.py, explain.py, predict.py, studies.py (fidelity, headroom), status.py,
 analysis.py (report, compare, export, ingest), gate.py (history, nightly) and machine.py (validate, list-models, env). console.py draws
 every table and progress display. The work itself is in the layers below (studies/, analysis/,
 store/, report/), imported inside the commands, so `--help` and the analysis commands never import
@@ -16,11 +16,11 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from amp_bench.cli import analysis, explain, gate, machine, run, status, studies
+from amp_bench.cli import analysis, explain, gate, machine, predict, run, status, studies
 from amp_bench.errors import UserError
 
 # in the order `--help` lists their commands
-COMMAND_GROUPS = (run, explain, studies, status, analysis, gate, machine)
+COMMAND_GROUPS = (run, explain, predict, studies, status, analysis, gate, machine)
 
 
 def build_parser() -> argparse.ArgumentParser:

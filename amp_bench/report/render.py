@@ -11,7 +11,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.analysis.headline import headlines
-from amp_bench.report import charts, compile_section, explain_section, gpus_section
+from amp_bench.report import charts, compile_section, explain_section, gpus_section, predict_section
 from amp_bench.report.data import (CLAIMED_MEMORY_SAVING, CLAIMED_SPEEDUP, ReportData, claims_table,
                                    environment_table, not_measured, step_samples)
 from amp_bench.store.flags import is_true, true_rows
@@ -144,6 +144,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("memory", "Memory saving", charts.memory_chart(summary)),
         ("phases", "Memory per phase", charts.phase_memory_chart(results)),
         *explain_section.figures(results),
+        *predict_section.figures(data),  # issue 34: what other GPUs would give
         ("throughput", "Throughput against batch size", charts.throughput_chart(summary)),
         *([("scaling", "Scaling across processes (DDP)", scaling)] if scaling is not None else []),
         *([("compile", "torch.compile: precision x compile mode", compile_section.heatmap(summary))]
@@ -160,6 +161,7 @@ ABSENT = {
     "speedup-tf32": "No tf32 baseline in these results (tf32 runs only on CUDA GPUs with compute capability >= 8.0).",
     "phases": "These results carry no per-phase memory (forward / backward / optimizer) peaks.",
     "explain": explain_section.ABSENT,
+    "predict": predict_section.ABSENT,
     "energy": "These results carry no energy or MFU figures (they come from NVML and FLOP counting on GPUs).",
     "scaler": "GradScaler skipped no step in any measured window.",
     "machines": gpus_section.ABSENT,
@@ -206,6 +208,8 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
             parts.append(f"<p class='note'>{html.escape(ABSENT.get(section, 'Nothing to show.'))}</p>")
         if section == "explain":
             parts.append(explain_section.section_html(data.results, html_table))
+        if section == "predict":
+            parts.append(predict_section.section_html(data, html_table))
         if section in STUDY_SECTIONS:
             parts.append(studies.section_html(section, data, html_table))
         if section == "compile":
@@ -278,6 +282,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
     lines += compile_section.markdown(summary, markdown_table)
     lines += gpus_section.markdown(gpus_section.table(data), data, markdown_table)
     lines += explain_section.markdown(data.results, markdown_table)
+    lines += predict_section.markdown(data, markdown_table)
     if not claims.empty:
         lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
             "machine", "model", "batch_size", "precision", "baseline", "speedup", "speedup_verdict", "memory_saving",
@@ -348,7 +353,8 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
                             ("not_measured", missing),
                             ("explain", explain_section.category_table(data.results)),
                             ("explain_layers", explain_section.layer_table(data)),
-                            ("gpus", gpus_section.table(data)), *studies.csv_tables(data).items()):
+                            ("gpus", gpus_section.table(data)), ("predict", predict_section.predictions(data)[0]),
+                            *studies.csv_tables(data).items()):
             path = Path(f"{stem}.{name}.csv")
             table.to_csv(path, index=False)
             written[f"csv_{name}"] = path

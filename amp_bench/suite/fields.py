@@ -258,7 +258,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
 
 
 SECTIONS = ("fidelity", "headroom")
-TOP_ONLY = ("name", "description", "device", "executor") + DEVICE_BLOCKS
+TOP_ONLY = ("name", "description", "device", "executor", "predict") + DEVICE_BLOCKS
 SETTING_KEYS = tuple(_setting_fields(()))
 
 
@@ -298,6 +298,27 @@ HEADROOM_FIELDS: dict[str, Callable] = {
     "max_batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "resolution": _int(1, MAX_BATCH_SIZE),
     "probe_steps": _int(1, 1000), "measure": _bool,
 }
+
+
+# --------------------------------------------------------------------------- predict: (issue 34)
+# The GPU names are keys of amp_bench/platform/gpu_specs.py's table, which this layer may not import:
+# their form is checked here, the names themselves where the table is (analysis/predict/settings.py).
+_GPU_KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+
+
+def _gpu_key(value, path, problems):
+    if not isinstance(value, str) or not _GPU_KEY.fullmatch(value):
+        problems.append(f"{path}: expected a GPU key such as h100-sxm (python -m amp_bench predict RUN --list-targets), "
+                        f"got {value!r}")
+        return None
+    return value
+
+
+PREDICT_FIELDS: dict[str, Callable] = {"targets": _axis(_gpu_key, "GPU"), "fp32_as": _choice(("mode", "pytorch-default"))}
+
+
+def _validate_predict(value, path: str, problems: Problems) -> dict | None:
+    return _validate_section(value, path, problems, PREDICT_FIELDS)
 
 
 def _validate_fidelity(value, path: str, problems: Problems) -> dict | None:

@@ -17,7 +17,8 @@ from amp_bench.errors import SuiteError
 from amp_bench.suite.checks import Problems, _check_keys, _mapping, _str, _type_name
 from amp_bench.suite.executor import validate_executor
 from amp_bench.suite.fields import (
-    DEVICE_BLOCKS, SECTIONS, SETTING_KEYS, TOP_ONLY, _validate_fidelity, _validate_headroom, _validate_settings,
+    DEVICE_BLOCKS, SECTIONS, SETTING_KEYS, TOP_ONLY, _validate_fidelity, _validate_headroom, _validate_predict,
+    _validate_settings,
 )
 from amp_bench.suite.matrix import Suite
 from amp_bench.suite.schema import DEFAULTS, OptimizerSpec
@@ -63,6 +64,7 @@ def load_suite(path: str | Path) -> Suite:
     sections["fidelity"] = _validate_fidelity(data["fidelity"], "fidelity", problems) if "fidelity" in data else None
     sections["headroom"] = _validate_headroom(data["headroom"], "headroom", problems) if "headroom" in data else None
     executor = validate_executor(data["executor"], "executor", problems) if "executor" in data else None
+    predict = _validate_predict(data["predict"], "predict", problems) if "predict" in data else None
     top = DEFAULTS["suite"]
     name = _str(data.get("name", path.stem), "name", problems)  # the default name is derived: the file's stem
     description = data.get("description", top["description"])
@@ -86,7 +88,7 @@ def load_suite(path: str | Path) -> Suite:
         raise SuiteError([f"{path}: {p}" for p in problems])
     suite = Suite(path=path, name=name, description=description, device=device,
                   sha256=hashlib.sha256(text.encode()).hexdigest(), text=text,
-                  settings=settings, blocks=blocks, executor=executor or {}, **sections)
+                  settings=settings, blocks=blocks, executor=executor or {}, predict=predict, **sections)
     for block in DEVICE_BLOCKS:  # every device's matrix must be sound, not just this machine's
         if suite.has_matrix:
             suite.cases(block)

@@ -1,0 +1,225 @@
+"""A profiled step as the pieces the scaling rules take (scaling.Work), read from the gzip Chrome trace
+that `explain` keeps for each case (RUN_DIR/traces/*.json.gz); torch-free.
+
+A GPU trace gives each kernel's time. Kernels are grouped by the op that launched them (found through
+the trace's correlation ids), the outermost aten op that launches work, and that op's recorded shapes
+give the FLOPs and bytes (ops.py). A kernel with no such op keeps its name's category and is scaled by
+the peak or bandwidth ratio. The device's idle time in the step is one `host` piece.
+A CPU trace gives an op inventory: the same outermost ops, their FLOPs, bytes and input types, but no
+GPU time (the CPU's time says nothing of a GPU's), so the target's roofline prices them.
+
+Why by hand: explain's reader (analysis/explain/trace.py) sums time per category and keeps no per-op
+shapes; Holistic Trace Analysis has no shapes-to-FLOPs. The nesting of CPU events is rebuilt here in
+a few lines (time containment per thread) rather than borrowed from explain's private helpers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amp_bench.analysis.explain.categories import classify_kernel, classify_op
+from amp_bench.analysis.explain.trace import STEP_REGION, load_trace
+from amp_bench.analysis.predict.ops import OpCost, is_costed, op_cost
+from amp_bench.analysis.predict.scaling import HOST, HOST_COPY, Work
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+@dataclass
+class _Event:
+    raw: dict
+    start: float
+    end: float
+    parent: "_Event | None" = None
+    children: list = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.raw.get("name", "")
+
+
+def _nest(events: list[dict]) -> list[_Event]:
+    """CPU events nested per thread by time containment; every event returned, parents first."""
+    nodes, threads = [], {}
+    for e in events:
+        threads.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    for thread in threads.values():
+        thread.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
+        stack: list[_Event] = []
+        for e in thread:
+            node = _Event(e, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+            while stack and node.start >= stack[-1].end - 1e-3:
+                stack.pop()
+            if stack:
+                node.parent = stack[-1]
+                stack[-1].children.append(node)
+            stack.append(node)
+            nodes.append(node)
+    return nodes
+
+
+def _cost(node: _Event) -> OpCost | None:
+    args = node.raw.get("args") or {}
+    if not is_costed(node.name):
+        return None
+    return op_cost(node.name, args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs"),
+                   args.get("Input Strides"))
+
+
+def _costed_roots(nodes: list[_Event]) -> dict[int, tuple[_Event, OpCost]]:
+    """id(event) -> (event, cost) for the outermost events that cost work: nothing under them counts."""
+    out: dict[int, tuple[_Event, OpCost]] = {}
+    for node in nodes:  # parents come before their children
+        ancestor = node.parent
+        while ancestor is not None and id(ancestor) not in out:
+            ancestor = ancestor.parent
+        if ancestor is not None:
+            continue
+        cost = _cost(node)
+        if cost is not None:
+            out[id(node)] = (node, cost)
+    return out
+
+
+def _in_optimizer(node: _Event) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if parent.name.startswith("Optimizer."):
+            return True
+        parent = parent.parent
+    return False
+
+
+def _category(node: _Event) -> str:
+    args = node.raw.get("args") or {}
+    return classify_op(node.name, args.get("Input type"), _in_optimizer(node))
+
+
+def _window(nodes: list[_Event]) -> tuple[float, float]:
+    """The profiled step: amp_bench's step region, else the first ProfilerStep#N of a trace taken with
+    torch.profiler's schedule, else the whole trace."""
+    steps = [n for n in nodes if n.name == STEP_REGION] or \
+        sorted((n for n in nodes if n.name.startswith("ProfilerStep#")), key=lambda n: n.start)[:1]
+    if steps:
+        step = max(steps, key=lambda n: n.end - n.start)
+        return step.start, step.end
+    tops = [n for n in nodes if n.parent is None] or nodes
+    return (min(n.start for n in tops), max(n.end for n in tops)) if tops else (0.0, 0.0)
+
+
+def _cpu_nodes(trace: dict) -> list[_Event]:
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e
+              and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")]
+    return _nest(events)
+
+
+def inventory(source) -> list[Work]:
+    """An op inventory from a CPU trace (or any trace's CPU side): one Work per outermost costed op, no time."""
+    nodes = _cpu_nodes(load_trace(source))
+    start, end = _window(nodes)
+    works: list[Work] = []
+    foreach: dict[int, Work] = {}
+    for node, cost in _costed_roots([n for n in nodes if start - 1e-3 <= n.start <= end + 1e-3]).values():
+        group = _foreach_parent(node)
+        if group is None:
+            works.append(Work(node.name, _category(node), None, cost.flops, cost.bytes, cost.math,
+                              nchw_bytes=cost.nchw_bytes))
+        elif id(group) in foreach:
+            foreach[id(group)].bytes += cost.bytes
+        else:  # a CPU runs a _foreach_ op tensor by tensor; a GPU's multi_tensor_apply is one launch
+            foreach[id(group)] = Work(group.name, "optimizer", None, 0.0, cost.bytes, None)
+    return works + list(foreach.values())
+
+
+def _foreach_parent(node: _Event) -> _Event | None:
+    parent = node.parent
+    while parent is not None:
+        if parent.name.startswith(("aten::_foreach_", "aten::_fused_")):
+            return parent
+        parent = parent.parent
+    return None
+
+
+def _launching_op(launch: _Event | None, roots: dict) -> tuple[_Event, OpCost] | None:
+    node = launch
+    while node is not None:
+        if id(node) in roots:
+            return roots[id(node)]
+        node = node.parent
+    return None
+
+
+def _blocks(event: dict) -> int | None:
+    grid = (event.get("args") or {}).get("grid")
+    if isinstance(grid, list) and grid:
+        total = 1
+        for g in grid:
+            total *= int(g)
+        return total
+    return None
+
+
+def _kernel_work(event: dict, ms: float) -> Work:
+    name = event.get("name", "")
+    category = classify_kernel(name)
+    moved = float((event.get("args") or {}).get("bytes") or 0.0) if event.get("cat") == "gpu_memcpy" else 0.0
+    if "htod" in name.lower() or "dtoh" in name.lower():  # a host link's copy: the GPU does not set its pace
+        return Work(name, HOST_COPY, ms)
+    return Work(name, category, ms, 0.0, moved, None, _blocks(event))
+
+
+def gpu_works(source) -> tuple[list[Work], float, float]:
+    """(works, busy ms, wall ms) of the one step in a GPU trace: one Work per launching op (its kernels'
+    summed time, its FLOPs and bytes), one per kernel with no costed op, and the idle time as `host`."""
+    trace = load_trace(source)
+    nodes = _cpu_nodes(trace)
+    start, end = _window(nodes)
+    roots = _costed_roots([n for n in nodes if n.raw.get("cat") != "cuda_runtime"])
+    launches = {(n.raw.get("args") or {}).get("correlation"): n for n in nodes
+                if n.raw.get("cat") in ("cuda_runtime", "cuda_driver")}
+    grouped: dict[int, Work] = {}
+    works, intervals = [], []
+    for e in trace.get("traceEvents", []):
+        if e.get("cat") not in GPU_CATS or e.get("ph") != "X":
+            continue
+        k_start, k_end = max(float(e["ts"]), start), min(float(e["ts"]) + float(e.get("dur", 0)), end)
+        if k_end <= k_start:
+            continue
+        ms = (k_end - k_start) / 1e3
+        intervals.append((k_start, k_end))
+        owner = _launching_op(launches.get((e.get("args") or {}).get("correlation")), roots)
+        if owner is None:
+            works.append(_kernel_work(e, ms))
+            continue
+        _add_kernel(grouped, owner, e, ms)
+    busy = _union(intervals) / 1e3
+    wall = (end - start) / 1e3
+    works += list(grouped.values()) + [Work("device idle (host)", HOST, max(wall - busy, 0.0))]
+    return works, busy, wall
+
+
+def _add_kernel(grouped: dict[int, Work], owner: tuple[_Event, OpCost], event: dict, ms: float) -> None:
+    """Fold one kernel into its launching op's Work: times add up; the category is the op's (its FLOPs
+    are the op's), its first kernel's name when the op's is 'other'; a lone kernel's grid decides the
+    one-wave rule."""
+    node, cost = owner
+    work = grouped.get(id(node))
+    if work is None:
+        category = _category(node)
+        if category == "other":
+            category = classify_kernel(event.get("name", ""))
+        grouped[id(node)] = Work(node.name, category, ms, cost.flops, cost.bytes, cost.math, _blocks(event))
+        return
+    work.source_ms += ms
+    work.kernels += 1
+    work.blocks = None  # several kernels: the one-wave rule no longer applies to the op
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, cur_start, cur_end = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_end is None or s > cur_end:
+            total += (cur_end - cur_start) if cur_end is not None else 0.0
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    return total + ((cur_end - cur_start) if cur_end is not None else 0.0)

@@ -1,0 +1,70 @@
+"""The run's `predict:` settings (from the suite file the run kept, RUN_DIR/suite.yaml) and the notes every
+prediction prints: what the source is, what "FP32" means on each target, which achievable fractions
+are measured; torch-free.
+
+The suite loader validated the block when the run started (suite/fields.py); the spec-table keys are
+checked here, where the table is, with the file and field named.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from amp_bench.analysis.predict.scaling import FP32_MEANINGS, TF32_CAPABILITY
+from amp_bench.errors import UserError
+from amp_bench.platform.gpu_specs import GpuSpec, achievable, by_key
+
+SUITE_FILE = "suite.yaml"
+
+
+def suite_settings(run_dir) -> dict:
+    """{targets, fp32_as} of the run's suite's `predict:` block ({} when it has none)."""
+    path = Path(run_dir) / SUITE_FILE
+    if not path.is_file():
+        return {}
+    try:
+        block = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("predict") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        raise UserError(f"{path}: unreadable suite file") from None
+    targets = block.get("targets") or []
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    known = by_key()
+    for i, name in enumerate(targets):
+        if name not in known:
+            raise UserError(f"{path}: predict.targets[{i}]: unknown GPU {name!r} (known: {', '.join(known)})")
+    return {"targets": targets, "fp32_as": block.get("fp32_as")}
+
+
+def fp32_line(spec: GpuSpec, fp32_as: str | None) -> str:
+    """What the fp32 mode's FP32 runs as on `spec`."""
+    matmul, conv = FP32_MEANINGS[fp32_as or "ieee"]
+    if spec.capability < TF32_CAPABILITY:
+        return f"{spec.label} ({spec.capability[0]}.{spec.capability[1]}): no TF32 units, FP32 is IEEE FP32 whatever the flags"
+    used = [what for what, on in (("matmul", matmul), ("convolutions", conv)) if on]
+    return (f"{spec.label} ({spec.capability[0]}.{spec.capability[1]}): fp32 runs "
+            + (" and ".join(used) + " on TF32 tensor cores" if used else "strict IEEE FP32 (TF32 off)"))
+
+
+def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
+    """The lines printed under the tables: the source's kind, how far to trust the intervals, what FP32
+    means on each target, and the GPUs whose achievable fractions were not measured."""
+    specs = [by_key()[t] for t in targets]
+    lines = []
+    if any(not case.is_gpu for case in result.cases):
+        lines.append("No GPU profile: this run is a CPU run, so the GPU steps are priced from its op inventory (shapes, "
+                     "FLOPs, bytes) at each target's derated roofline, not from measured kernel times; intervals are "
+                     "wide. CPU autocast keeps layer_norm and softmax in 16-bit where CUDA's runs them in FP32. No "
+                     "GPU-sourced AMP prediction has been scored yet (docs/predict.md).")
+    if any(case.is_gpu for case in result.cases):
+        lines.append("Intervals are the 10th-90th percentile of the rules' errors on a development set; on the scored "
+                     "held-out set the errors spread wider than that, so read them as the least uncertainty "
+                     "(docs/predict.md)")
+    meaning = "a plain PyTorch script's FP32 (cuDNN TF32 on from Ampere, matmul TF32 off)" if fp32_as else \
+        "amp_bench's fp32 mode: strict IEEE FP32 (TF32 off); --fp32-as pytorch-default predicts a plain script's"
+    lines.append(f"fp32 is {meaning}: " + "; ".join(fp32_line(s, fp32_as) for s in specs))
+    unmeasured = [s.label for s in specs if "NeuSight" not in achievable(s, "fp32")[1]]
+    if unmeasured:
+        lines.append("Achievable fractions of the datasheet peaks not measured for " + ", ".join(unmeasured)
+                     + ": 0.80 compute and 0.90 bandwidth stand in (measured on an H200); their intervals are wider")
+    return lines
