@@ -70,6 +70,8 @@ def _ceiling_inputs(args, explanation_profiles) -> tuple[tuple[str, str] | None,
     if len(pair) != 2 or any(m not in registry.names() for m in pair):
         raise UserError(f"--modes: expected BASE,MODE from {', '.join(registry.names())}, got {args.modes!r}")
     profile = explanation_profiles[-1]
+    if profile.device_type == "cuda" and not profile.device_name:
+        return pair, None, "the trace names no GPU (no deviceProperties): no peak rate, so no ceiling"
     if profile.device_type == "cuda":
         (mode_peak, source), (base_peak, _) = peak_tflops(profile.device_name, pair[1]), peak_tflops(profile.device_name, pair[0])
         if not mode_peak or not base_peak:
@@ -81,12 +83,11 @@ def _ceiling_inputs(args, explanation_profiles) -> tuple[tuple[str, str] | None,
 
 def cmd_explain_traces(args, console) -> int:
     """`explain --trace A [--trace B]`: print the tables and the sentence; write the report."""
-    from amp_bench.analysis.explain.any_trace import explain_traces
-    from amp_bench.analysis.explain.trace import read_profile
+    from amp_bench.analysis.explain.any_trace import explain_traces, read_traces
     from amp_bench.report import explain_trace_report
-    profiles = [read_profile(p) for p in args.trace[-1:]] if args.modes else []
+    profiles = read_traces(args.trace)
     pair, ratio, source = _ceiling_inputs(args, profiles)
-    explained = explain_traces(args.trace, pair, ratio, source)
+    explained = explain_traces(args.trace, pair, ratio, source, profiles)
     for heading, body in explain_trace_report._sections(explained):
         console.print(f"[bold]{escape(heading)}[/]")
         if hasattr(body, "to_string"):

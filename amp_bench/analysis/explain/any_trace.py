@@ -68,14 +68,20 @@ def _read(path: Path) -> Profile:
         raise UserError(f"{path}: {exc}") from None
 
 
-def explain_traces(paths, modes: tuple[str, str] | None = None, accelerated: float | None = None,
-                   accelerated_source: str = "") -> TraceExplanation:
-    """One or two traces. With two, the second is decomposed against the first; with `modes` and
-    `accelerated` (the GEMM/conv peak ratio of the second's mode to the first's) it has a ceiling."""
+def read_traces(paths) -> list[Profile]:
     paths = [Path(p) for p in paths]
     if not 1 <= len(paths) <= 2:
         raise UserError("explain --trace takes one trace, or two to compare (the second against the first)")
-    profiles = [_read(p) for p in paths]
+    return [_read(p) for p in paths]
+
+
+def explain_traces(paths, modes: tuple[str, str] | None = None, accelerated: float | None = None,
+                   accelerated_source: str = "", profiles: list[Profile] | None = None) -> TraceExplanation:
+    """One or two traces (`profiles`: already read). With two, the second is decomposed against the
+    first; with `modes` and `accelerated` (the GEMM/conv peak ratio of the second's mode to the
+    first's) it has a ceiling."""
+    profiles = profiles or read_traces(paths)
+    paths = [Path(p) for p in paths]
     names = [p.name.split(".json")[0] for p in paths]
     if len(names) == 2 and names[0] == names[1]:
         names = [str(p) for p in paths]
