@@ -211,6 +211,8 @@ def ideal_for(precision: str, row: dict, base: dict) -> ceilings.Ideal:
     if row["device_type"].startswith("cuda"):
         accelerated, source = ceilings.gpu_units(_number(row.get("peak_tflops")), _number(base.get("peak_tflops")),
                                                  _number(row.get("peak_tflops_bf16")), precision)
+    elif row.get("cpu_bf16_isa") in ("", "nan", None):
+        accelerated, source = None, "these results do not say the CPU's ISA (cpu_bf16_isa): no ceiling"
     else:
         ratio, source = ceilings.cpu_unit(precision, row.get("cpu_bf16_isa", ""))
         accelerated = {k: ratio for k in ACCELERATED}
@@ -258,6 +260,7 @@ def _cases(results: pd.DataFrame):
             row["emulated"] = bool(true_rows(rows["emulated"]).any()) if "emulated" in rows else False
             row["cpu_bf16_isa"] = str(rows.iloc[0].get("cpu_bf16_isa", "") or "")
             row["noise"] = _pooled(used)
+            row["contended"] = (int(true_rows(rows["contended"]).sum()) if "contended" in rows else 0, len(rows))
             by_mode[precision] = row
         yield label, by_mode
 
@@ -279,9 +282,14 @@ def explain_results(results: pd.DataFrame, baseline: str | None = None) -> list[
             distorted = "distorted" in (row["explain_status"], base["explain_status"])
             device = "cuda" if row["device_type"].startswith("cuda") else "cpu"
             interval = noise.speedup_interval(base.get("measured_spread"), row.get("measured_spread"))
-            out.append((label, decompose(times_from_row(base), times_from_row(row), precision, baseline, measured,
-                                         distorted, device, emulated=row["emulated"], ideal=ideal_for(precision, row, base),
-                                         base_noise=base["noise"], mode_noise=row["noise"], measured_interval=interval)))
+            d = decompose(times_from_row(base), times_from_row(row), precision, baseline, measured, distorted, device,
+                          emulated=row["emulated"], ideal=ideal_for(precision, row, base), base_noise=base["noise"],
+                          mode_noise=row["noise"], measured_interval=interval)
+            contended = [c for c in (base.get("contended"), row.get("contended")) if c]
+            if sum(c[0] for c in contended):
+                d.notes.append(f"{sum(c[0] for c in contended)} of {sum(c[1] for c in contended)} repeats were "
+                               "measured on a contended machine")
+            out.append((label, d))
     return out
 
 
