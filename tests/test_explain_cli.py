@@ -58,8 +58,11 @@ def test_explain_smoke_on_cpu(tmp_path):
         assert row["explain_other_share"] < 0.10
     assert "Where the profiled step's time went" in proc.stdout
     emulated = bool(table.loc[table["precision"] == "amp_bf16", "emulated"].astype(str).eq("True").any())
-    said = "resnet18 bs 2: amp_bf16 (emulated) made" if emulated else "resnet18 bs 2: amp_bf16 made"
-    assert said in proc.stdout.replace("\n", " ")
+    mode = "amp_bf16 (emulated)" if emulated else "amp_bf16"
+    text = " ".join(proc.stdout.split())
+    # a change is called only beyond its noise: either wording, never a category called changed inside it
+    assert f"resnet18 bs 2: {mode} made" in text or f"resnet18 bs 2: under {mode} GEMM+conv did not change" in text
+    assert "ceiling" in text
     html = next((tmp_path / "reports").glob("*.html")).read_text()
     assert "chart-explain" in html and "Where the time goes" in html
 
