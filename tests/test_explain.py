@@ -487,3 +487,26 @@ def test_unexplained_cases_are_one_line_each_naming_the_repeats_only_when_they_d
         {"case_id": "b", "repeat": 1, "status": "ok", "explain_status": "unavailable", "explain_reason": "trace lost"},
     ])
     assert unexplained_lines(rows) == ["a: unsupported: no TF32", "b (repeat 1): ok: profile unavailable: trace lost"]
+
+
+def test_ddp_profiled_steps_need_every_rank_ready_and_restore_the_group_timeout(monkeypatch):
+    """measure/ddp.synced_steps: a rank not ready means no rank profiles (no collective is left
+    half-taken); otherwise the steps run under a cut timeout and the group's own is put back."""
+    import torch.distributed as dist
+
+    from amp_bench.measure import ddp
+
+    class FakeRank:
+        def __init__(self, ready):
+            self.ready = ready
+
+        def all_ready(self, ready, timeout_s):
+            assert timeout_s >= 60
+            return self.ready
+    timeouts, ran = [], []
+    monkeypatch.setattr(dist, "set_timeout", lambda t, group=None: timeouts.append(t.total_seconds()))
+    out = ddp.synced_steps(FakeRank(False), lambda: ran.append(1) or {}, 3, 10.0)
+    assert out["explain_status"] == "unavailable" and not ran and not timeouts
+    out = ddp.synced_steps(FakeRank(True), lambda: ran.append(1) or {"explain_status": "captured"}, 3, 30_000.0)
+    assert out == {"explain_status": "captured"} and ran == [1]
+    assert timeouts == [10 * 4 * 30.0, ddp.GROUP_TIMEOUT_S]  # ten times the steps' time, then the group's own

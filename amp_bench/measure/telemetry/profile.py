@@ -262,14 +262,14 @@ def _onednn_path(trace_path: str) -> str:
 def capture(step, inputs, target, device_type: str, trace_path: str | None, median_ms: float | None = None,
             fixed_steps: int | None = None) -> dict:
     """Profile a few more steps of `step` (a TrainStep) and save their trace, the layers (recorded in
-    the first of them) and, on a CPU, the oneDNN kernels of one step after them; the row's
+    the first of them) and, on a CPU outside DDP, the oneDNN kernels of one step after them; the row's
     explain_trace / explain_status / explain_reason. Never raises. Without `trace_path` (a DDP rank
     other than 0) it runs the same steps unprofiled when `fixed_steps` says how many, so every rank
     takes part in every gradient all-reduce."""
     run = lambda marks=None: step(inputs, target, marks=marks)  # noqa: E731
     try:
         if not trace_path:
-            for _ in range((fixed_steps or 0) + (1 if fixed_steps and device_type == "cpu" else 0)):
+            for _ in range(fixed_steps or 0):
                 run()
             return {"explain_status": "unavailable", "explain_trace": "",
                     "explain_reason": f"no trace path ({TRACE_ENV} unset: only a run saves traces)"}
@@ -293,7 +293,7 @@ def capture(step, inputs, target, device_type: str, trace_path: str | None, medi
         profile_step(profiled, device_type, trace_path, median_ms=median_ms, fixed_steps=fixed_steps)
         with open(layers_path(trace_path), "w", encoding="utf-8") as fh:
             json.dump(layers, fh)
-        if device_type == "cpu":
+        if device_type == "cpu" and not fixed_steps:  # under DDP it would be one more collective step
             onednn_kernels(run, _onednn_path(trace_path))
         return {"explain_status": "captured", "explain_trace": str(trace_path), "explain_reason": ""}
     except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the measurement
