@@ -82,7 +82,7 @@ def _against_ceiling(d) -> str:
     text = f"{measured}, of a {speed(d.ceiling)} ceiling"
     held = [f"{'host time' if k == HOST else LABELS[k]} {how}" for k, _, how in d.held_back]
     figure = d.measured_speedup or d.profiled_speedup or 0.0
-    if figure > d.ceiling * 1.02:
+    if figure > d.ceiling:
         text += f"; above it, {_above_ceiling(d)}"
     elif held:
         text += "; held back by: " + ", ".join(held)
