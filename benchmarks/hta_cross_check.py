@@ -47,7 +47,7 @@ def hta_figures(trace: Path) -> dict:
         kernel_types, _ = analysis.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True)
         temporal = analysis.get_temporal_breakdown(visualize=False)
         from hta.utils.utils import get_kernel_type
-        frame, symbols = analysis.t.get_trace(0), analysis.t.symbol_table.get_sym_table()
+        frame, symbols = analysis.t.get_trace(analysis.t.get_ranks()[0]), analysis.t.symbol_table.get_sym_table()
         gpu = frame[frame["stream"].ne(-1) & frame["name"].map(lambda i: get_kernel_type(symbols[i]) in KINDS)]
         category = gpu["cat"].map(lambda i: symbols[i])
         # HTA also counts some cuda_sync markers ("Stream Wait Event") as computation; amp_bench
