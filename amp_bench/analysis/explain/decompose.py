@@ -126,6 +126,12 @@ class Decomposition:
         spreads = [n.spread(keys) for n in (self.base_noise, self.mode_noise) if n]
         return max((s.half_width() for s in spreads if s), default=0.0)
 
+    def speedup_interval(self, keys) -> tuple[float, float] | None:
+        """These categories' speedup interval from the two sides' spreads; None without samples."""
+        if not self.base_noise or not self.mode_noise:
+            return None
+        return noise.speedup_interval(self.base_noise.spread(keys), self.mode_noise.spread(keys))
+
     @property
     def profiled_interval(self) -> tuple[float, float] | None:
         if not self.base_noise or not self.mode_noise:
