@@ -109,13 +109,20 @@ def _above_ceiling(d) -> str:
 
 
 def _disagreement(d) -> str:
+    """The profiled against the measured speedup whenever they differ: 'they disagree' when their
+    intervals do not overlap (the breakdown then does not explain the measurement), else, when the
+    two figures are more than 25% apart, that the noise, not the breakdown, decides."""
     profiled, measured = d.profiled_interval, d.measured_interval
-    if d.explains_measurement or profiled is None or not d.profiled_speedup:
+    if profiled is None or not d.profiled_speedup or not d.measured_speedup:
         return ""
     shown = f" ({measured[0]:.2f}-{measured[1]:.2f}x)" if measured else ""
-    return (f"; the profiled steps show {speed(d.profiled_speedup)} ({profiled[0]:.2f}-{profiled[1]:.2f}x) against "
-            f"{speed(d.measured_speedup)} measured{shown}: they disagree, so this breakdown does not explain the "
-            "measured figure")
+    figures = (f"the profiled steps show {speed(d.profiled_speedup)} ({profiled[0]:.2f}-{profiled[1]:.2f}x) against "
+               f"{speed(d.measured_speedup)} measured{shown}")
+    if not d.explains_measurement:
+        return f"; {figures}: they disagree, so this breakdown does not explain the measured figure"
+    if max(d.profiled_speedup, d.measured_speedup) / min(d.profiled_speedup, d.measured_speedup) > 1.25:
+        return f"; {figures}: the intervals overlap, so the noise, not this breakdown, decides"
+    return ""
 
 
 def sentence(d) -> str:
