@@ -202,3 +202,24 @@ def test_bad_trace_input_is_one_line_naming_the_file(tmp_path, content, says):
     proc = _cli("--trace", path, "--no-report")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
     assert f"{path}: {says}" in proc.stderr + proc.stdout
+
+
+def test_onednn_kernels_are_read_from_its_verbose_lines():
+    """Lines as oneDNN 3.12 (torch 2.14) printed them on this project's EPYC, amp_bf16 and fp32."""
+    from amp_bench.analysis.explain import onednn
+    lines = [
+        "onednn_verbose,v1,primitive,exec,cpu,convolution,jit_bf16:avx512_core_bf16,forward_training,src:bf16:a:"
+        "blocked:abcd::f0 wei:bf16:ap:blocked:AcdB16a2b::f0,attr-scratchpad:user,alg:convolution_direct,mb8_ic3oc16,10.0",
+        "onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_bf16,undef,src:bf16::blocked:ab::f0,"
+        "attr-scratchpad:user,,8x14400:14400x64,5.0",
+        "onednn_verbose,v1,primitive,exec,cpu,convolution,x64:gemm:jit,backward_weights,src:bf16:a:blocked:abcd::f0,"
+        "attr-scratchpad:user,,mb16,5.0",
+        "onednn_verbose,v1,primitive,exec,cpu,reorder,jit:uni,undef,src:f32::blocked:abcd::f0,attr-scratchpad:user,,16,3.0",
+        "onednn_verbose,v1,info,cpu,isa:Intel AVX-512 with Intel DL Boost and bfloat16 support",
+    ]
+    records = onednn.parse(lines)
+    assert [r["kind"] for r in records] == ["convolution", "matmul", "convolution", "reorder"]
+    said = onednn.describe(records)
+    assert said["share"] == pytest.approx(15 / 20)  # reorders are not conv/matmul; gemm:jit names no ISA
+    assert "AVX512-BF16/FP16 75%" in said["summary"] and "ISA not named 25%" in said["summary"]
+    assert onednn.unit("jit:avx512_core") == "FP32 vector (AVX-512/AVX2)" and onednn.unit("brgconv:avx512_core_amx") == "AMX"

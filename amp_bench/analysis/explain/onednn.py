@@ -47,7 +47,9 @@ def read_records(path) -> list[dict] | None:
 
 
 def unit(impl: str) -> str:
-    """The execution unit an implementation name says: AMX, AVX512-BF16/FP16, FP32 vector, reference."""
+    """The execution unit an implementation name says: AMX, AVX512-BF16/FP16, FP32 vector, reference;
+    'not named' for one whose name carries no ISA (`x64:gemm:jit`, oneDNN's GEMM-based convolution,
+    whose inner GEMM picks its own kernels)."""
     low = impl.lower()
     if "amx" in low:
         return "AMX"
@@ -55,7 +57,9 @@ def unit(impl: str) -> str:
         return "AVX512-BF16/FP16"
     if low.startswith("ref") or ":ref" in low or "simple" in low:
         return "reference C"
-    return "FP32 vector (AVX-512/AVX2)"
+    if "avx" in low or "sse" in low:
+        return "FP32 vector (AVX-512/AVX2)"
+    return "ISA not named"
 
 
 def describe(records: list[dict] | None) -> dict:
