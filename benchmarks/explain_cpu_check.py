@@ -21,7 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from amp_bench.analysis.explain.categories import CATEGORIES  # noqa: E402
-from amp_bench.analysis.explain.decompose import decompose, sentence, times_from_row  # noqa: E402
+from amp_bench.analysis.explain.ceiling import cpu_unit, ideal_factors  # noqa: E402
+from amp_bench.analysis.explain.decompose import decompose, times_from_row  # noqa: E402
+from amp_bench.analysis.explain.sentence import sentence  # noqa: E402
+from amp_bench.platform.device import effective_cpu_flags, read_cpu_info  # noqa: E402
 from amp_bench.analysis.explain.judge import explain_row  # noqa: E402
 from amp_bench.measure.models import build_workload  # noqa: E402
 from amp_bench.measure.precision import get_mode  # noqa: E402
@@ -81,9 +84,11 @@ def check(name: str, batch: int = 8, precisions=("fp32", "amp_bf16")) -> None:
               f"{cols['explain_misaligned_layers'][:160]}")
     base, mode = rows.get("fp32"), rows.get("amp_bf16")
     if base and mode and "unavailable" not in (base["explain_status"], mode["explain_status"]):
+        ratio, source = cpu_unit("amp_bf16", ",".join(effective_cpu_flags(read_cpu_info()[1])))
         d = decompose(times_from_row(base), times_from_row(mode), "amp_bf16", measured_speedup=base["median"] /
                       mode["median"], distorted="distorted" in (base["explain_status"], mode["explain_status"]),
-                      device_type="cpu")
+                      device_type="cpu", ideal=ideal_factors("amp_bf16", dict.fromkeys(("gemm", "conv", "attention"), ratio),
+                                                             source))
         print(d.table.round(3).to_string(index=False))
         print(f"{name} bs {batch}: {sentence(d)}")
 

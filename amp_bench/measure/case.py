@@ -51,11 +51,20 @@ def _after_window(case, device, ops, step, inputs, target, median_ms: float) -> 
     if case.peak_tflops:
         peak, source = case.peak_tflops, "given by the user"
     out.update(flops_columns(flops, median_ms, peak, source, bf16_peak))
-    if getattr(case, "explain", False):  # issue 23: one more step under torch.profiler; rank 0 saves it
-        from amp_bench.measure.telemetry.profile import TRACE_ENV, capture
-        trace = os.environ.get(TRACE_ENV) if os.environ.get("RANK", "0") == "0" else None
-        out.update(capture(step, inputs, target, device.type, trace))
     return out
+
+
+def _explain(case, device, step, inputs, target, median_ms: float, rank=None) -> dict:
+    """Issues 23 and 35: a few more steps under torch.profiler; rank 0 saves the trace. Under DDP
+    every rank runs the same fixed number of steps with gradient sync (so communication is real),
+    guarded by a timeout (measure/ddp.py)."""
+    from amp_bench.measure.telemetry.profile import MIN_STEPS, TRACE_ENV, capture
+    trace = os.environ.get(TRACE_ENV) if os.environ.get("RANK", "0") == "0" else None
+    if rank is None:
+        return capture(step, inputs, target, device.type, trace, median_ms)
+    from amp_bench.measure.ddp import synced_steps
+    return synced_steps(rank, lambda: capture(step, inputs, target, device.type, trace, median_ms, MIN_STEPS),
+                        MIN_STEPS, median_ms)
 
 
 def prepare_case(case, device, record: dict, support=None):
@@ -258,6 +267,8 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
             no_sync = step.model.no_sync() if rank is not None else contextlib.nullcontext()
             with no_sync:
                 record.update(_after_window(case, device, ops, step, inputs, target, stats.median))
+            if getattr(case, "explain", False):
+                record.update(_explain(case, device, step, inputs, target, stats.median, rank))
     except Exception as exc:  # instrumentation must never cost the measurement taken above
         record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
                                                     f"failed: {type(exc).__name__}: {exc}"[:300]) if w)

@@ -80,11 +80,12 @@ class Rank:
 
     def init(self, backend: str, torch_device) -> None:
         import datetime
+        self.device = torch_device
 
         import torch.distributed as dist
         kwargs = {"device_id": torch_device} if backend == "nccl" else {}
         # the case's timeout_s ends a hung collective first; this only bounds a lost peer
-        dist.init_process_group(backend, timeout=datetime.timedelta(minutes=30), **kwargs)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S), **kwargs)
 
     def wrap(self, model, torch_device):
         from torch.nn.parallel import DistributedDataParallel
@@ -102,11 +103,49 @@ class Rank:
         dist.all_gather_object(out, obj)
         return out
 
+    def all_ready(self, ready: bool, timeout_s: float) -> bool:
+        """Do all ranks agree (within `timeout_s`) that they are ready for a collective step?"""
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+        flag = torch.tensor([1.0 if ready else 0.0], device=getattr(self, "device", "cpu"))
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MIN, async_op=True)
+        work.wait(timeout=datetime.timedelta(seconds=timeout_s))
+        return bool(flag.item() > 0)
+
     @staticmethod
     def teardown() -> None:
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+
+
+GROUP_TIMEOUT_S = 30 * 60  # init_process_group's timeout (Rank.init), restored after the profiled steps
+
+
+def synced_steps(rank: Rank, profile, steps: int, median_ms: float | None) -> dict:
+    """Issue 35: the profiled steps of a DDP case with gradient sync, so the communication category
+    holds the real all-reduce. Every rank first agrees it is ready (a rank whose instrumentation
+    failed says no, and none profiles); during the steps the process group's timeout is cut to a
+    bound on them (ten times their measured time, at least 60 s), so a rank that fails inside a step
+    ends its peers' wait then instead of after 30 minutes; the row keeps its measurement either way."""
+    import datetime
+
+    import torch.distributed as dist
+    guard_s = max(60.0, 10 * (steps + 1) * (median_ms or 0.0) / 1e3)
+    try:
+        if not rank.all_ready(True, guard_s):
+            return {"explain_status": "unavailable", "explain_trace": "",
+                    "explain_reason": "a rank was not ready for the profiled steps"}
+        dist.set_timeout(datetime.timedelta(seconds=guard_s))
+    except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the row
+        return {"explain_status": "unavailable", "explain_trace": "",
+                "explain_reason": f"the ranks did not agree to profile: {type(exc).__name__}: {exc}"[:300]}
+    try:
+        return profile()
+    finally:
+        dist.set_timeout(datetime.timedelta(seconds=GROUP_TIMEOUT_S))
 
 
 def slowest_per_step(per_rank_ms: list[list[float]]) -> list[float]:

@@ -9,14 +9,18 @@ import html
 import pandas as pd
 
 from amp_bench.analysis.explain.categories import CATEGORIES, HOST, LABELS
-from amp_bench.analysis.explain.decompose import category_table, explain_results, sentence
+from amp_bench.analysis.explain.decompose import category_table, explain_results
+from amp_bench.analysis.explain.sentence import sentence
 
 SECTION = ("explain", "Where the time goes")
-HOW_TO = ("Each case ran one extra training step under torch.profiler after its timed window; the bars split that "
-          "step's time into categories (self time of CPU ops; kernel time on a GPU, plus the time the GPU sat idle). "
-          "Speedups in the sentences are the measured ones (timed windows), never the profiled step's. GEMM, conv "
-          "and attention are what Tensor Cores (AMX / AVX512-BF16 on CPUs) accelerate; the ceiling is the speedup "
-          "the whole step would get if only they sped up, by the factor they got, the rest unchanged.")
+HOW_TO = ("Each case ran 3-8 extra training steps under torch.profiler after its timed window (as many as the "
+          "profiler's cost allows); the bars split the median profiled step into categories (self time of CPU ops; on "
+          "a GPU kernel time, overlapping streams shared, plus the time the GPU sat idle). Speedups in the sentences "
+          "are the measured ones (timed windows), never the profiled steps'. A category is called faster or slower "
+          "only beyond its spread over the profiled steps of every repeat. The ceiling is the step this hardware "
+          "allows the mode: GEMM, conv and attention at the peak ratio of the mode's unit to fp32's (Tensor Cores; "
+          "AMX / AVX512-BF16 on CPUs), memory-bound work at half the bytes, casts gone, the optimizer, communication "
+          "and host time unchanged (docs/explain.md).")
 ABSENT = ("These results carry no per-category breakdown: run with `explain: true` in the suite (or `run --explain`), "
           "or `python -m amp_bench explain SUITE`, to profile one extra step per case.")
 COLORS = {"gemm": "#636efa", "conv": "#19d3f3", "attention": "#ab63fa", "elementwise": "#ffa15a", "norm": "#fecb52",
@@ -60,7 +64,9 @@ def waterfall(results: pd.DataFrame):
         return None
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-    titles = [f"{label}: {d.baseline} -> {d.mode}" for label, d in pairs]
+    titles = [f"{label}: {d.baseline} -> {d.mode}" + ("" if d.explains_measurement else
+                                                      " (the profile does not explain the measurement)")
+              for label, d in pairs]
     fig = make_subplots(rows=len(pairs), cols=1, subplot_titles=titles, vertical_spacing=0.12 / len(pairs))
     for i, (_, d) in enumerate(pairs, start=1):
         steps = d.waterfall()

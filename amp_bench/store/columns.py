@@ -18,6 +18,10 @@ EXPLAIN_COLUMNS = [
     "explain_profiled_vs_measured", "explain_cast_share", "explain_other_share", "explain_misaligned_flop_share",
     "explain_misaligned_layers", "explain_phase_forward_ms", "explain_phase_backward_ms",
     "explain_phase_optimizer_ms", "explain_phase_scaler_ms", "explain_trace", "explain_status", "explain_reason",
+    # issue 35: how many steps were profiled and every step's ms per category (JSON: the noise rule's
+    # samples), the share of GEMM+conv time on Tensor Cores (CPU: on oneDNN's bf16/AMX kernels) and
+    # what ran where
+    "explain_profiled_steps", "explain_step_samples", "explain_tensor_core_share", "explain_kernel_units",
 ]
 # Which SLURM job measured the case (studies/cluster.py; empty in a local run): executors/job_env.py writes them.
 SLURM_COLUMNS = ["slurm_partition", "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_node",

@@ -46,8 +46,12 @@ _CAST_KERNEL = re.compile(r"bfloat16_copy_kernel|float16_copy_kernel|float8_copy
                           r"cast_transpose|\bcast_kernel|quantize_kernel|to_fp8|fp8_cast")
 
 _KERNEL_RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(pattern)) for cat, pattern in [
-    ("communication", r"nccl|gloo|cross_device_reduce|all_reduce|allreduce|allgather|reduce_scatter"),
-    ("layout", r"^memcpy|^memset|\[cuda memcpy|\[cuda memset"),
+    ("communication", r"nccl|rccl|gloo|cross_device_reduce|all_reduce|allreduce|allgather|reduce_scatter"),
+    ("layout", r"^(hip)?memcpy|^(hip)?memset|^dma|\[cuda memcpy|\[cuda memset"),
+    # FBGEMM's table-batched embeddings, permutes and bucketizing are memory-bound lookups, and its
+    # FP8 quantize kernels are casts: 'fbgemm' must never reach the 'gemm' rule (issue 35)
+    ("cast", r"fbgemm.*(quantize|_to_fp8|fp8_|float8)"),
+    ("layout", r"split_embedding|embedding_codegen|permute_pooled|fbgemm|bounds_check_indices|bucketize|jagged"),
     ("optimizer", r"multi_tensor_apply|adamfunctor|sgdfunctor|fused_adam|fused_sgd|lamb_|_amp_foreach|"
                   r"amp_update_scale|non_finite_check|rowwise_adagrad|adagrad"),
     ("attention", r"flash_fwd|flash_bwd|flash::|flashattn|pytorch_flash|fmha|efficient_attention|mem_eff|"
@@ -57,7 +61,7 @@ _KERNEL_RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(pattern)) for ca
              r"groupnorm|welford|gammabetabackward|instance_norm|triton_(red|per)_fused_.*(norm|var_mean)"),
     ("conv", r"fprop|dgrad|wgrad|implicit_convolve|implicitgemmconv|convolution|conv2d|conv3d|conv1d|"
              r"scudnn|hcudnn|convolve|winograd|fft2d|fft_|cask_cudnn|_conv_|depthwise|cudnn::cnn|triton_tem_fused_conv"),
-    ("gemm", r"gemm|gemv|xmma|s884|h884|s1688|h1688|s16816|h16816|wmma|tensorop|cublas|nvjet|splitkreduce|"
+    ("gemm", r"(?<!fb)gemm|gemv|^cijk_|xmma|s884|h884|s1688|h1688|s16816|h16816|wmma|tensorop|cublas|nvjet|splitkreduce|"
              r"magma_|epilogue::impl|triton_tem_|_scaled_mm|matmul|sm90_|sm80_|sm100_|cutlass::kernel"),
     ("reduction", r"softmax|nll_loss|cross_entropy|_ce_(fwd|bwd)|reduce_kernel|reduce_by_key|devicereduce|"
                   r"max_pool|avg_pool|adaptive_average|adaptive_max|pool_|triton_red_|triton_per_|"
@@ -68,6 +72,18 @@ _KERNEL_RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(pattern)) for ca
     ("elementwise", r"elementwise_kernel|triton_poi_|triton__|triton_|distribution_|dropout|act_and_mul|silu|"
                     r"gelu|relu|tanh|sigmoid|rotary|rope|swiglu|where|clamp|functor|_kernel_cuda"),
 ]]
+
+
+KINDS = ("computation", "communication", "memory")  # Holistic Trace Analysis' kernel types
+_MEMORY_KIND = re.compile(r"^(hip)?memcpy|^(hip)?memset|^dma|\[cuda memcpy|\[cuda memset")
+
+
+def kernel_kind(name: str) -> str:
+    """HTA's split of GPU time: communication (collectives), memory (memcpy/memset) or computation."""
+    low = name.lower()
+    if _KERNEL_RULES[0][1].search(low):
+        return "communication"
+    return "memory" if _MEMORY_KIND.search(low) else "computation"
 
 
 def classify_kernel(name: str) -> str:

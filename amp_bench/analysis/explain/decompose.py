@@ -1,24 +1,27 @@
 """The speedup decomposed: where a mode's step saved (or added) time against the fp32 step of the same
-model, batch and compile mode, and what the step could reach if only the accelerated work got
-faster; torch-free (pandas).
+model, batch and compile mode, against what this hardware allows each category (the ceiling), and
+whether each change is beyond its noise; torch-free (pandas).
 
 Why by hand: no profiler compares two profiles; the comparison is the whole point of explaining an
-AMP speedup. Inputs are per-category times of one profiled step per mode (trace.Profile, or the
-`explain_*` columns of results rows). The measured speedup is passed in from the timed windows: the
-profiled step is never the measured figure. A profile whose step took more than 1.5x the measured
-median is marked distorted (the profiler's own cost changed what it measured).
-
-Amdahl ceiling: total_fp32 / (total_fp32 - A + A / f), A = the fp32 step's GEMM + conv + attention
-time, f = the speedup those categories got in the mode's profile; every other category unchanged.
+AMP speedup. Inputs are per-category times of the profiled steps of each mode (trace.Profile, or the
+`explain_*` columns of results rows, whose `explain_step_samples` keep every step). The measured
+speedup is passed in from the timed windows: the profiled steps are never the measured figure. A
+profile whose step took more than 1.5x the measured median is marked distorted (the profiler's own
+cost changed what it measured). The ceiling is ceiling.py's; the noise rule noise.py's; the sentence
+sentence.py's.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from amp_bench import modes
-from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST, LABELS, MEMORY_BOUND
+from amp_bench.analysis.explain import ceiling as ceilings
+from amp_bench.analysis.explain import noise
+from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST, LABELS
+from amp_bench.analysis.explain.sentence import sentence
 from amp_bench.store.flags import true_rows
 from amp_bench.store.results import EXPLAIN_COLUMNS  # the results-table columns, in order: one list
 
@@ -26,9 +29,16 @@ DISTORTED_RATIO = 1.5
 PHASE_COLUMNS = ("forward", "backward", "optimizer", "scaler")
 
 
+def _samples_json(profile) -> str:
+    """Every profiled step's ms per category (and host, wall) as compact JSON for the results row."""
+    return json.dumps({k: [round(v, 4) for v in values] for k, values in profile.samples().items()},
+                      separators=(",", ":"))
+
+
 def profile_columns(profile, measured_ms: float | None, misaligned_share: float | None = None,
-                    misaligned_layers: str = "") -> dict:
-    """The `explain_*` columns of one results row from its profile (trace.Profile)."""
+                    misaligned_layers: str = "", units: dict | None = None) -> dict:
+    """The `explain_*` columns of one results row from its profile (trace.Profile). `units`: the
+    Tensor Core (CUDA) or oneDNN ISA (CPU) reading, {'share': ..., 'summary': ...}, when there is one."""
     out = {f"explain_{c}_ms": profile.categories_ms.get(c, 0.0) for c in CATEGORIES}
     ratio = profile.wall_ms / measured_ms if measured_ms else None
     status, reason = "ok", ""
@@ -41,6 +51,8 @@ def profile_columns(profile, measured_ms: float | None, misaligned_share: float 
         "explain_other_share": profile.share("other"), "explain_misaligned_flop_share": misaligned_share,
         "explain_misaligned_layers": misaligned_layers, "explain_trace": profile.trace_path or "",
         "explain_status": status, "explain_reason": "; ".join([reason] + list(profile.notes)).strip("; "),
+        "explain_profiled_steps": len(profile.steps), "explain_step_samples": _samples_json(profile),
+        "explain_tensor_core_share": (units or {}).get("share"), "explain_kernel_units": (units or {}).get("summary", ""),
     })
     out.update({f"explain_phase_{p}_ms": profile.phases_ms.get(p) for p in PHASE_COLUMNS})
     return {c: out.get(c) for c in EXPLAIN_COLUMNS}
@@ -49,15 +61,31 @@ def profile_columns(profile, measured_ms: float | None, misaligned_share: float 
 def unavailable_columns(reason: str) -> dict:
     """A row whose profile failed or was not taken: every figure empty, the reason said."""
     out = {c: None for c in EXPLAIN_COLUMNS}
-    out.update(explain_trace="", explain_misaligned_layers="", explain_status="unavailable", explain_reason=reason)
+    out.update(explain_trace="", explain_misaligned_layers="", explain_status="unavailable", explain_reason=reason,
+               explain_step_samples="", explain_kernel_units="")
     return out
 
 
 def times_from_row(row) -> dict[str, float]:
-    """{category: ms, 'host': ms} from a row carrying the explain_* columns."""
+    """{category: ms, 'host': ms} from a row carrying the explain_* columns: the medians of its pooled
+    profiled steps where the row carries them, else the columns."""
+    pooled = row.get("noise") if isinstance(row, dict) else None
+    if pooled is not None and pooled.samples:
+        import statistics
+        return {k: statistics.median(pooled.samples.get(k) or [0.0]) for k in list(CATEGORIES) + [HOST]}
     out = {c: float(row.get(f"explain_{c}_ms") or 0.0) for c in CATEGORIES}
     out[HOST] = float(row.get("explain_host_ms") or 0.0)
     return out
+
+
+@dataclass
+class Noise:
+    """What the noise rule needs of one side: per-step samples pooled from `processes` processes."""
+    samples: dict[str, list[float]]
+    processes: int = 1
+
+    def spread(self, keys) -> noise.Spread | None:
+        return noise.spread(noise.summed(self.samples, keys), self.processes)
 
 
 @dataclass
@@ -76,10 +104,46 @@ class Decomposition:
     device_type: str = "cuda"
     notes: list[str] = field(default_factory=list)
     emulated: bool = False  # the mode ran on hardware that only emulates it: the sentence says so
+    ideal: ceilings.Ideal | None = None
+    held_back: list = field(default_factory=list)  # ceiling.held_back
+    beat_ideal: list = field(default_factory=list)  # ceiling.beat_ideal
+    base_noise: Noise | None = None
+    mode_noise: Noise | None = None
+    measured_interval: tuple[float, float] | None = None
 
     @property
     def profiled_speedup(self) -> float | None:
         return self.base_total_ms / self.mode_total_ms if self.mode_total_ms else None
+
+    def changed(self, keys) -> bool | None:
+        """Did these categories' summed time change beyond its noise? None without samples."""
+        if not self.base_noise or not self.mode_noise:
+            return None
+        return noise.changed(self.base_noise.spread(keys), self.mode_noise.spread(keys))
+
+    def noise_width(self, keys) -> float:
+        """The wider relative half-width of the two sides' spreads of these categories."""
+        spreads = [n.spread(keys) for n in (self.base_noise, self.mode_noise) if n]
+        return max((s.half_width() for s in spreads if s), default=0.0)
+
+    def speedup_interval(self, keys) -> tuple[float, float] | None:
+        """These categories' speedup interval from the two sides' spreads; None without samples."""
+        if not self.base_noise or not self.mode_noise:
+            return None
+        return noise.speedup_interval(self.base_noise.spread(keys), self.mode_noise.spread(keys))
+
+    @property
+    def profiled_interval(self) -> tuple[float, float] | None:
+        if not self.base_noise or not self.mode_noise:
+            return None
+        keys = list(CATEGORIES) + [HOST]
+        return noise.speedup_interval(self.base_noise.spread(keys), self.mode_noise.spread(keys))
+
+    @property
+    def explains_measurement(self) -> bool:
+        """False when the profiled and the measured speedups disagree beyond their intervals."""
+        measured = self.measured_interval or ((self.measured_speedup,) * 2 if self.measured_speedup else None)
+        return not noise.disagree(self.profiled_interval, measured)
 
     def waterfall(self) -> list[tuple[str, float]]:
         """(label, ms) steps from the fp32 step to the mode's: the start, one signed change per
@@ -98,99 +162,75 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def decompose(base: dict[str, float], mode: dict[str, float], mode_name: str, baseline: str | None = None,
-              measured_speedup: float | None = None, distorted: bool = False,
-              device_type: str = "cuda", emulated: bool = False) -> Decomposition:
-    """`base`, `mode`: {category: ms per step} (CATEGORIES, plus 'host' when known) of one profiled
-    step each; `baseline` names the base's mode (the registry's reference unless given)."""
+              measured_speedup: float | None = None, distorted: bool = False, device_type: str = "cuda",
+              emulated: bool = False, ideal: ceilings.Ideal | None = None, base_noise: Noise | None = None,
+              mode_noise: Noise | None = None, measured_interval: tuple[float, float] | None = None) -> Decomposition:
+    """`base`, `mode`: {category: ms per step} (CATEGORIES, plus 'host' when known) of the profiled
+    steps (medians); `baseline` names the base's mode (the registry's reference unless given);
+    `ideal`: each category's ideal speedup (ceiling.py), without which there is no ceiling."""
     baseline = baseline or modes.reference()
     keys = list(CATEGORIES) + ([HOST] if HOST in base or HOST in mode else [])
-    base_total = sum(base.get(k, 0.0) for k in keys)
-    mode_total = sum(mode.get(k, 0.0) for k in keys)
+    base = {k: base.get(k, 0.0) for k in keys}
+    mode = {k: mode.get(k, 0.0) for k in keys}
+    base_total, mode_total = sum(base.values()), sum(mode.values())
     saved_total = base_total - mode_total
-    rows = []
-    for k in keys:
-        b, m = base.get(k, 0.0), mode.get(k, 0.0)
-        rows.append({"category": k, "base_ms": b, "mode_ms": m, "speedup": _ratio(b, m), "saved_ms": b - m,
-                     "saved_share": (b - m) / saved_total if saved_total else None,
-                     "base_share": b / base_total if base_total else None})
-    table = pd.DataFrame(rows)
-    acc_base = sum(base.get(k, 0.0) for k in ACCELERATED)
-    acc_mode = sum(mode.get(k, 0.0) for k in ACCELERATED)
-    factor = _ratio(acc_base, acc_mode)
-    ceiling = None
-    if factor and base_total:
-        ceiling = base_total / (base_total - acc_base + acc_base / factor)
-    return Decomposition(mode_name, baseline, table, base_total, mode_total, factor,
+    table = pd.DataFrame([{"category": k, "base_ms": base[k], "mode_ms": mode[k], "speedup": _ratio(base[k], mode[k]),
+                           "saved_ms": base[k] - mode[k], "saved_share": (base[k] - mode[k]) / saved_total if saved_total else None,
+                           "base_share": base[k] / base_total if base_total else None} for k in keys])
+    acc_base, acc_mode = sum(base[k] for k in ACCELERATED), sum(mode[k] for k in ACCELERATED)
+    bound = ceilings.ceiling(base, ideal) if ideal else None
+    return Decomposition(mode_name, baseline, table, base_total, mode_total, _ratio(acc_base, acc_mode),
                          acc_base / base_total if base_total else 0.0,
-                         (mode.get("cast", 0.0) - base.get("cast", 0.0)) / base_total if base_total else 0.0,
-                         ceiling, measured_speedup, distorted, device_type, emulated=emulated)
-
-
-def _join(labels: list[str]) -> str:
-    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
-
-
-def _faster(factor: float) -> str:
-    """'2.6x faster', for a slowdown '7.7x slower' (never '0.1x faster'), and within 5% 'no faster'."""
-    if abs(factor - 1) < 0.05:
-        return "no faster"
-    return f"{factor:.1f}x faster" if factor >= 1 else f"{1 / factor:.1f}x slower"
-
-
-def _speed(factor: float) -> str:
-    """A whole step's speedup: '1.6x', or for a slowdown '22.1x slower' (never '0.0x')."""
-    return f"{factor:.1f}x" if factor >= 0.95 else f"{1 / factor:.1f}x slower"
-
-
-def sentence(d: Decomposition) -> str:
-    """One sentence in the run's headline style, e.g. 'amp_bf16 made GEMM+conv 2.6x faster, but they
-    are 58% of the fp32 step; elementwise and norms (31%) gained 1.3x; casts added 4%: 1.6x measured,
-    1.9x the ceiling with the rest unchanged'."""
-    t = d.table.set_index("category")
-    share = t["base_share"].fillna(0.0)
-    mode = modes.with_emulated(d.mode, d.emulated)  # an emulated mode's breakdown explains the emulation
-    present = [k for k in ACCELERATED if share.get(k, 0.0) >= 0.01] or [k for k in ACCELERATED if t.loc[k, "base_ms"] > 0]
-    parts = []
-    if present and d.accelerated_speedup:
-        they = "they are" if len(present) > 1 else "it is"
-        # 'but' when they sped up (the rest limits the gain); 'and' when they slowed (they drive it)
-        link = "but" if d.accelerated_speedup >= 1.05 else "and"
-        parts.append(f"{mode} made {'+'.join(LABELS[k] for k in present)} {_faster(d.accelerated_speedup)}, "
-                     f"{link} {they} {d.accelerated_share:.0%} of the {d.baseline} step")
-    else:
-        parts.append(f"{mode}: no GEMM, convolution or attention time in the {d.baseline} profile")
-    memory = sorted((k for k in MEMORY_BOUND if share.get(k, 0.0) >= 0.05), key=lambda k: -share[k])[:3]
-    if memory:
-        b, m = t.loc[memory, "base_ms"].sum(), t.loc[memory, "mode_ms"].sum()
-        gain = _ratio(b, m)
-        parts.append(f"{_join([LABELS[k] for k in memory])} ({share[memory].sum():.0%}) "
-                     + (("did not change" if abs(gain - 1) < 0.05 else f"gained {gain:.1f}x" if gain >= 1
-                         else f"ran {1 / gain:.1f}x slower") if gain else "did not change"))
-    cast = f"casts added {d.cast_added_share:.0%}" if d.cast_added_share >= 0.005 else \
-        f"casts took {share.get('cast', 0.0):.0%}"
-    head = "; ".join(parts + [cast])
-    speed = f"{_speed(d.measured_speedup)} measured" if d.measured_speedup else \
-        f"{_speed(d.profiled_speedup)} in the profiled steps" if d.profiled_speedup else "no speedup figure"
-    # Amdahl: a ceiling when those categories sped up; when they slowed, the same formula is the step
-    # they alone would give
-    what = "the ceiling" if d.ceiling and d.ceiling >= 1 else "from them alone"
-    ceiling = f", {_speed(d.ceiling)} {what} with the rest unchanged" if d.ceiling else ""
-    if d.ceiling and d.measured_speedup and d.measured_speedup > d.ceiling * 1.05:
-        if d.profiled_speedup and d.profiled_speedup > d.ceiling * 1.05:
-            ceiling += " (beaten: the rest got faster too)"
-        else:  # the profile says the step sped up less than the windows did: one of them is off
-            ceiling += (f" (the profiled steps show {d.profiled_speedup or 0:.1f}x: the timed windows and the profile "
-                        "disagree, a quieter machine settles it)")
-    host = t["mode_ms"].get(HOST, 0.0) / d.mode_total_ms if HOST in t.index and d.mode_total_ms else 0.0
-    idle = "the device sat idle" if d.device_type == "cuda" else "Python and framework time between ops took"
-    tail = f" ({idle} {host:.0%} of the {d.mode} step)" if host >= 0.10 else ""
-    if d.distorted:
-        tail += " (breakdown distorted: the profiler slowed a step by more than 1.5x)"
-    return f"{head}: {speed}{ceiling}{tail}"
+                         (mode["cast"] - base["cast"]) / base_total if base_total else 0.0,
+                         bound, measured_speedup, distorted, device_type, emulated=emulated, ideal=ideal,
+                         held_back=ceilings.held_back(base, mode, ideal) if ideal else [],
+                         beat_ideal=ceilings.beat_ideal(base, mode, ideal) if ideal else [],
+                         base_noise=base_noise, mode_noise=mode_noise, measured_interval=measured_interval)
 
 
 CASE_KEYS = ["run_id", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device_name",
              "compile_mode", "world_size"]
+
+
+def _pooled(rows: pd.DataFrame) -> Noise | None:
+    """Every profiled step of these rows (one per repeat), pooled: the noise rule's samples."""
+    pooled: dict[str, list[float]] = {}
+    processes = 0
+    for text in rows.get("explain_step_samples", pd.Series(dtype=object)):
+        if not isinstance(text, str) or not text.startswith("{"):
+            continue
+        processes += 1
+        for key, values in json.loads(text).items():
+            pooled.setdefault(key, []).extend(values)
+    return Noise(pooled, processes) if processes else None
+
+
+def _measured_spread(rows: pd.DataFrame) -> noise.Spread | None:
+    """The measured step time's spread over the repeats: their medians and confidence intervals."""
+    values = [v for c in ("step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high") if c in rows
+              for v in pd.to_numeric(rows[c], errors="coerce").dropna()]
+    return noise.spread(values, processes=len(rows)) if values else None
+
+
+def ideal_for(precision: str, row: dict, base: dict) -> ceilings.Ideal:
+    """Each category's ideal speedup for a mode, from what the rows say of the hardware."""
+    if row["device_type"].startswith("cuda"):
+        accelerated, source = ceilings.gpu_units(_number(row.get("peak_tflops")), _number(base.get("peak_tflops")),
+                                                 _number(row.get("peak_tflops_bf16")), precision)
+    elif row.get("cpu_bf16_isa") in ("", "nan", None):
+        accelerated, source = None, "these results do not say the CPU's ISA (cpu_bf16_isa): no ceiling"
+    else:
+        ratio, source = ceilings.cpu_unit(precision, row.get("cpu_bf16_isa", ""))
+        accelerated = {k: ratio for k in ACCELERATED}
+    return ceilings.ideal_factors(precision, accelerated, source)
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and number > 0 else None
 
 
 def _cases(results: pd.DataFrame):
@@ -201,8 +241,8 @@ def _cases(results: pd.DataFrame):
     ok = results[results["explain_status"].isin(["ok", "distorted"]) & (results.get("status", "ok") == "ok")]
     keys = [k for k in CASE_KEYS if k in ok]
     machines = ok["device_name"].nunique() if "device_name" in ok else 1
-    numeric = [c for c in EXPLAIN_COLUMNS if c in ok and pd.api.types.is_numeric_dtype(ok[c])] + \
-        (["step_time_ms_median"] if "step_time_ms_median" in ok else [])
+    numeric = [c for c in EXPLAIN_COLUMNS + ["step_time_ms_median", "peak_tflops", "peak_tflops_bf16"]
+               if c in ok and pd.api.types.is_numeric_dtype(ok[c])]
     for key, case in ok.groupby(keys, dropna=False, sort=False) if keys else [((), ok)]:
         first = case.iloc[0]
         label = f"{first.get('model_label', first.get('model', 'model'))} bs {int(first['batch_size'])}" \
@@ -213,15 +253,20 @@ def _cases(results: pd.DataFrame):
             label += f" on {first['device_name']}"
         by_mode = {}
         for precision, rows in case.groupby("precision", sort=False):
-            # one profiled step per repeat: a repeat whose step the profiler (or a noisy neighbour) slowed
-            # is left out while another repeat's is clean; distorted only when every repeat's is
+            # a repeat whose profiled steps the profiler (or a noisy neighbour) slowed is left out
+            # while another repeat's are clean; distorted only when every repeat's are
             clean = rows[rows["explain_status"] == "ok"]
-            row = (clean if not clean.empty else rows)[numeric].median().to_dict()
+            used = clean if not clean.empty else rows
+            row = used[numeric].median().to_dict()
             if "step_time_ms_median" in rows:  # the measured figure is every repeat's, as the run's own
                 row["step_time_ms_median"] = rows["step_time_ms_median"].median()
+                row["measured_spread"] = _measured_spread(rows)
             row["explain_status"] = "ok" if not clean.empty else "distorted"
             row["device_type"] = str(rows.iloc[0].get("device", "cpu"))
             row["emulated"] = bool(true_rows(rows["emulated"]).any()) if "emulated" in rows else False
+            row["cpu_bf16_isa"] = str(rows.iloc[0].get("cpu_bf16_isa", "") or "")
+            row["noise"] = _pooled(used)
+            row["contended"] = (int(true_rows(rows["contended"]).sum()) if "contended" in rows else 0, len(rows))
             by_mode[precision] = row
         yield label, by_mode
 
@@ -242,8 +287,15 @@ def explain_results(results: pd.DataFrame, baseline: str | None = None) -> list[
             measured = _ratio(base.get("step_time_ms_median") or 0.0, row.get("step_time_ms_median") or 0.0)
             distorted = "distorted" in (row["explain_status"], base["explain_status"])
             device = "cuda" if row["device_type"].startswith("cuda") else "cpu"
-            out.append((label, decompose(times_from_row(base), times_from_row(row), precision, baseline,
-                                         measured, distorted, device, emulated=row["emulated"])))
+            interval = noise.speedup_interval(base.get("measured_spread"), row.get("measured_spread"))
+            d = decompose(times_from_row(base), times_from_row(row), precision, baseline, measured, distorted, device,
+                          emulated=row["emulated"], ideal=ideal_for(precision, row, base), base_noise=base["noise"],
+                          mode_noise=row["noise"], measured_interval=interval)
+            contended = [c for c in (base.get("contended"), row.get("contended")) if c]
+            if sum(c[0] for c in contended):
+                d.notes.append(f"{sum(c[0] for c in contended)} of {sum(c[1] for c in contended)} repeats were "
+                               "measured on a contended machine")
+            out.append((label, d))
     return out
 
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from amp_bench import modes
 from amp_bench.analysis.explain.alignment import alignment_table, misaligned_flop_share, misaligned_summary, read_layers
+from amp_bench.analysis.explain import onednn
 from amp_bench.analysis.explain.decompose import profile_columns, unavailable_columns
-from amp_bench.analysis.explain.trace import read_profile
+from amp_bench.analysis.explain.kernels import describe
+from amp_bench.analysis.explain.trace import NoGpuActivity, read_profile
 
 CAPTURED = "captured"  # the worker's explain_status when it saved a trace for this module to read
 
@@ -74,9 +76,14 @@ def explain_row(row: dict, run_dir) -> dict:
         profile = read_profile(path, device_type, trace_path=trace)
         table = alignment_table(read_layers(layers_path(path)), int(_number(row.get("flops_per_step")) or 0) or None,
                                 device_type)
-        multiple = 16 if modes.get(str(row.get("precision"))).float8_linear else 8  # fp8 wants 16
+        mode = modes.get(str(row.get("precision")))
+        multiple = 16 if mode.float8_linear else 8  # fp8 wants 16
+        units = describe(profile.tensor_cores, mode.uses_autocast, multiple) if device_type == "cuda" else \
+            onednn.describe(onednn.read_records(onednn.records_path(path)))
         return profile_columns(profile, _number(row.get("step_time_ms_median")), misaligned_flop_share(table, multiple),
-                               misaligned_summary(table, multiple))
+                               misaligned_summary(table, multiple), units)
+    except NoGpuActivity as exc:  # issue 33: never "ok, idle 100%" for a trace CUPTI recorded nothing in
+        return {**unavailable_columns(str(exc)), "explain_trace": trace}
     except Exception as exc:  # noqa: BLE001 the breakdown is an explanation, never a reason to lose the row
         return {**unavailable_columns(f"reading the profile failed: {type(exc).__name__}: {exc}"[:300]),
                 "explain_trace": trace}

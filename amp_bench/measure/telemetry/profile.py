@@ -22,7 +22,9 @@ import inspect
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 
 TRACE_ENV = "AMP_BENCH_EXPLAIN_TRACE"  # where the worker saves the trace (workers/launch.py sets it)
 # the regions analysis/explain/trace.py reads (it holds the same two strings; a test keeps them equal)
@@ -58,31 +60,45 @@ def _takes_marks(step_fn) -> bool:
         return False
 
 
+MIN_STEPS, MAX_STEPS = 3, 8  # a spread needs three; past eight the trace's export and parsing dominate
+BUDGET_STEPS = 10  # the profiled steps may take as long as this many measured steps (or MIN_BUDGET_S)
+MIN_BUDGET_S = 2.0
+
+
+def steps_to_profile(done: int, elapsed_s: float, median_ms: float | None) -> bool:
+    """After `done` profiled steps that took `elapsed_s` with the profiler on: take another? At least
+    MIN_STEPS, at most MAX_STEPS, and beyond the minimum only while the next one (at the cost the
+    profiler has shown so far) fits the budget: BUDGET_STEPS measured steps, at least MIN_BUDGET_S."""
+    if done < MIN_STEPS:
+        return True
+    if done >= MAX_STEPS:
+        return False
+    budget = max(MIN_BUDGET_S, BUDGET_STEPS * (median_ms or 0.0) / 1e3)
+    return elapsed_s + elapsed_s / done <= budget
+
+
+def keep_cupti_alive() -> None:
+    """Two profiler sessions in one process (the throwaway that pays CUPTI's start-up, then the real
+    one) can leave the second without GPU events when CUPTI is torn down in between
+    (pytorch/kineto#1554): Kineto reads TEARDOWN_CUPTI=0 and keeps it. Set before the first session;
+    a value the user set is kept."""
+    os.environ.setdefault("TEARDOWN_CUPTI", "0")
+
+
 def warm_cuda_profiler() -> None:
     """Start and stop a CUDA profiler session once, so CUPTI's one-off start-up is paid here."""
     import torch
     from torch.profiler import ProfilerActivity, profile
+    keep_cupti_alive()
     with profile(activities=[ProfilerActivity.CUDA]):
         torch.cuda.synchronize()
 
 
-def profile_step(step_fn, device_type: str, trace_path: str | os.PathLike, record_shapes: bool = True) -> str:
-    """Run `step_fn` once under torch.profiler and save its gzip Chrome trace at `trace_path`.
-
-    `step_fn()`, or `step_fn(marks=...)` when it takes `marks` (then the forward, backward and
-    optimizer phases are marked as regions, e.g. `lambda marks=None: step(inputs, target, marks=marks)`).
-    CPU activity always; CUDA as well when `device_type == "cuda"`. Returns the path as a string.
-    """
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    activities = [ProfilerActivity.CPU]
-    if device_type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-        warm_cuda_profiler()
-        torch.cuda.synchronize()
-    marks = _PhaseMarks(record_function)
-    with profile(activities=activities, record_shapes=record_shapes) as prof:
+def _run_steps(step_fn, record_function, sync, median_ms, fixed_steps) -> int:
+    """Profiled steps, each in its own amp_bench::step region; how many from what they cost."""
+    done, started = 0, time.perf_counter()
+    while (done < fixed_steps) if fixed_steps else steps_to_profile(done, time.perf_counter() - started, median_ms):
+        marks = _PhaseMarks(record_function)
         with record_function(STEP_REGION):
             try:
                 if _takes_marks(step_fn):
@@ -91,8 +107,33 @@ def profile_step(step_fn, device_type: str, trace_path: str | os.PathLike, recor
                     step_fn()
             finally:
                 marks.close()
-            if device_type == "cuda":
-                torch.cuda.synchronize()
+            sync()
+        done += 1
+    return done
+
+
+def profile_step(step_fn, device_type: str, trace_path: str | os.PathLike, record_shapes: bool = True,
+                 median_ms: float | None = None, fixed_steps: int | None = None) -> str:
+    """Run `step_fn` several times under torch.profiler and save the gzip Chrome trace at `trace_path`.
+
+    `step_fn()`, or `step_fn(marks=...)` when it takes `marks` (then the forward, backward and
+    optimizer phases are marked as regions, e.g. `lambda marks=None: step(inputs, target, marks=marks)`).
+    How many steps: `fixed_steps`, else steps_to_profile's rule (MIN_STEPS to MAX_STEPS, within a
+    budget of BUDGET_STEPS x `median_ms`, the measured step). CPU activity always; CUDA as well when
+    `device_type == "cuda"`. Returns the path as a string.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    sync = (lambda: None)
+    if device_type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+        warm_cuda_profiler()
+        torch.cuda.synchronize()
+        sync = torch.cuda.synchronize  # every kernel a step launched ends inside its region
+    with profile(activities=activities, record_shapes=record_shapes) as prof:
+        _run_steps(step_fn, record_function, sync, median_ms, fixed_steps)
     saved = str(trace_path)
     os.makedirs(os.path.dirname(os.path.abspath(saved)), exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="amp_bench_trace_")
@@ -104,6 +145,31 @@ def profile_step(step_fn, device_type: str, trace_path: str | os.PathLike, recor
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return saved
+
+
+def onednn_kernels(step_fn, path: str) -> bool:
+    """One more step (never a profiled one: oneDNN's verbose mode times and prints every primitive)
+    under oneDNN verbose, its exec lines saved at `path` (analysis/explain/onednn.py reads them).
+    oneDNN prints from C to file descriptor 1, so that is pointed at a file for the step."""
+    import torch
+    if not torch.backends.mkldnn.is_available():
+        return False
+    sys.stdout.flush()
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        saved_fd = os.dup(1)
+        os.dup2(sink.fileno(), 1)
+        try:
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                step_fn()
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved_fd, 1)
+            os.close(saved_fd)
+        sink.seek(0)
+        lines = [line for line in sink.read().decode("utf-8", "replace").splitlines() if ",exec," in line]
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return True
 
 
 def _strip(name: str) -> str:
@@ -188,27 +254,47 @@ def _eager_module(model):
     return (original, True) if original is not None else (inner, False)
 
 
-def capture(step, inputs, target, device_type: str, trace_path: str | None) -> dict:
-    """Profile one more step of `step` (a TrainStep) and save its trace and layers; the row's
-    explain_trace / explain_status / explain_reason. Never raises."""
-    if not trace_path:
-        return {"explain_status": "unavailable", "explain_trace": "",
-                "explain_reason": f"no trace path ({TRACE_ENV} unset: only a run saves traces)"}
+def _onednn_path(trace_path: str) -> str:
+    """traces/STEM.json.gz -> traces/STEM.onednn.txt (analysis/explain/onednn.py reads it there)."""
+    return layers_path(trace_path)[: -len(".layers.json")] + ".onednn.txt"
+
+
+def capture(step, inputs, target, device_type: str, trace_path: str | None, median_ms: float | None = None,
+            fixed_steps: int | None = None) -> dict:
+    """Profile a few more steps of `step` (a TrainStep) and save their trace, the layers (recorded in
+    the first of them) and, on a CPU outside DDP, the oneDNN kernels of one step after them; the row's
+    explain_trace / explain_status / explain_reason. Never raises. Without `trace_path` (a DDP rank
+    other than 0) it runs the same steps unprofiled when `fixed_steps` says how many, so every rank
+    takes part in every gradient all-reduce."""
+    run = lambda marks=None: step(inputs, target, marks=marks)  # noqa: E731
     try:
+        if not trace_path:
+            for _ in range(fixed_steps or 0):
+                run()
+            return {"explain_status": "unavailable", "explain_trace": "",
+                    "explain_reason": f"no trace path ({TRACE_ENV} unset: only a run saves traces)"}
         import torch
 
         from amp_bench.measure.models import forward
         module, compiled = _eager_module(step.model)
-        run = lambda marks=None: step(inputs, target, marks=marks)  # noqa: E731
-        if compiled:
-            with record_layers(module) as layers, torch.no_grad():
+        layers: list[dict] = []
+        if compiled:  # hooks would make dynamo recompile: the shapes come from an eager forward
+            with record_layers(module) as recorded, torch.no_grad():
                 forward(module, inputs)
-            profile_step(run, device_type, trace_path)
-        else:
-            with record_layers(module) as layers:
-                profile_step(run, device_type, trace_path)
+            layers = recorded
+
+        def profiled(marks=None):
+            if layers or compiled:
+                return run(marks)
+            with record_layers(module) as recorded:  # the first profiled step only: calls per step
+                run(marks)
+            layers.extend(recorded)
+
+        profile_step(profiled, device_type, trace_path, median_ms=median_ms, fixed_steps=fixed_steps)
         with open(layers_path(trace_path), "w", encoding="utf-8") as fh:
             json.dump(layers, fh)
+        if device_type == "cpu" and not fixed_steps:  # under DDP it would be one more collective step
+            onednn_kernels(run, _onednn_path(trace_path))
         return {"explain_status": "captured", "explain_trace": str(trace_path), "explain_reason": ""}
     except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the measurement
         return {"explain_status": "unavailable", "explain_trace": "",

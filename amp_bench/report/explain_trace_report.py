@@ -1,0 +1,59 @@
+"""The report of `explain --trace A [--trace B]`: one markdown file and one self-contained HTML page
+with the traces' categories, HTA-style totals, idle time, Tensor Core use and the sentence (the
+figures are analysis/explain/any_trace.py's; this module lays them out)."""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from amp_bench.report.render import CSS, html_table, markdown_table
+
+HOW_TO = ("Per trace: the median over its steps (amp_bench::step regions, else ProfilerSteps less the last one) of "
+          "the time per category; on a GPU the categories split each step's busy time (overlapping streams shared), "
+          "host is the time the device sat idle in the step. The totals follow Holistic Trace Analysis: busy time "
+          "per kernel kind (computation, communication, memory) merged over streams, idle over the GPU's span.")
+
+
+def _sections(explanation) -> list[tuple[str, object]]:
+    """(heading, a table or lines of text) in page order."""
+    out = [("Traces", pd.DataFrame(explanation.summary_rows())),
+           ("ms per step by category", pd.DataFrame(explanation.category_rows()))]
+    if explanation.units():
+        out.append(("Tensor Cores", explanation.units()))
+    if explanation.sentences():
+        out.append(("Why", explanation.sentences()))
+    if explanation.notes:
+        out.append(("Notes", explanation.notes))
+    return out
+
+
+def markdown(explanation) -> str:
+    lines = [f"# Where the time goes: {' vs '.join(explanation.names)}", "", HOW_TO, ""]
+    for heading, body in _sections(explanation):
+        lines += [f"## {heading}", ""]
+        lines += [markdown_table(body.round(3))] if isinstance(body, pd.DataFrame) else [f"- {t}" for t in body]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def page(explanation) -> str:
+    title = html.escape(f"Where the time goes: {' vs '.join(explanation.names)}")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{CSS}</style></head>"
+             f"<body><h1>{title}</h1><p class='note'>{html.escape(HOW_TO)}</p>"]
+    for heading, body in _sections(explanation):
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        parts.append(html_table(body) if isinstance(body, pd.DataFrame) else
+                     "".join(f"<p>{html.escape(t)}</p>" for t in body))
+    return "".join(parts) + "</body></html>"
+
+
+def write(explanation, reports_dir: Path) -> dict[str, Path]:
+    """reports/explain-<A>[-vs-<B>].md and .html."""
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    stem = "explain-" + "-vs-".join(Path(n).name for n in explanation.names)
+    md, page_path = reports_dir / f"{stem}.md", reports_dir / f"{stem}.html"
+    md.write_text(markdown(explanation), encoding="utf-8")
+    page_path.write_text(page(explanation), encoding="utf-8")
+    return {"md": md, "html": page_path}
