@@ -44,7 +44,7 @@ def test_explain_smoke_on_cpu(tmp_path):
     suite.write_text((ROOT / "suites" / "smoke.yaml").read_text().replace("warmup_steps: 3", "warmup_steps: 1")
                      .replace("image_size: 32", "image_size: 16"))
     proc = amp_bench_cli("explain", str(suite), "--device", "cpu", "--precision", "fp32", "--precision",
-                         "amp_bf16", "--steps", "3", "--batch-size", "2", "--allow-emulated",
+                         "amp_bf16", "--steps", "3", "--batch-size", "2", "--allow-emulated", "--repeats", "1",
                          "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr

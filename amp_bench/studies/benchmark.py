@@ -65,6 +65,7 @@ class BudgetPlanner:
         self.budget_s, self.remaining, self.clock = budget_s, cases, clock
         self.started = clock()
         self.overheads: list[float] = []
+        self.flops: dict = {}  # case id -> the FLOP columns its first repeat counted (carry_flops)
 
     def plan(self, case):
         if self.budget_s is None:
@@ -168,16 +169,37 @@ def _run_item(store, item, machine: Machine, reporter: Reporter, support, runs: 
             stop.armed = False
     if stop is not None and stop.requested and runs and row["status"] != "ok":
         return None  # the signal reached the worker first (SLURM signals the whole job): its death is the stop's
-    if case.explain:  # the worker saved a profiled step: judged here, torch-free (issue 23)
-        row.update(explain_row(row, store.dir))
+    if case.explain and repeat == 0:  # the first repeat's worker saved its profiled steps (launch.run_one):
+        row.update(explain_row(row, store.dir))  # judged here, torch-free (issue 23)
     if note:
         row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
+    carry_flops(row, planner.flops)
     _stamp(row, machine)
     store.add(row, samples, key=part_key(index, case, repeat))
     if runs:  # a gated case costs nothing: it is not in the budget's count
         planner.finished(row)
     reporter.case_finished(case, row)
     return row
+
+
+FLOP_COLUMNS = ("flops_per_step", "peak_tflops", "peak_tflops_source", "peak_tflops_bf16")
+
+
+def carry_flops(row: dict, counted: dict) -> None:
+    """Only a case's first repeat counts its FLOPs (workers/launch.run_one): the count does not change
+    between repeats. A later repeat's row takes it, and its own achieved TFLOP/s and MFU at its own
+    median step time (stats.achieved_rate, the formula the worker uses)."""
+    from amp_bench.stats import achieved_rate
+    case_id = row.get("case_id")
+    if row.get("flops_per_step"):
+        counted[case_id] = {c: row.get(c) for c in FLOP_COLUMNS}
+        return
+    if row.get("status") != "ok" or case_id not in counted:
+        return
+    row.update(counted[case_id])
+    row.update(achieved_rate(row["flops_per_step"], row.get("step_time_ms_median"), row.get("peak_tflops")))
+    row["mfu_bf16_basis"] = achieved_rate(row["flops_per_step"], row.get("step_time_ms_median"),
+                                          row.get("peak_tflops_bf16"))["mfu"]
 
 
 def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, supports: dict, planner,

@@ -58,6 +58,8 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     is the hardware gate's decision for the case (made here when the caller has none); the worker
     gets it with the case and does not decide again. `server`: the run's fork server, if any."""
     row = base_row(case, repeat, device, versions, store.run_id)
+    if repeat > 0:  # FLOPs, per-phase memory and the explain profile do not change between repeats: once a case
+        case = dataclasses.replace(case, instrument=False, explain=False)
     support = support or precision_support(case.precision, device)
     if not may_run(support, case.allow_emulated):
         row.update(status="unsupported", reason=not_run_reason(support), emulated=support.emulated)
