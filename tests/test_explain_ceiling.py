@@ -166,7 +166,7 @@ def test_the_profiler_takes_three_to_eight_steps_by_what_they_cost():
         return done
     assert steps(0.01, 5.0) == MAX_STEPS  # a cheap step: as many as are useful
     assert steps(5.0, 1000.0) == MIN_STEPS  # 5 s per profiled step: the minimum a spread needs
-    assert MIN_STEPS < steps(1.0, 400.0) < MAX_STEPS  # a 4 s budget (10 steps of 400 ms) at 1 s each: 3 + 1
+    assert MIN_STEPS < steps(1.0, 800.0) < MAX_STEPS  # a 4 s budget (5 steps of 800 ms) at 1 s each: 3 + 1
 
 
 def test_a_category_beating_its_ideal_only_inside_its_noise_is_not_named_as_the_reason():

@@ -195,7 +195,7 @@ def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
     (`_log`: base median / this median), of its throughput ratio (`_tlog`), whether either side was
     contended (`_busy`), and the base side's interval columns (`_base_*`). GROUP_KEYS + precision +
     repeat identify a pair: the two modes ran back to back in that repeat (studies/benchmark.schedule)."""
-    keys = GROUP_KEYS + ["repeat"]
+    keys = pair_keys(ok) + ["repeat"]
     sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended"]
     ok = ok.assign(**{c: ok[c] if c in ok else np.nan for c in sides})
     base_side = ok[ok["precision"] == base].set_index(keys)[sides].rename(columns=lambda c: f"_base_{c}")
@@ -204,6 +204,15 @@ def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
     paired["_tlog"] = np.log(paired["throughput"] / paired["_base_throughput"])
     paired["_busy"] = [is_true(a) or is_true(b) for a, b in zip(paired["contended"], paired["_base_contended"])]
     return paired.dropna(subset=["_log"])
+
+
+def pair_keys(rows: pd.DataFrame) -> list[str]:
+    """What makes two rows one comparison group: the run and the group identity every row carries
+    (suite.schema.Case.group_id: model, batch, size, layout, processes, compile mode); rows without it
+    (written by hand) by their columns."""
+    if "group_id" in rows and rows["group_id"].notna().all() and "run_id" in rows:
+        return ["run_id", "group_id"]
+    return GROUP_KEYS
 
 
 def clean_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -220,6 +229,7 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
     mode high .. base high / mode low)."""
     rows = {key: _paired_row(clean_pairs(pairs), base, throughput)
             for key, pairs in paired_log_ratios(ok, base).groupby(GROUP_KEYS + ["precision"], dropna=False)}
+    # (grouped by the summary's columns, which _prepare made key-safe: one group id is one such group)
     index = pd.MultiIndex.from_tuples(list(rows), names=GROUP_KEYS + ["precision"]) if rows else \
         pd.MultiIndex.from_tuples([], names=GROUP_KEYS + ["precision"])
     columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high", f"speedup_vs_{base}_min",

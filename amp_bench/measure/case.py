@@ -155,7 +155,8 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
         from amp_bench.measure.ddp import threads_per_rank
         torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
-    record: dict = {"num_threads": torch.get_num_threads(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+    record: dict = {"num_threads": torch.get_num_threads(),
+                    "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY") or "default (spin, then sleep)"}
     device_type = device.type
     ops = for_device(torch.device(device.torch_device))  # every per-device difference goes through ops
     backend = None

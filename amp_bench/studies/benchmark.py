@@ -19,7 +19,7 @@ import pandas as pd
 from amp_bench.analysis.explain.judge import explain_row
 from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
-from amp_bench.store.results import RunStore, order_columns, utc_now
+from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
 from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
 from amp_bench.studies.session import Session, probe, record_machine, running
 from amp_bench.suite import Case
@@ -272,7 +272,10 @@ def finished_counts(store: RunStore) -> dict:
 
 
 def results_frame(store: RunStore) -> pd.DataFrame:
-    frame = order_columns(pd.DataFrame(store.rows))
+    """The run's rows as every later reader sees them: read back through the store's one reader (the
+    in-memory records hold None where the table holds NaN, and a figure computed from one could
+    differ from the same figure computed from the other)."""
+    frame = read_table([store.dir], "results", RESULT_COLUMNS) if store.rows else order_columns(pd.DataFrame())
     frame.attrs["run_dir"] = str(store.dir)
     return frame
 

@@ -191,9 +191,10 @@ class ForkServer:
 
 
 def server_env(environ) -> dict[str, str]:
-    """The server's environment: a worker's (process.worker_env: the OpenMP wait policy, which its
-    library reads as it loads, is the workers'), with OpenMP held to one thread while it imports (the
-    pool would otherwise start, and it does not survive a fork; each child sets its own count)."""
+    """The server's environment: a worker's (process.worker_env; OpenMP reads its wait policy as it
+    loads, so the children keep the server's, which is the parent's), with OpenMP held to one thread
+    while it imports (the pool would otherwise start, and it does not survive a fork; each child sets
+    its own count)."""
     env = process.worker_env(-1, "", environ)
     for key in ("AMP_BENCH_EVENT_FD", "AMP_BENCH_CASE_TOKEN", "AMP_BENCH_LAUNCHED_AT"):
         env.pop(key, None)
@@ -305,8 +306,10 @@ def unsafe_to_fork() -> str:
 def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
     """In the forked child: become the case's own session with its log and environment, set the
     thread count a fresh worker would have had, and run what `python -m amp_bench.worker` runs. It
-    ends as that interpreter would (SystemExit up through the server's frames, which hold nothing to
-    undo): atexit handlers run, and a thread the model left running holds the exit as it would there."""
+    ends with os._exit once its output is flushed: its result is already written, and tearing down
+    an interpreter that holds a model, its optimizer and oneDNN's caches cost about a second a case
+    (ResNet-50 on a 2-core CPU), which nothing reads. A process the case started is killed with its
+    session (forkserver.launch), as after any worker."""
     code = 1
     try:
         os.setsid()
@@ -334,7 +337,12 @@ def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
     except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback in the log, exit 1
         import traceback
         traceback.print_exc()
-    raise SystemExit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _serve(sock: socket.socket) -> None:

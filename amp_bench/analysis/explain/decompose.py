@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from amp_bench import modes
@@ -22,6 +23,8 @@ from amp_bench.analysis.explain import ceiling as ceilings
 from amp_bench.analysis.explain import noise
 from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST, LABELS
 from amp_bench.analysis.explain.sentence import sentence
+from amp_bench.analysis.intervals import paired_log_interval
+from amp_bench.analysis.speedups import clean_pairs, paired_log_ratios
 from amp_bench.store.flags import true_rows
 from amp_bench.store.results import EXPLAIN_COLUMNS  # the results-table columns, in order: one list
 
@@ -235,7 +238,8 @@ def _number(value) -> float | None:
 
 def _cases(results: pd.DataFrame):
     """(case label, {precision: median row}) per model, batch, layout, machine and compile mode, over
-    the rows whose breakdown is there (status ok or distorted)."""
+    the rows whose breakdown is there (status ok or distorted: a case's first repeat profiles); the
+    measured figures come from every ok repeat (measured_speedups)."""
     if results.empty or "explain_status" not in results:
         return
     ok = results[results["explain_status"].isin(["ok", "distorted"]) & (results.get("status", "ok") == "ok")]
@@ -262,6 +266,7 @@ def _cases(results: pd.DataFrame):
                 row["step_time_ms_median"] = rows["step_time_ms_median"].median()
                 row["measured_spread"] = _measured_spread(rows)
             row["explain_status"] = "ok" if not clean.empty else "distorted"
+            row["case_id"] = str(rows.iloc[0].get("case_id", ""))
             row["device_type"] = str(rows.iloc[0].get("device", "cpu"))
             row["emulated"] = bool(true_rows(rows["emulated"]).any()) if "emulated" in rows else False
             row["cpu_bf16_isa"] = str(rows.iloc[0].get("cpu_bf16_isa", "") or "")
@@ -276,6 +281,7 @@ def explain_results(results: pd.DataFrame, baseline: str | None = None) -> list[
     the measured speedup is the ratio of the timed windows' median step times. The baseline is the
     mode registry's reference unless one is named."""
     baseline = baseline or modes.reference()
+    paired = measured_speedups(results, baseline)
     out = []
     for label, by_mode in _cases(results):
         base = by_mode.get(baseline)
@@ -285,9 +291,11 @@ def explain_results(results: pd.DataFrame, baseline: str | None = None) -> list[
             if precision == baseline:
                 continue
             measured = _ratio(base.get("step_time_ms_median") or 0.0, row.get("step_time_ms_median") or 0.0)
+            interval = noise.speedup_interval(base.get("measured_spread"), row.get("measured_spread"))
+            if row.get("case_id") in paired:  # the run's own figure: paired per repeat, as every table prints it
+                measured, interval = paired[row["case_id"]]
             distorted = "distorted" in (row["explain_status"], base["explain_status"])
             device = "cuda" if row["device_type"].startswith("cuda") else "cpu"
-            interval = noise.speedup_interval(base.get("measured_spread"), row.get("measured_spread"))
             d = decompose(times_from_row(base), times_from_row(row), precision, baseline, measured, distorted, device,
                           emulated=row["emulated"], ideal=ideal_for(precision, row, base), base_noise=base["noise"],
                           mode_noise=row["noise"], measured_interval=interval)
@@ -314,3 +322,18 @@ def category_table(results: pd.DataFrame) -> pd.DataFrame:
 def sentences(results: pd.DataFrame, baseline: str | None = None) -> list[str]:
     """'<model> bs <n>: <sentence>' for every mode against its baseline."""
     return [f"{label}: {sentence(d)}" for label, d in explain_results(results, baseline)]
+
+
+def measured_speedups(results: pd.DataFrame, baseline: str) -> dict:
+    """case id -> (the paired speedup over `baseline`, its 95% interval or None), from every ok repeat
+    of the run (analysis/speedups: the ratio within each repeat, t on their logs), so a sentence says
+    the figure the run's table says."""
+    ok = results[results.get("status", pd.Series("ok", index=results.index)) == "ok"]
+    if ok.empty or not {"step_time_ms_median", "repeat", "run_id", "group_id", "case_id"} <= set(ok.columns):
+        return {}  # rows without the identity every run writes (hand-made): the breakdown's own figure
+    out = {}
+    for case_id, pairs in paired_log_ratios(ok, baseline).groupby("case_id"):
+        pairs = clean_pairs(pairs)
+        found = paired_log_interval(pairs["_log"])
+        out[case_id] = (found[0], (found[1], found[2])) if found else (float(np.exp(pairs["_log"].mean())), None)
+    return out
