@@ -25,7 +25,7 @@ def _case_job(spec: dict, events: EventChannel, rank) -> dict:
     from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import Case
     case, device = Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"])
-    support = Support(**spec["support"]) if spec.get("support") else None  # the parent's gate decision
+    support = Support(**spec["support"])  # the parent's gate decision: the worker does not decide again
     record = run_case(case, device, events, rank, support=support)
     if rank is not None:  # every rank gets every record; each node's local rank 0 writes the row
         record = ddp.aggregate(rank.gather(record), case, rank.backend(case, device.type))
@@ -36,7 +36,7 @@ def _fidelity_job(spec: dict, events: EventChannel, rank) -> dict:  # one proces
     from amp_bench.studies.fidelity.train import train_precision
     from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import FidelitySpec
-    support = Support(**spec["support"]) if spec.get("support") else None  # the parent's gate decision
+    support = Support(**spec["support"])  # the parent's gate decision
     return train_precision(FidelitySpec.from_json(spec["spec"]), spec["precision"],
                            DeviceInfo.from_json(spec["device"]), events, support)
 

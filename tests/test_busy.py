@@ -93,6 +93,9 @@ class _StarvedOnce:
     def on_event(self, event):
         pass
 
+    def lifetime(self):
+        return ""
+
     def check(self):
         self.ticks += 1
         return "3 other processes (python3 x3) used 1.50 of 2 cores for 3.0 s: stopped early" \
@@ -132,3 +135,28 @@ def test_a_starved_case_is_saved_as_contended_then_run_again_if_the_machine_is_q
         assert row["reason"].startswith("3 other processes") and row["contention"] == row["reason"]
         assert manifest["contended_not_retried"] == "1 case(s): other processes used 1.70 of 2 cores"
     assert len(results) == 1  # the retry replaced the stopped row
+
+
+def test_a_worker_too_short_to_stop_is_judged_over_its_life():
+    """Two seconds beside the three neighbours: under the three-second hold, so not stopped, but its
+    whole life was starved: the row is marked contended (a few-step window is too short for its own check)."""
+    readings = RECORDED["readings"]
+    spin = next(i for i, r in enumerate(readings) if str(RECORDED["spinners"][0]) in r["processes"])
+    short = readings[spin:spin + 5]
+    snaps = iter(_snapshots(short))
+    now = {"t": short[0]["at"]}
+    watch = ContentionWatch(RECORDED["worker_pid"], 2, read=lambda: next(snaps, None), clock=lambda: now["t"])
+    for reading in short:
+        now["t"] = reading["at"]
+        watch.next_tick = 0.0
+        assert watch.check() == ""
+    evidence = watch.lifetime()
+    assert evidence.startswith("3 other processes") and evidence.endswith("over the worker's life")
+    quiet = [r for r in RECORDED["readings"] if r["at"] <= 2.5]
+    snaps = iter(_snapshots(quiet))
+    watch = ContentionWatch(RECORDED["worker_pid"], 2, read=lambda: next(snaps, None), clock=lambda: now["t"])
+    for reading in quiet:
+        now["t"] = reading["at"]
+        watch.next_tick = 0.0
+        watch.check()
+    assert watch.lifetime() == ""

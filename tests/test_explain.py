@@ -385,7 +385,7 @@ def test_the_results_columns_are_the_categories_and_both_sides_name_the_same_reg
 def _tiny_step(out_features=100):
     import torch
 
-    from amp_bench.measure.precision import get_mode
+    from amp_bench.modes import get as get_mode
     from amp_bench.measure.step import TrainStep
 
     torch.manual_seed(0)
@@ -460,7 +460,7 @@ def test_the_step_after_the_window_captures_when_asked(tmp_path, monkeypatch):
 
     from amp_bench.measure import case as measure_case
     from amp_bench.measure.devices import for_device
-    from amp_bench.measure.precision import get_mode
+    from amp_bench.modes import get as get_mode
     from amp_bench.measure.step import TrainStep
 
     model = torch.nn.Linear(16, 8)

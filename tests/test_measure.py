@@ -10,7 +10,8 @@ from amp_bench.measure import case as measure
 from amp_bench.measure.devices.cpu import CpuOps
 from amp_bench.measure.devices.cuda import CudaOps
 from amp_bench.platform.device import DeviceInfo
-from amp_bench.measure.precision import Fp32MathError, get_mode, set_fp32_math
+from amp_bench.measure.precision import Fp32MathError, set_fp32_math
+from amp_bench.modes import get as get_mode
 from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 from conftest import ROOT
 
@@ -122,10 +123,13 @@ def _call_lines(function, names):
 
 def test_run_case_hooks_in_at_the_right_points():
     """DDP: the baseline after init_process_group; the settle after warmup and before the window."""
-    lines = _call_lines(measure.run_case, {"rank.init", "ops.open_telemetry", "_settle_after_warmup", "build_step",
-                                           "measure_window", "prepare_case"})
+    lines = _call_lines(measure._set_up, {"rank.init", "ops.open_telemetry", "build_step", "prepare_case"})
     assert lines["prepare_case"] < lines["rank.init"] < lines["ops.open_telemetry"] < lines["build_step"]
-    assert lines["build_step"] < lines["_settle_after_warmup"] < lines["measure_window"]
+    order = _call_lines(measure.run_case, {"_set_up", "_warm_up", "_window", "_instrument"})
+    assert order["_set_up"] < order["_warm_up"] < order["_window"] < order["_instrument"]
+    warm = _call_lines(measure._warm_up, {"compiling.warm_up", "_settle_after_warmup"})
+    assert warm["compiling.warm_up"] < warm["_settle_after_warmup"]
+    assert "measure_window" in _call_lines(measure._window, {"measure_window"})
 
 
 def test_run_case_on_the_cpu_settles_between_warmup_and_window_and_records_the_scaler_sync(monkeypatch):
@@ -138,7 +142,9 @@ def test_run_case_on_the_cpu_settles_between_warmup_and_window_and_records_the_s
     seen = []
     real = measure._settle_after_warmup
     monkeypatch.setattr(measure, "_settle_after_warmup", lambda *a, **k: seen.append(list(events)) or real(*a, **k))
-    record = measure.run_case(_case("amp_bf16"), DeviceInfo("cpu", "cpu"), Events())
+    from amp_bench.platform.device import precision_support
+    cpu = DeviceInfo("cpu", "cpu")
+    record = measure.run_case(_case("amp_bf16"), cpu, Events(), support=precision_support("amp_bf16", cpu))
     assert record["status"] == "ok" and record["scaler_host_sync"] is False
     assert len(seen) == 1
     before = seen[0]

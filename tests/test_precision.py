@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from amp_bench import modes
-from amp_bench.measure.precision import (autocast_engages, autocast_region, get_mode, make_grad_scaler, read_fp32_math_flags, set_fp32_math)
+from amp_bench.measure.precision import (autocast_engages, autocast_region, make_grad_scaler, read_fp32_math_flags, set_fp32_math)
+from amp_bench.modes import get as get_mode
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +61,7 @@ def test_grad_scaler_only_for_fp16():
 
 
 def test_autocast_proof_detects_a_silently_disabled_region():
-    fake = dataclasses.replace(get_mode("amp_bf16"), autocast_dtype=torch.float64)  # CPU autocast ignores float64
+    fake = dataclasses.replace(get_mode("amp_bf16"), autocast_dtype="float64")  # CPU autocast ignores float64
     engaged, why = autocast_engages(fake, "cpu")
     assert not engaged
     assert "did not engage" in why or "failed" in why
@@ -113,7 +114,7 @@ def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
     """prepare_case checks the flags as they resolved; here the write is lost (as if a library
     turned cuDNN's TF32 back on) and the fp32 case must fail with a one-line reason."""
     from amp_bench.measure import precision
-    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.measure.case import prepare_case
     from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 
@@ -124,11 +125,12 @@ def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
     monkeypatch.setattr(precision, "set_fp32_math", lambda fp32_math: None)
     message = "fp32 needs strict IEEE FP32 outside autocast, but cuDNN"
     with pytest.raises(precision.Fp32MathError, match=message) as info:
-        prepare_case(case, DeviceInfo("cpu", "cpu"), {})
+        prepare_case(case, DeviceInfo("cpu", "cpu"), {}, precision_support(case.precision, DeviceInfo("cpu", "cpu")))
     assert "\n" not in str(info.value)
     monkeypatch.undo()
     record = {}
-    prepare_case(case, DeviceInfo("cpu", "cpu"), record)  # the real write: strict, and recorded so
+    prepare_case(case, DeviceInfo("cpu", "cpu"), record,  # the real write: strict, and recorded so
+                 precision_support(case.precision, DeviceInfo("cpu", "cpu")))
     assert record["tf32_cudnn"] is False
 
 

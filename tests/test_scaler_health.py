@@ -3,7 +3,7 @@ underflow in fp16 unless the loss is scaled."""
 import pytest
 import torch
 
-from amp_bench.measure.precision import get_mode
+from amp_bench.modes import get as get_mode
 from amp_bench.measure.scaler_health import gradient_underflow, scale_history
 from amp_bench.measure.step import TrainStep
 

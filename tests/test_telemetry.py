@@ -12,7 +12,7 @@ from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
 from amp_bench.platform.peaks import peak_tflops
 from amp_bench.measure.telemetry.phase_memory import PHASES, CpuPhaseProbe, CudaPhaseProbe, phase_columns
-from amp_bench.measure.precision import get_mode
+from amp_bench.modes import get as get_mode
 from amp_bench.measure.step import TrainStep, build_optimizer
 from amp_bench.suite import OptimizerSpec
 from conftest import ROOT

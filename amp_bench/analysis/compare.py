@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import stats
-from amp_bench.analysis.intervals import (BOOTSTRAP, MIN_REPEATS, Threshold, _spread,  # noqa: F401 (re-exported)
-                                          _widen, bootstrap_median_ratio, judge, mann_whitney_p, repeats_interval,
-                                          welch_log_interval)
+from amp_bench.analysis.intervals import (BOOTSTRAP, MIN_REPEATS, Threshold,  # noqa: F401 (re-exported)
+                                          bootstrap_median_ratio, judge, mann_whitney_p, repeats_interval,
+                                          spread_text, welch_log_interval, widen_by_noise)
 from amp_bench.analysis.compare_outputs import to_json, to_junit, to_markdown, write_outputs  # noqa: F401 (re-exported)
 from amp_bench.analysis.drift import speedup_results, wander, widen_for_wander
 from amp_bench.analysis.gate.history import history_noise
@@ -318,7 +318,7 @@ def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None)
     ratio = cm / bm
     found = welch_log_interval(np.log(base), np.log(cand)) if min(len(base), len(cand)) >= 2 else None
     low, high = (found[1], found[2]) if found else (ratio, ratio)
-    low, high = widen_for_wander(ratio, *_widen(ratio, low, high, floor), *context.wanders)
+    low, high = widen_for_wander(ratio, *widen_by_noise(ratio, low, high, floor), *context.wanders)
     if step is not None and step.ci_low and step.ci_high and step.ratio:  # the step time's width, mirrored
         low = min(low, ratio * step.ratio / step.ci_high)
         high = max(high, ratio * step.ratio / step.ci_low)
@@ -353,8 +353,8 @@ def _step_time(case_id, b, c, context: _CaseContext) -> MetricResult:
     if between is not None and (between[0] < low or between[1] > high):
         # the wider of the two: the repeats differ between processes more than the samples show
         low, high = min(low, between[0]), max(high, between[1])
-        notes.append(f"interval widened to the spread between repeats ({_spread(base_steps, cand_steps)})")
-    low, high = widen_for_wander(ratio, *_widen(ratio, low, high, floor), *context.wanders)
+        notes.append(f"interval widened to the spread between repeats ({spread_text(base_steps, cand_steps)})")
+    low, high = widen_for_wander(ratio, *widen_by_noise(ratio, low, high, floor), *context.wanders)
     notes += [f"night noise {floor:.2%} from history"] if floor else []
     p = mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
     base_median, cand_median = np.median(np.concatenate(base_steps)), np.median(np.concatenate(cand_steps))

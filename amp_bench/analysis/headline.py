@@ -62,8 +62,10 @@ def _clause(row: pd.Series, base: pd.Series | None) -> str:
     name = modes.label(row["precision"])
     if row["status"] != "ok":
         reason = str(row.get("reason") or "").split(" (not run:")[0]
-        if is_true(row.get("emulated")) and row["status"] == "unsupported":
-            return f"{name} not measured: {reason}; allow_emulated: true measures it"
+        if row["status"] == "unsupported":  # the full reason is said once elsewhere (the run's notes, the report)
+            short = reason.split(":")[0]
+            return f"{name} not run ({short}" + ("; allow_emulated: true measures it)" if is_true(row.get("emulated"))
+                                                 else ")")
         return f"{name} {row['status']}" + (f" ({reason})" if reason else "")
     ref = modes.reference()  # the registry's baseline: every column below is named after it
     if base is None or base["status"] != "ok":
@@ -102,6 +104,7 @@ def headlines(summary: pd.DataFrame) -> list[str]:
         if not amp:
             continue
         base = by_mode.get(modes.reference())
+        amp.sort(key=lambda p: by_mode[p]["status"] != "ok")  # what was measured leads; what was not, last
         clauses = [_clause(by_mode[p], base) for p in amp]
         sentences.append(f"{_case_name(case.iloc[0])}: " + "; ".join(clauses) + ".")
     return sentences

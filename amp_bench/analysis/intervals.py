@@ -1,5 +1,6 @@
-"""The intervals and verdicts `compare` reads: the bootstrap ratio of medians, Welch's t on the
-repeats' medians, the Mann-Whitney p-value, the night-noise widening and the threshold judgement.
+"""The intervals and verdicts: the bootstrap ratio of medians, Welch's t on the repeats' medians, the
+paired speedup's t interval (speedups.py), the Mann-Whitney p-value, the night-noise widening, the
+thresholds and the judgement `compare` and drift.py apply.
 Torch-free; numpy, and scipy only where a test or a quantile needs it (never inside a measured window)."""
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def judge(ratio_low: float, ratio_high: float, threshold: float, worse_when_high
     return "no change"
 
 
-def _spread(base: list[np.ndarray], cand: list[np.ndarray]) -> str:
+def spread_text(base: list[np.ndarray], cand: list[np.ndarray]) -> str:
     """'repeat medians vary by 7% (baseline) and 14% (candidate)': max / min - 1 within each side."""
     def one(side):
         medians = [float(np.median(x)) for x in side]
@@ -127,7 +128,7 @@ def _spread(base: list[np.ndarray], cand: list[np.ndarray]) -> str:
     return f"repeat medians vary by {one(base):.0%} (baseline) and {one(cand):.0%} (candidate)"
 
 
-def _widen(ratio: float, low: float, high: float, floor: float | None) -> tuple[float, float]:
+def widen_by_noise(ratio: float, low: float, high: float, floor: float | None) -> tuple[float, float]:
     """Add a series' night-to-night noise (log sd per night; two nights differ by sqrt(2) of it) to
     the interval, in quadrature in log space."""
     if not floor:

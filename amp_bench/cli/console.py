@@ -53,6 +53,7 @@ def rich_reporter(console):
                                      TimeElapsedColumn(), console=console, transient=True)
             self.run_task = None
             self.case_task = None
+            self.said: set = set()  # the not-run reasons already printed: each once per run
 
         def run_started(self, store, device, total):
             self.console.print(f"[bold]device[/]: {device.name} ({device.architecture})   "
@@ -77,20 +78,9 @@ def rich_reporter(console):
 
         def case_finished(self, case, row):
             self.progress.advance(self.run_task)
-            status = row.get("status")
-            colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow", "contended": "yellow"}.get(status, "red")
-            if status == "ok":
-                memory = (row.get("peak_mem_allocated_bytes") if row.get("device") == "cuda"
-                          else row.get("peak_rss_bytes"))
-                detail = (f"{_fmt(row.get('step_time_ms_median'), '.1f', ' ms/step')}  "
-                          f"{_fmt(row.get('throughput'), '.1f', ' samples/s')}  "
-                          f"cv {_fmt(row.get('step_time_cv'), '.1%')}  peak {_fmt_bytes(memory)}")
-                if row.get("scaler_skipped_steps"):
-                    detail += f"  scaler skipped {row['scaler_skipped_steps']}"
-            else:
-                detail = escape(str(row.get("reason", "")))
-            self.console.print(f"[{colour}]{status:>11}[/] {escape(case.case_id)} r{row.get('repeat')}  {detail}",
-                               highlight=False)
+            line = case_line(case, row, self.said)
+            if line:
+                self.console.print(line, highlight=False)
             for warning in filter(None, str(row.get("warnings") or "").split(" | ")):
                 if warning != "nan":
                     self.console.print(f"            [yellow]warning:[/] {escape(warning)}", highlight=False)
@@ -102,6 +92,30 @@ def rich_reporter(console):
             self.progress.stop()
 
     return RichReporter(console)
+
+
+def case_line(case, row: dict, said: set) -> str:
+    """A finished case in one line: its figures when ok, else its status and why; a case the hardware
+    cannot run says its reason the first time only ('' after that: one line per reason a run)."""
+    status = row.get("status")
+    if status == "unsupported":
+        key = (row.get("precision"), row.get("reason"))
+        if key in said:
+            return ""
+        said.add(key)
+    colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow", "contended": "yellow"}.get(status, "red")
+    if status == "ok":
+        memory = row.get("peak_mem_allocated_bytes") if row.get("device") == "cuda" else row.get("peak_rss_bytes")
+        detail = (f"{_fmt(row.get('step_time_ms_median'), '.1f', ' ms/step')}  "
+                  f"{_fmt(row.get('throughput'), '.1f', ' samples/s')}  "
+                  f"cv {_fmt(row.get('step_time_cv'), '.1%')}  peak {_fmt_bytes(memory)}")
+        if row.get("scaler_skipped_steps"):
+            detail += f"  scaler skipped {row['scaler_skipped_steps']}"
+    else:
+        detail = escape(str(row.get("reason", "")))
+        if status == "unsupported":
+            detail += " [dim](every repeat)[/]"
+    return f"[{colour}]{status:>11}[/] {escape(case.case_id)} r{row.get('repeat')}  {detail}"
 
 
 def cluster_reporter(console):

@@ -12,11 +12,13 @@ import math
 import os
 import random
 import time
+from dataclasses import dataclass
 
 from amp_bench import modes
 from amp_bench.measure import compiling
 from amp_bench.measure.channel import EventChannel, read_rss_bytes, read_status_bytes
 from amp_bench.measure.devices import for_device
+from amp_bench.measure.telemetry.contention import WindowWatch
 
 
 def apply_memory_cap(case, ops) -> dict:
@@ -67,24 +69,23 @@ def _explain(case, device, step, inputs, target, median_ms: float, rank=None) ->
                         MIN_STEPS, median_ms)
 
 
-def prepare_case(case, device, record: dict, support=None):
+def prepare_case(case, device, record: dict, support):
     """Apply a case's precision mode in this process and prove it took: the hardware gate's decision
-    (`support`, made once by the parent that planned the case; decided here only where there is no
-    parent, as in the pytest plugin), the FP32 math flags (recorded as they resolved), cuDNN
-    autotuning and the autocast proof, which only this process can give. Returns the PrecisionMode;
-    raises UnsupportedCase when the mode can't run here."""
+    (`support`, made once by whoever planned the case: platform.device.precision_support), the FP32
+    math flags (recorded as they resolved), cuDNN autotuning and the autocast proof, which only this
+    process can give. Returns the mode (the
+    registry's modes.Mode); raises UnsupportedCase when the mode can't run here."""
     import torch
 
-    from amp_bench.platform.device import may_run, not_run_reason, precision_support
-    from amp_bench.measure.precision import (autocast_engages, check_fp32_math, get_mode, read_fp32_math_flags, set_fp32_math)
+    from amp_bench.platform.device import may_run, not_run_reason
+    from amp_bench.measure.precision import autocast_engages, check_fp32_math, read_fp32_math_flags, set_fp32_math
     from amp_bench.measure.step import UnsupportedCase
 
-    support = support or precision_support(case.precision, device)
     record["emulated"] = support.emulated
     record["emulated_reason"] = support.reason if support.emulated else ""
     if not may_run(support, case.allow_emulated):
         raise UnsupportedCase(not_run_reason(support))
-    mode = get_mode(case.precision)
+    mode = modes.get(case.precision)
     set_fp32_math(mode.fp32_math)
     record.update(read_fp32_math_flags())
     # checked as resolved (a backend- or generic-level setting, an environment override): an fp32
@@ -108,12 +109,11 @@ def seed_case(case) -> None:
     torch.manual_seed(case.seed)
 
 
-def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
+def build_step(case, device_type: str, torch_device, record: dict, wrap=None, mode=None):
     """Model, optimizer, one synthetic batch on the device and the training step for a case; the
     worker and the pytest-benchmark fixture both measure this. Model details go into `record`.
     `wrap(model)` (DDP) wraps the model the step calls; the optimizer holds the same parameters."""
     from amp_bench.measure.models import build_workload
-    from amp_bench.measure.precision import get_mode
     from amp_bench.measure.step import TrainStep, UnsupportedCase, build_optimizer
 
     workload = build_workload(case.model.__dict__, image_size=case.image_size, seq_len=case.seq_len,
@@ -135,112 +135,158 @@ def build_step(case, device_type: str, torch_device, record: dict, wrap=None):
     from amp_bench.measure.compiling import compile_model, compile_optimizer_step
     model = compile_model(model, case)  # lazily: it compiles in the first warmup step (compiling.py)
     compile_optimizer_step(optimizer, case)
-    step = TrainStep(model, workload.loss_fn, optimizer, get_mode(case.precision), device_type)
+    step = TrainStep(model, workload.loss_fn, optimizer, mode or modes.get(case.precision), device_type)
     record["scaler_host_sync"] = step.scaler_host_sync  # a per-step sync fp16 pays with a non-fused optimizer
     return step, inputs, target
 
 
-def run_case(case, device, events: EventChannel, rank=None, support=None) -> dict:
-    """Build, warm up and measure one case. Returns the record (status ok or nonfinite).
+@dataclass
+class _Setup:
+    """A case made ready in this process: its device seam, mode, record so far, step and batch, stop
+    rule, the device meter (NVML) where there is one, and its rank under DDP."""
+    case: object
+    device: object
+    ops: object
+    mode: object
+    record: dict
+    step: object
+    inputs: object
+    target: object
+    rule: object
+    rank: object = None
+    reader: object = None
+    baseline: int | None = None
+    watch: object = None  # the host at the window's edges (telemetry.contention.WindowWatch), made at warmup
+    loss_values: list = None  # every step's loss, warmup's first
+
+
+def run_case(case, device, events: EventChannel, rank=None, *, support) -> dict:
+    """Build, warm up and measure one case. Returns the record (status ok or nonfinite). `support`: the
+    hardware gate's decision for it, made by the parent that planned it (platform.device.precision_support).
 
     Under torchrun `rank` (distributed.Rank) is this process's place in the job: the model is
     wrapped in DDP and every rank runs this same function; the step itself is unchanged."""
+    setup = _set_up(case, device, rank, support)
+    losses: list = []
+    warmup_steps = _warm_up(setup, losses, events)
+    (per_step_ms, window_s, setup.record["stop_reason"]), columns = _window(setup, losses, events, warmup_steps)
+    events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
+    median_ms = _record_window(setup, per_step_ms, window_s, columns, losses, warmup_steps)
+    _instrument(setup, median_ms)
+    return _status(setup.record, setup.loss_values)
+
+
+def _set_up(case, device, rank, support) -> _Setup:
+    """The case in this process: threads, the device seam (and DDP's rank), the mode, the memory cap,
+    seeds, the device meter's idle baseline, then the model, optimizer, batch and step."""
     import torch
 
-    from amp_bench.measure.telemetry.contention import WindowWatch, gpu_contention
-    from amp_bench.measure.telemetry.contention import merge as merge_contention
-    from amp_bench.stats import MEASURED_PHASE, Window, median_ci
-    from amp_bench.measure.window import measure_window, stop_rule
-
+    from amp_bench.measure.window import stop_rule
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
         from amp_bench.measure.ddp import threads_per_rank
         torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
     record: dict = {"num_threads": torch.get_num_threads(),
                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY") or "default (spin, then sleep)"}
-    device_type = device.type
     ops = for_device(torch.device(device.torch_device))  # every per-device difference goes through ops
     backend = None
     if rank is not None:
-        backend = rank.backend(case, device_type)
+        backend = rank.backend(case, device.type)
         rank.check(case, device, backend)
         ops = ops.for_rank(rank, device)
         record["threads_per_rank"] = record["num_threads"]
-    torch_device = ops.torch_device
     ops.make_current()
     mode = prepare_case(case, device, record, support)
-
     if case.memory_cap_bytes:
         record.update(apply_memory_cap(case, ops))
     seed_case(case)
     record["rss_before_model_bytes"] = read_rss_bytes()
-
     if rank is not None:
-        rank.init(backend, torch_device)
-    nvml_reader, nvml_baseline = ops.open_telemetry(device, record, rank)
-    step, inputs, target = build_step(case, device_type, torch_device, record,
-                                      wrap=None if rank is None else lambda m: rank.wrap(m, torch_device))
+        rank.init(backend, ops.torch_device)
+    reader, baseline = ops.open_telemetry(device, record, rank)
+    step, inputs, target = build_step(case, device.type, ops.torch_device, record, mode=mode,
+                                      wrap=None if rank is None else lambda m: rank.wrap(m, ops.torch_device))
+    return _Setup(case, device, ops, mode, record, step, inputs, target, stop_rule(case, rank), rank, reader,
+                  baseline)
 
-    losses = []
-    rule = stop_rule(case, rank)
-    total = case.warmup_steps + rule.max_steps  # the most steps this case can take, for progress
+
+def _warm_up(setup: _Setup, losses: list, events: EventChannel) -> int:
+    """Warmup (on until compilation settles for a compiled case), then the settle step; how many ran."""
+    case, record = setup.case, setup.record
+    total = case.warmup_steps + setup.rule.max_steps  # the most steps this case can take, for progress
     events.emit(event="phase", phase="warmup", total=total)
-    watch = WindowWatch(ops.host_threads(record["num_threads"]))
+    setup.watch = WindowWatch(setup.ops.host_threads(record["num_threads"]))
     if not case.compiled:  # inductor's compile workers would count as other processes
-        watch.mark_warmup()  # a window too short for /proc/stat is judged with its warmup
+        setup.watch.mark_warmup()  # a window too short for /proc/stat is judged with its warmup
     launched = os.environ.get("AMP_BENCH_LAUNCHED_AT")  # the parent's clock when it started this worker
     record["worker_start_s"] = time.time() - float(launched) if launched else None  # launch -> first step
-    compile_columns = compiling.warm_up(case, step, inputs, target, losses,
+    compile_columns = compiling.warm_up(case, setup.step, setup.inputs, setup.target, losses,
                                         lambda i: events.emit(event="step", phase="warmup", step=i, total=total))
     compiling.log_summary(compile_columns)
-    warmup_steps = len(losses)  # a compiled case warms up until compilation settles: maybe more
     record.update(compile_columns)
-    _settle_after_warmup(case, mode, step, inputs, target, ops, nvml_reader, record)
+    _settle_after_warmup(case, setup.mode, setup.step, setup.inputs, setup.target, setup.ops, setup.reader, record)
+    return len(losses)  # a compiled case warms up until compilation settles: maybe more than asked
 
-    timer = ops.step_timer(rule.max_steps)
-    ops.reset_peak_memory()
-    if rank is not None:  # every rank has warmed up (DDP rebuilt its buckets): start the window together
-        rank.barrier()
-    sampler = None
-    if nvml_reader is not None:
-        from amp_bench.platform.nvml import NvmlSampler
-        sampler = NvmlSampler(nvml_reader, interval_s=case.nvml_interval_ms / 1e3)
-        sampler.start()
-    events.emit(event="phase", phase=MEASURED_PHASE, total=total)
-    watch.start()
-    per_step_ms, window_s, record["stop_reason"] = measure_window(
-        lambda: losses.append(step(inputs, target)), timer, rule,
-        lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i, total=total),
-        before_end=sampler.halt if sampler is not None else lambda: None)
-    contention = watch.stop()
-    events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
-    window_compile, recompiled = compiling.window_columns(record, compiling.CompileWatch().snapshot()) \
-        if case.compiled else ({}, "")
-    record.update(window_compile)
+
+def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int):
+    """The timed window with its trackers: ((per-step ms, window s, stop reason), the trackers' columns)."""
+    from amp_bench.measure.trackers import (CompileTracker, ContentionTracker, MemoryTracker, NvmlTracker,
+                                            run_window)
+    from amp_bench.measure.window import measure_window
+    from amp_bench.stats import MEASURED_PHASE
+    case, rule = setup.case, setup.rule
+    trackers = [MemoryTracker(setup.ops)]
+    if setup.reader is not None:
+        trackers.append(NvmlTracker(setup.reader, setup.baseline, case.nvml_interval_ms, case.batch_size))
+    trackers.append(ContentionTracker(setup.watch, setup.reader))
+    if case.compiled:
+        trackers.append(CompileTracker(setup.record))
+    timer = setup.ops.step_timer(rule.max_steps)
+    if setup.rank is not None:  # every rank has warmed up (DDP rebuilt its buckets): start the window together
+        setup.rank.barrier()
+    total = warmup_steps + rule.max_steps
+
+    def measure(halt):
+        events.emit(event="phase", phase=MEASURED_PHASE, total=total)
+        return measure_window(lambda: losses.append(setup.step(setup.inputs, setup.target)), timer, rule,
+                              lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i,
+                                                    total=total), before_end=halt)
+    return run_window(trackers, measure)
+
+
+def _record_window(setup: _Setup, per_step_ms, window_s, columns: dict, losses: list, warmup_steps: int) -> float:
+    """The window's figures, the trackers' columns, the losses, warnings and per-step samples into the
+    record; returns the median step time."""
+    import torch
+
+    from amp_bench.stats import MEASURED_PHASE, Window, median_ci
+    case, rule, record, step = setup.case, setup.rule, setup.record, setup.step
+    tracker_warning = columns.pop("_warning", "")
+    record.update(columns)
     steps = len(per_step_ms)
-    if sampler is not None:
-        record.update(sampler.stop(nvml_baseline, steps, steps * case.batch_size))
-    if nvml_reader is not None:  # a device meter (NVML) also sees the other processes on the device
-        contention = merge_contention(contention, gpu_contention(nvml_reader.other_processes(),
-                                                                 record.get("clock_event_reasons")))
-    record.update(contention)
     record.update(steps=steps, min_steps=rule.min_steps, max_steps=rule.max_steps, target_ci=rule.target_ci,
                   case_budget_s=rule.budget_s)
-    total = warmup_steps + steps
-
-    record.update(ops.peak_memory_columns())
-    # the process's peak RSS so far: the phase probe below resets the kernel's high-water mark
-    record["rss_hwm_bytes"] = read_status_bytes("VmHWM:")
     loss_values = torch.stack(losses).float().cpu().tolist()
     window = Window.from_steps(per_step_ms, case.batch_size, seconds=window_s)
-    stats = window.stats
     record.update(window.to_columns())
     record["step_time_ms_ci_low"], record["step_time_ms_ci_high"] = median_ci(per_step_ms)
-    record.update({
-        "loss_first": loss_values[0],
-        "loss_last": loss_values[-1],
-        "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
-    })
-    warnings = [w for w in (recompiled, stats.instability()) if w]
+    record.update(loss_first=loss_values[0], loss_last=loss_values[-1],
+                  output_dtype=str(step.output_dtype).replace("torch.", "") if step.output_dtype else "")
+    warnings = [w for w in (tracker_warning, window.stats.instability()) if w] + _step_warnings(setup, warmup_steps,
+                                                                                                steps)
+    record["warnings"] = " | ".join(warnings)
+    record["samples"] = [
+        {"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
+         "step_time_ms": per_step_ms[i - warmup_steps] if i >= warmup_steps else None, "loss": loss_values[i]}
+        for i in range(warmup_steps + steps)]
+    setup.loss_values = loss_values
+    return window.stats.median
+
+
+def _step_warnings(setup: _Setup, warmup_steps: int, steps: int) -> list[str]:
+    """Host gaps, GradScaler skips inside the window (and the scaler's columns), autocast's output dtype."""
+    from amp_bench.measure.precision import torch_dtype
+    record, step, mode = setup.record, setup.step, setup.mode
+    warnings = []
     if record["window_gap_fraction"] and record["window_gap_fraction"] > 0.05:
         warnings.append(f"{record['window_gap_fraction']:.0%} of the measured window fell between steps "
                         "(host-bound?): throughput is below what the per-step times suggest")
@@ -252,32 +298,35 @@ def run_case(case, device, events: EventChannel, rank=None, support=None) -> dic
         if record["scaler_skipped_steps"]:
             warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {steps} measured "
                             "optimizer steps: those steps did less work, so throughput is flattered")
-    if mode.uses_autocast and step.output_dtype not in (None, mode.autocast_dtype):
+    if mode.uses_autocast and step.output_dtype not in (None, torch_dtype(mode)):
         warnings.append(f"model output is {step.output_dtype} under autocast {mode.autocast_dtype}")
-    record["warnings"] = " | ".join(warnings)
+    return warnings
 
-    record["samples"] = [
-        {"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
-         "step_time_ms": per_step_ms[i - warmup_steps] if i >= warmup_steps else None,
-         "loss": loss_values[i]}
-        for i in range(total)
-    ]
+
+def _instrument(setup: _Setup, median_ms: float) -> None:
+    """After the window: FLOPs and per-phase memory, then explain's profiled steps; never at the cost of
+    the measurement taken (a failure is a warning)."""
+    case, record, rank = setup.case, setup.record, setup.rank
     try:
         if case.instrument:
             # under DDP without gradient sync: no collective that a rank-local failure here could desync
-            no_sync = step.model.no_sync() if rank is not None else contextlib.nullcontext()
+            no_sync = setup.step.model.no_sync() if rank is not None else contextlib.nullcontext()
             with no_sync:
-                record.update(_after_window(case, device, ops, step, inputs, target, stats.median))
+                record.update(_after_window(case, setup.device, setup.ops, setup.step, setup.inputs, setup.target,
+                                            median_ms))
             if getattr(case, "explain", False):
-                record.update(_explain(case, device, step, inputs, target, stats.median, rank))
+                record.update(_explain(case, setup.device, setup.step, setup.inputs, setup.target, median_ms, rank))
     except Exception as exc:  # instrumentation must never cost the measurement taken above
         record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
                                                     f"failed: {type(exc).__name__}: {exc}"[:300]) if w)
 
+
+def _status(record: dict, loss_values: list[float]) -> dict:
+    """ok, or nonfinite at the first NaN/inf loss (the timings are kept either way)."""
     bad = [i for i, v in enumerate(loss_values) if not math.isfinite(v)]
     if bad:
         record["status"] = "nonfinite"
-        record["reason"] = f"loss is {loss_values[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of {total})"
+        record["reason"] = f"loss is {loss_values[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of {len(loss_values)})"
     else:
         record["status"] = "ok"
         record["reason"] = ""

@@ -84,7 +84,10 @@ def convert(model: nn.Module, recipe: str = "tensorwise", device_type: str = "cu
     swapped = conv1d_as_linear(model)
     names, skipped = plan(model, skip_first_last)
     config = Float8LinearConfig.from_recipe_name(recipe)
-    emulated_matmul = device_type != "cuda" and not _scaled_mm_runs(device_type)
+    from amp_bench.measure.devices import for_device
+    # a GPU runs float8 matmuls natively or fails (the gate let it through: it should); a CPU emulates them
+    # where torch's _scaled_mm does not run there
+    emulated_matmul = for_device(device_type).fp8_may_emulate and not _scaled_mm_runs(device_type)
     if emulated_matmul:  # torchao's own emulation: float8 casts, matmul in high precision
         config = dataclasses.replace(config, emulate=True)
     chosen = set(names)

@@ -1,14 +1,12 @@
-"""Precision modes: what each mode means for math flags, autocast and the GradScaler.
+"""A precision mode's torch side: the FP32 math flags, the autocast region and the GradScaler.
 
-A mode is a value object; applying it sets the process-wide FP32 math flags (workers are fresh
-processes, so nothing leaks between cases) and hands back what the training step needs. Autocast is
+The mode itself is the registry's (amp_bench.modes.Mode, one definition); applying it sets the
+process-wide FP32 math flags (workers are fresh processes, so nothing leaks between cases). Autocast is
 entered per step by the step itself, never as global state.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
-
 
 import torch
 
@@ -16,33 +14,9 @@ from amp_bench import modes
 from amp_bench.platform.provenance import tf32_override_problems
 
 
-@dataclass(frozen=True)
-class PrecisionMode:
-    """A registered mode (amp_bench.modes.Mode, the one definition of what a mode is) with its
-    autocast dtype resolved to a torch dtype: the torch side's view of it, nothing more."""
-    spec: modes.Mode
-    autocast_dtype: torch.dtype | None  # None: no autocast region
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def use_grad_scaler(self) -> bool:
-        return self.spec.grad_scaler
-
-    @property
-    def fp32_math(self) -> str:  # "ieee" or "tf32": how FP32 matmuls/convolutions run outside autocast
-        return self.spec.fp32_math
-
-    @property
-    def uses_autocast(self) -> bool:
-        return self.autocast_dtype is not None
-
-
-def get_mode(name: str) -> PrecisionMode:
-    mode = modes.get(name)
-    return PrecisionMode(mode, getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None)
+def torch_dtype(mode: modes.Mode) -> torch.dtype | None:
+    """The torch dtype of a mode's autocast region (modes.Mode names it; None: no autocast)."""
+    return getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None
 
 
 def _has_fp32_precision_api() -> bool:
@@ -134,18 +108,16 @@ def read_fp32_math_flags() -> dict[str, object]:
     return flags
 
 
-def autocast_region(mode: PrecisionMode, device_type: str):
+def autocast_region(mode: modes.Mode, device_type: str):
     """A fresh autocast context for one step (disabled for the FP32 modes)."""
-    return torch.autocast(
-        device_type, dtype=mode.autocast_dtype or torch.bfloat16, enabled=mode.uses_autocast
-    )
+    return torch.autocast(device_type, dtype=torch_dtype(mode) or torch.bfloat16, enabled=mode.uses_autocast)
 
 
-def make_grad_scaler(mode: PrecisionMode, device_type: str) -> torch.amp.GradScaler:
-    return torch.amp.GradScaler(device_type, enabled=mode.use_grad_scaler)
+def make_grad_scaler(mode: modes.Mode, device_type: str) -> torch.amp.GradScaler:
+    return torch.amp.GradScaler(device_type, enabled=mode.grad_scaler)
 
 
-def autocast_engages(mode: PrecisionMode, device_type: str) -> tuple[bool, str]:
+def autocast_engages(mode: modes.Mode, device_type: str) -> tuple[bool, str]:
     """Prove autocast is really active: it silently disables itself on an unsupported device/dtype.
 
     Runs a tiny linear inside the region and checks the output dtype.
@@ -161,7 +133,7 @@ def autocast_engages(mode: PrecisionMode, device_type: str) -> tuple[bool, str]:
                 out = torch.nn.functional.linear(x, w)
         except Exception as exc:  # an unsupported combination may also raise
             return False, f"autocast({device_type}, {mode.autocast_dtype}) failed: {exc}"
-    if out.dtype != mode.autocast_dtype:
+    if out.dtype != torch_dtype(mode):
         why = "; ".join(str(w.message) for w in caught) or "no warning given"
         return False, (
             f"autocast({device_type}, {mode.autocast_dtype}) did not engage: linear returned "

@@ -16,7 +16,8 @@ import math
 import torch
 
 from amp_bench.measure.models import forward
-from amp_bench.measure.precision import PrecisionMode, autocast_region
+from amp_bench import modes
+from amp_bench.measure.precision import autocast_region
 
 
 def scale_history(initial_scale: float | None, scales: list[float]) -> dict:
@@ -60,7 +61,7 @@ class _Untouched:
             torch.cuda.set_rng_state_all(self.cuda_rng)
 
 
-def _grads(model, loss_fn, inputs, target, mode: PrecisionMode | None, device_type: str, scale: float):
+def _grads(model, loss_fn, inputs, target, mode: modes.Mode | None, device_type: str, scale: float):
     params = [p for p in model.parameters() if p.requires_grad]
     with autocast_region(mode, device_type) if mode is not None else contextlib.nullcontext():
         loss = loss_fn(forward(model, inputs), target)
@@ -69,7 +70,7 @@ def _grads(model, loss_fn, inputs, target, mode: PrecisionMode | None, device_ty
             for g, p in zip(grads, params)]
 
 
-def gradient_underflow(model, loss_fn, inputs, target, mode: PrecisionMode, device_type: str,
+def gradient_underflow(model, loss_fn, inputs, target, mode: modes.Mode, device_type: str,
                        scale: float | None) -> dict:
     """Fractions of gradient elements that are zero under FP32 and under `mode`'s autocast, and the
     fraction that underflowed (non-zero in FP32, zero under autocast), with `scale` and unscaled."""

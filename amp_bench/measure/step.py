@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch
 
 from amp_bench.measure.models import forward
-from amp_bench.measure.precision import PrecisionMode, autocast_region, make_grad_scaler
+from amp_bench import modes
+from amp_bench.measure.precision import autocast_region, make_grad_scaler
 from amp_bench.suite import OptimizerSpec
 
 
@@ -27,7 +28,7 @@ def build_optimizer(params, spec: OptimizerSpec) -> torch.optim.Optimizer:
 class TrainStep:
     """Callable that runs one training step and returns a detached copy of the loss (no host sync)."""
 
-    def __init__(self, model, loss_fn, optimizer, mode: PrecisionMode, device_type: str):
+    def __init__(self, model, loss_fn, optimizer, mode: modes.Mode, device_type: str):
         self.model = model
         self.loss_fn = loss_fn
         self.optimizer = optimizer

@@ -175,19 +175,36 @@ STUDY_SECTIONS = ("fidelity", "loss-scale", "headroom")
 
 def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, env: pd.DataFrame,
                 missing: pd.DataFrame, figures) -> str:
+    parts = _opening_html(data, summary)
+    if not missing.empty:
+        parts += ["<h2 id='not-measured'>Cases not measured</h2>",
+                  "<p class='note'>These are shown as such in the charts, never as zero.</p>", html_table(missing)]
+    if data.has_benchmarks:
+        parts.append("<h2 id='summary'>Summary</h2>" + html_table(summary_for_reading(summary)))
+    parts += _sections_html(data, summary, missing, figures)
+    if data.has_benchmarks:
+        parts += _claims_html(claims)
+    differs = set(env.attrs.get("differs", []))
+    parts += ["<h2 id='environment'>Environment</h2>",
+              "<p class='note'>Highlighted: what differs between the runs compared here.</p>",
+              html_table(env, lambda c, r: "differs" if c in differs else ""), "</body></html>"]
+    return "\n".join(parts)
+
+
+def _opening_html(data: ReportData, summary: pd.DataFrame) -> list[str]:
+    """The page's head, what it covers, the headline, and the warnings that belong before any figure."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>amp_bench report</title>"
              f"<style>{CSS}</style></head><body>",
              "<h1>What AMP bought</h1>",
              f"<p class='note'>{len(data.run_dirs)} run(s), {len(data.results)} case runs, "
              f"{machine_count(data)} machine(s); written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
-             "by amp_bench. Speedups are ratios of median step times (medians across repeats); error bars span "
-             "the per-repeat ratios.</p>"]
+             "by amp_bench. Speedups are paired: the geometric mean of each repeat's ratio of median step times "
+             "(the two modes ran back to back); error bars are their 95% intervals.</p>"]
     if data.has_benchmarks:
         sentences = headlines(summary)
         if sentences:
             parts.append("<div class='headline'>" + "".join(f"<p>{html.escape(s)}</p>" for s in sentences) + "</div>")
-        contended = summary[true_rows(summary["contended"])] if "contended" in summary \
-            else summary.iloc[0:0]
+        contended = summary[true_rows(summary["contended"])] if "contended" in summary else summary.iloc[0:0]
         if not contended.empty:
             parts.append("<p class='warn'>Contended: " + html.escape(
                 f"{len(contended)} case(s) did not get their machine during the measured window (another process "
@@ -195,30 +212,28 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
     for run, state in data.unfinished_runs:
         parts.append("<p class='warn'>" + html.escape(f"Run {run} did not finish ({state}); the cases it finished "
                                                       "are shown.") + "</p>")
+    return parts
+
+
+def _sections_html(data: ReportData, summary: pd.DataFrame, missing: pd.DataFrame, figures) -> list[str]:
+    """Each section: its heading, its study's tables, its chart (plotly.js inline once: the file must open
+    on an air-gapped machine)."""
     from amp_bench.report import studies
-    if not missing.empty:
-        parts += ["<h2 id='not-measured'>Cases not measured</h2>",
-                  "<p class='note'>These are shown as such in the charts, never as zero.</p>", html_table(missing)]
-    if data.has_benchmarks:
-        parts.append("<h2 id='summary'>Summary</h2>" + html_table(summary_for_reading(summary)))
-    first = True
+    parts, first = [], True
+    tables = {"explain": lambda: explain_section.section_html(data.results, html_table),
+              "predict": lambda: predict_section.section_html(data, html_table),
+              "compile": lambda: compile_section.html(summary, html_table),
+              "machines": lambda: gpus_section.section_html(gpus_section.table(data), data, html_table)}
     for section, title, figure in figures:
         parts.append(f"<h2 id='{section}'>{html.escape(title)}</h2>")
         if figure is None:
             parts.append(f"<p class='note'>{html.escape(ABSENT.get(section, 'Nothing to show.'))}</p>")
-        if section == "explain":
-            parts.append(explain_section.section_html(data.results, html_table))
-        if section == "predict":
-            parts.append(predict_section.section_html(data, html_table))
+        if section in tables:
+            parts.append(tables[section]())
         if section in STUDY_SECTIONS:
             parts.append(studies.section_html(section, data, html_table))
-        if section == "compile":
-            parts.append(compile_section.html(summary, html_table))
-        if section == "machines":
-            parts.append(gpus_section.section_html(gpus_section.table(data), data, html_table))
         if figure is None:
             continue
-        # plotly.js goes inline, once: the file must open on an air-gapped machine
         chart = figure.to_html(full_html=False, include_plotlyjs=first, div_id=f"chart-{section}",
                                config={"displaylogo": False})
         parts.append(f"<div class='chart'>{chart}</div>")
@@ -227,13 +242,7 @@ def render_html(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, e
                          "except the labelled crosses on the speedup charts: see <a href='#not-measured'>Cases not "
                          "measured</a>.</p>")
         first = False
-    if data.has_benchmarks:
-        parts += _claims_html(claims)
-    differs = set(env.attrs.get("differs", []))
-    parts += ["<h2 id='environment'>Environment</h2>",
-              "<p class='note'>Highlighted: what differs between the runs compared here.</p>",
-              html_table(env, lambda c, r: "differs" if c in differs else ""), "</body></html>"]
-    return "\n".join(parts)
+    return parts
 
 
 def _claims_html(claims: pd.DataFrame) -> list[str]:

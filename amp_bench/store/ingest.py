@@ -17,19 +17,10 @@ from amp_bench.stats import MEASURED_PHASE, Window, samples_per_second
 
 def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: not a pytest-benchmark JSON file ({exc})") from None
-    benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
-    if not isinstance(benchmarks, list) or not benchmarks:
-        raise UserError(f"{path}: benchmarks: expected a non-empty list (is this a pytest-benchmark JSON file?)")
+    data = _read(path)
     machine = data.get("machine_info") or {}
     amp = machine.get("amp_bench") or {}
-    device = amp.get("device") or {}
-    versions = amp.get("versions") or {}
+    device, versions = amp.get("device") or {}, amp.get("versions") or {}
     store = RunStore(Path(results_dir), make_run_id(f"{device.get('type', 'unknown')}-pytest-benchmark",
                                                     host=machine.get("node")))
     # a benchmark run like any other: the same kind, and the fingerprint that keys its series
@@ -40,39 +31,54 @@ def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:
                          pytest_benchmark={"version": data.get("version"), "datetime": data.get("datetime"),
                                            "commit_info": data.get("commit_info")},
                          machine_info=machine)
-    for i, bench in enumerate(benchmarks):
-        stats = bench.get("stats") or {}
-        extra = bench.get("extra_info") or {}
-        if "median" not in stats:
+    for i, bench in enumerate(data["benchmarks"]):
+        if "median" not in (bench.get("stats") or {}):
             raise UserError(f"{path}: benchmarks[{i}].stats.median: missing")
-        case_id = extra.get("case_id") or bench.get("fullname") or bench.get("name") or f"benchmark-{i}"
-        batch = extra.get("batch_size")
-        row = {
-            "run_id": store.run_id, "suite": extra.get("suite", "pytest-benchmark"), "case_id": case_id,
-            "model_label": extra.get("case_id", bench.get("name")), "batch_size": batch,
-            "precision": extra.get("precision"), "device": extra.get("device", device.get("type")),
-            "device_name": extra.get("device_name", device.get("name")), "architecture": amp.get("architecture"),
-            "repeat": 0, "status": "ok", "reason": "", "steps": stats.get("rounds"),
-            "step_time_ms_median": stats["median"] * 1e3, "step_time_ms_mean": stats.get("mean", float("nan")) * 1e3,
-            "step_time_ms_min": stats.get("min", float("nan")) * 1e3,
-            "step_time_ms_max": stats.get("max", float("nan")) * 1e3,
-            "step_time_ms_iqr": stats.get("iqr", float("nan")) * 1e3,
-            "step_time_cv": stats["stddev"] / stats["mean"] if stats.get("mean") else None,
-            "throughput": None,
-            "peak_mem_allocated_bytes": extra.get("peak_mem_allocated_bytes"),
-            "peak_mem_reserved_bytes": extra.get("peak_mem_reserved_bytes"),
-            "scaler_skipped_steps": extra.get("scaler_skipped_steps"), "output_dtype": extra.get("output_dtype"),
-            "torch_version": versions.get("torch_version"), "hostname": machine.get("node"),
-            "timestamp": data.get("datetime"), "pytest_benchmark_name": bench.get("fullname", bench.get("name")),
-            **fingerprint,
-        }
-        rounds_s = stats.get("data") or [ms / 1e3 for ms in extra.get("step_times_ms") or []]
-        samples = [{"run_id": store.run_id, "case_id": case_id, "precision": row["precision"], "repeat": 0,
-                    "phase": MEASURED_PHASE, "step": j, "step_time_ms": t * 1e3, "loss": None}
-                   for j, t in enumerate(rounds_s)]
-        if batch and rounds_s:  # the rounds back to back: pytest-benchmark measures no gap between them
-            row["throughput"] = Window.from_steps([t * 1e3 for t in rounds_s], batch).throughput
-        elif batch and stats.get("mean"):  # no raw rounds: mean round time x rounds is the window
-            row["throughput"] = samples_per_second(batch, stats["mean"])
+        row, samples = _row(bench, i, store.run_id, data, amp, {**fingerprint, "hostname": machine.get("node"),
+                                                                "torch_version": versions.get("torch_version")})
         store.add(row, samples)
     return store.dir
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a pytest-benchmark JSON file ({exc})") from None
+    benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
+    if not isinstance(benchmarks, list) or not benchmarks:
+        raise UserError(f"{path}: benchmarks: expected a non-empty list (is this a pytest-benchmark JSON file?)")
+    return data
+
+
+def _row(bench: dict, i: int, run_id: str, data: dict, amp: dict, machine_columns: dict) -> tuple[dict, list]:
+    """One benchmark as a results row (pytest-benchmark's seconds as ms) and its rounds as samples."""
+    stats, extra = bench.get("stats") or {}, bench.get("extra_info") or {}
+    device = amp.get("device") or {}
+    case_id = extra.get("case_id") or bench.get("fullname") or bench.get("name") or f"benchmark-{i}"
+    batch = extra.get("batch_size")
+    row = {
+        "run_id": run_id, "suite": extra.get("suite", "pytest-benchmark"), "case_id": case_id,
+        "model_label": extra.get("case_id", bench.get("name")), "batch_size": batch,
+        "precision": extra.get("precision"), "device": extra.get("device", device.get("type")),
+        "device_name": extra.get("device_name", device.get("name")), "architecture": amp.get("architecture"),
+        "repeat": 0, "status": "ok", "reason": "", "steps": stats.get("rounds"),
+        **{f"step_time_ms_{k}": stats.get(k, float("nan")) * 1e3 for k in ("median", "mean", "min", "max", "iqr")},
+        "step_time_cv": stats["stddev"] / stats["mean"] if stats.get("mean") else None, "throughput": None,
+        "peak_mem_allocated_bytes": extra.get("peak_mem_allocated_bytes"),
+        "peak_mem_reserved_bytes": extra.get("peak_mem_reserved_bytes"),
+        "scaler_skipped_steps": extra.get("scaler_skipped_steps"), "output_dtype": extra.get("output_dtype"),
+        "timestamp": data.get("datetime"), "pytest_benchmark_name": bench.get("fullname", bench.get("name")),
+        **machine_columns,
+    }
+    rounds_s = stats.get("data") or [ms / 1e3 for ms in extra.get("step_times_ms") or []]
+    samples = [{"run_id": run_id, "case_id": case_id, "precision": row["precision"], "repeat": 0,
+                "phase": MEASURED_PHASE, "step": j, "step_time_ms": t * 1e3, "loss": None}
+               for j, t in enumerate(rounds_s)]
+    if batch and rounds_s:  # the rounds back to back: pytest-benchmark measures no gap between them
+        row["throughput"] = Window.from_steps([t * 1e3 for t in rounds_s], batch).throughput
+    elif batch and stats.get("mean"):  # no raw rounds: mean round time x rounds is the window
+        row["throughput"] = samples_per_second(batch, stats["mean"])
+    return row, samples

@@ -157,9 +157,9 @@ def _run_item(store, item, machine: Machine, reporter: Reporter, support, runs: 
     try:
         if stop is not None:
             stop.armed = runs
-        row, samples = run_one(case, repeat, machine.device, machine.versions, store,
+        row, samples = run_one(case, repeat, machine.device, machine.versions, store, support,
                                on_event=lambda event, case=case: reporter.worker_event(case, event),
-                               support=support, server=machine.server)
+                               server=machine.server)
     except KeyboardInterrupt:
         if stop is None or not stop.requested:
             raise  # Ctrl-C on a local run: finished cases are saved, this one has no row

@@ -100,14 +100,33 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
                  **overrides) -> pd.DataFrame:
     """Search every model x precision of the suite; returns the headroom table (attrs: run_dir).
     Tables are saved after every probe."""
-    from amp_bench.errors import UserError
-    from amp_bench.workers.launch import run_one
-    from amp_bench.store.results import utc_now
     from amp_bench.studies.session import Session
-
     reporter = reporter or HeadroomReporter()
     session = Session.start(path, device)
-    suite, info, versions = session.suite, session.device, session.versions
+    try:
+        spec, templates, shared_cap = _plan(session, path, overrides)
+    except BaseException:
+        session.close()
+        raise
+    store = session.open_store(results_dir, overrides, kind="headroom",
+                               headroom={**dataclasses.asdict(spec), "default_cpu_cap": shared_cap},
+                               cases_planned=len(templates))
+    store.flush()
+    search = _Search(session, store, spec, shared_cap, reporter)
+    reporter.started(store, session.device, spec, len(templates))
+    with session.running(lambda: {"cases_finished": len(search.table), "probes": len(search.probes)}):
+        for template in templates:
+            search.search(template)
+    frame = ratios_vs_fp32(pd.DataFrame(search.table, columns=HEADROOM_COLUMNS))
+    frame.attrs["run_dir"] = str(store.dir)
+    return frame
+
+
+def _plan(session, path, overrides: dict) -> tuple:
+    """(the headroom spec, one case per model, sizes, layout and precision to search the batch of, whether
+    the CPU's default memory cap is shared out)."""
+    from amp_bench.errors import UserError
+    suite, info = session.suite, session.device
     headroom_keys = {"memory_cap_gb", "start_batch_size", "max_batch_size", "resolution", "probe_steps", "measure"}
     spec = suite.headroom_spec(info.type, {k: v for k, v in overrides.items() if k in headroom_keys})
     cases = suite.cases(info.type, {k: v for k, v in overrides.items() if k not in headroom_keys})
@@ -124,61 +143,74 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
         key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.nproc_per_node,
                case.precision)
         templates.setdefault(key, case)
-    templates = list(templates.values())
-    store = session.open_store(results_dir, overrides, kind="headroom",
-                               headroom={**dataclasses.asdict(spec), "default_cpu_cap": shared_cap},
-                               cases_planned=len(templates))
-    host, fingerprint = session.host, session.fingerprint
-    store.flush()
-    table, probes = [], []
-    reporter.started(store, info, spec, len(templates))
-    with session.running(lambda: {"cases_finished": len(table), "probes": len(probes)}):
-        for template in templates:
-            cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if shared_cap else spec.memory_cap_bytes
-            base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
-                                       memory_cap_bytes=cap, instrument=False)
+    return spec, list(templates.values()), shared_cap
 
-            def probe_batch(batch: int, base=base) -> tuple[str, str]:
-                case = dataclasses.replace(base, batch_size=batch)
-                row, _ = run_one(case, 0, info, versions, store, stem=f"probe-{case.case_id}")
-                memory = row.get("peak_mem_allocated_bytes") if info.type == "cuda" else row.get("peak_rss_bytes")
-                probes.append({"run_id": store.run_id, "model_label": case.model.label, "precision": case.precision,
-                               "probe": len(probes), "batch_size": batch, "status": row["status"],
-                               "reason": row.get("reason", ""), "peak_mem_bytes": memory,
-                               "worker_seconds": row.get("worker_seconds"), "log_file": row.get("log_file")})
-                store.write_table("headroom_probes", probes, PROBE_COLUMNS)
-                reporter.probe_finished(case, batch, row)
-                return row["status"], row.get("reason", "")
 
-            found = search_max_batch(probe_batch, spec.start_batch_size, spec.max_batch_size, spec.resolution)
-            row = {"run_id": store.run_id, "suite": suite.name, "model_label": template.model.label,
-                   "image_size": template.image_size, "seq_len": template.seq_len,
-                   "channels_last": template.channels_last, "world_size": template.world_size,
-                   "nproc_per_node": template.nproc_per_node, "precision": template.precision, "device": info.type,
-                   "device_name": info.name, "status": found.status, "reason": found.reason,
-                   "max_batch_size": found.largest_fit, "first_oom_batch_size": found.smallest_oom,
-                   "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,
-                   "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution,
-                   "memory_cap_bytes": cap, "probes": len(found.probes),
-                   "hostname": host["hostname"], "fingerprint": fingerprint.get("fingerprint", "")}
-            if found.status == "ok" and spec.measure:
-                # the throughput this batch buys: a full measurement, without the cap (on the CPU the
-                # cap changes how malloc works; the batch is known to fit in less memory than that)
-                case = dataclasses.replace(template, batch_size=found.largest_fit, repeats=1)
-                measured, samples = run_one(case, 0, info, versions, store, stem=f"measure-{case.case_id}")
-                measured.update(hostname=host["hostname"], headroom_max_batch=True, **fingerprint)
-                store.add(measured, samples)
-                row.update(measure_status=measured["status"], throughput_at_max=measured.get("throughput"),
-                           step_time_ms_at_max=measured.get("step_time_ms_median"),
-                           peak_mem_at_max_bytes=measured.get("peak_mem_allocated_bytes") if info.type == "cuda"
-                           else measured.get("peak_rss_bytes"))
-            row["timestamp"] = utc_now().isoformat()
-            table.append(row)
-            frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
-            store.write_table("headroom", frame.to_dict("records"), HEADROOM_COLUMNS)
-            reporter.search_finished(template, frame.iloc[-1].to_dict())
-    frame = ratios_vs_fp32(pd.DataFrame(table, columns=HEADROOM_COLUMNS))
-    frame.attrs["run_dir"] = str(store.dir)
-    return frame
+class _Search:
+    """One run's searches: each template's largest batch (probes under the cap), then, with `measure`,
+    the throughput at it; the tables saved after every probe."""
+
+    def __init__(self, session, store, spec, shared_cap: bool, reporter):
+        self.session, self.store, self.spec, self.shared_cap, self.reporter = session, store, spec, shared_cap, reporter
+        self.table: list[dict] = []
+        self.probes: list[dict] = []
+
+    def run(self, case, stem: str) -> tuple[dict, list]:
+        from amp_bench.platform.device import precision_support
+        from amp_bench.workers.launch import run_one
+        info = self.session.device
+        return run_one(case, 0, info, self.session.versions, self.store, precision_support(case.precision, info),
+                       stem=stem)
+
+    def probe(self, base, batch: int) -> tuple[str, str]:
+        case = dataclasses.replace(base, batch_size=batch)
+        row, _ = self.run(case, f"probe-{case.case_id}")
+        memory = row.get("peak_mem_allocated_bytes") if self.session.device.type == "cuda" else row.get("peak_rss_bytes")
+        self.probes.append({"run_id": self.store.run_id, "model_label": case.model.label, "precision": case.precision,
+                            "probe": len(self.probes), "batch_size": batch, "status": row["status"],
+                            "reason": row.get("reason", ""), "peak_mem_bytes": memory,
+                            "worker_seconds": row.get("worker_seconds"), "log_file": row.get("log_file")})
+        self.store.write_table("headroom_probes", self.probes, PROBE_COLUMNS)
+        self.reporter.probe_finished(case, batch, row)
+        return row["status"], row.get("reason", "")
+
+    def search(self, template) -> None:
+        from amp_bench.store.results import utc_now
+        spec, info = self.spec, self.session.device
+        cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if self.shared_cap else spec.memory_cap_bytes
+        base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
+                                   memory_cap_bytes=cap, instrument=False)
+        found = search_max_batch(lambda batch: self.probe(base, batch), spec.start_batch_size, spec.max_batch_size,
+                                 spec.resolution)
+        row = {"run_id": self.store.run_id, "suite": self.session.suite.name, "model_label": template.model.label,
+               "image_size": template.image_size, "seq_len": template.seq_len,
+               "channels_last": template.channels_last, "world_size": template.world_size,
+               "nproc_per_node": template.nproc_per_node, "precision": template.precision, "device": info.type,
+               "device_name": info.name, "status": found.status, "reason": found.reason,
+               "max_batch_size": found.largest_fit, "first_oom_batch_size": found.smallest_oom,
+               "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,
+               "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution,
+               "memory_cap_bytes": cap, "probes": len(found.probes),
+               "hostname": self.session.host["hostname"], "fingerprint": self.session.fingerprint.get("fingerprint", "")}
+        if found.status == "ok" and spec.measure:
+            row.update(self.measure_at(template, found.largest_fit))
+        row["timestamp"] = utc_now().isoformat()
+        self.table.append(row)
+        frame = ratios_vs_fp32(pd.DataFrame(self.table, columns=HEADROOM_COLUMNS))
+        self.store.write_table("headroom", frame.to_dict("records"), HEADROOM_COLUMNS)
+        self.reporter.search_finished(template, frame.iloc[-1].to_dict())
+
+    def measure_at(self, template, batch: int) -> dict:
+        """The throughput this batch buys: a full measurement, without the cap (on the CPU the cap
+        changes how malloc works; the batch is known to fit in less memory than that)."""
+        case = dataclasses.replace(template, batch_size=batch, repeats=1)
+        measured, samples = self.run(case, f"measure-{case.case_id}")
+        measured.update(hostname=self.session.host["hostname"], headroom_max_batch=True, **self.session.fingerprint)
+        self.store.add(measured, samples)
+        cuda = self.session.device.type == "cuda"
+        return {"measure_status": measured["status"], "throughput_at_max": measured.get("throughput"),
+                "step_time_ms_at_max": measured.get("step_time_ms_median"),
+                "peak_mem_at_max_bytes": measured.get("peak_mem_allocated_bytes") if cuda
+                else measured.get("peak_rss_bytes")}
 
 

@@ -36,7 +36,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "auto", **overrides) -> dict:
     import torch
 
-    from amp_bench.platform.device import probe_device
+    from amp_bench.platform.device import precision_support, probe_device
     from amp_bench.measure.case import build_step, prepare_case, seed_case
     from amp_bench.measure.devices import for_device
     from amp_bench.measure.step import UnsupportedCase
@@ -52,8 +52,9 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
     ops = for_device(torch_device)
     ops.make_current()
     record: dict = {}
-    try:  # the worker's own set-up: gate, math flags, cuDNN autotuning and the autocast proof
-        prepare_case(case, info, record)
+    try:  # the worker's own set-up: the gate (decided here: this process plans the case), math flags,
+        # cuDNN autotuning and the autocast proof
+        prepare_case(case, info, record, precision_support(case.precision, info))
     except UnsupportedCase as exc:
         pytest.skip(f"{case_id}: unsupported here: {exc}")
     seed_case(case)

@@ -36,6 +36,8 @@ from amp_bench.measure.telemetry.contention import MIN_CPU_SHARE, read_host_time
 TICK_S = 0.5
 SPAN_S = 1.0
 HOLD_S = 3.0
+SUMMARY_MIN_S = 0.5  # the shortest worker life judged as a whole (tick error 0.08 cores on 2 CPUs, a quarter
+#                      of a 2-thread worker's 0.3-core tolerance)
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -103,8 +105,20 @@ class ContentionWatch:
         if event.get("event") == "phase" and event.get("phase") == "after":
             self.done = True
 
+    def lifetime(self) -> str:
+        """After the worker ended without being stopped: the evidence when, over the whole span the watch
+        saw it (SUMMARY_MIN_S at least), others held it under MIN_CPU_SHARE ('' otherwise). A case too
+        short for the window's own /proc/stat check (a few 10 ms steps) is judged on its worker's life."""
+        if len(self.history) < 2 or self.history[-1].at - self.history[0].at < SUMMARY_MIN_S:
+            return ""
+        first, last = self.history[0], self.history[-1]
+        ours = tree(last.processes, self.root)
+        if self.share(first, last, ours)[0] >= MIN_CPU_SHARE:
+            return ""
+        return self.evidence(first, last, ours).replace("; stopped early as contended", " over the worker's life")
+
     def check(self) -> str:
-        """Take a reading when one is due; the evidence ('' while the case may go on)."""
+        """Take a reading when one is due (the first at once); the evidence ('' while the case may go on)."""
         now = self.clock()
         if self.done or now < self.next_tick:
             return ""

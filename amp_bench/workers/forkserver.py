@@ -243,6 +243,8 @@ def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, tim
         os.close(write_fd)
     deadline_hit, stopped = False, ""
     watch = contention(child.pid) if contention is not None else None
+    if watch is not None:
+        watch.check()  # the first reading as the child starts: its whole life can be judged
     try:
         ended = server.wait(child, read_fd, started + timeout_s, process._watched(on_event, watch), watch)
         if ended is not True:
@@ -266,6 +268,7 @@ def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, tim
     found = process.outcome(result_path, exit_code, deadline_hit, child.maxrss_kib, started, log_path, timeout_s,
                             started_by="fork")
     found.contention = stopped
+    found.contention_seen = watch.lifetime() if watch is not None and not stopped else ""
     return found
 
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from amp_bench.measure.ddp import SCALING
 from amp_bench.workers import torchrun
-from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason, precision_support
+from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
 from amp_bench.workers.busy import ContentionWatch, cores_needed
 from amp_bench.workers.forkserver import ForkServer, launch
 from amp_bench.workers.process import WorkerOutcome
@@ -51,20 +51,42 @@ def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
         spec_path.unlink(missing_ok=True)
 
 
-def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore,
+def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore, support: Support,
             on_event: Callable[[dict], None] | None = None, stem: str | None = None,
-            support: Support | None = None, server: ForkServer | None = None) -> tuple[dict, list[dict]]:
+            server: ForkServer | None = None) -> tuple[dict, list[dict]]:
     """One worker for one case: (result row, per-step samples). `stem` names its log file. `support`
-    is the hardware gate's decision for the case (made here when the caller has none); the worker
-    gets it with the case and does not decide again. `server`: the run's fork server, if any."""
+    is the hardware gate's decision for the case, made once by whoever planned it; the worker gets it
+    with the case and does not decide again. `server`: the run's fork server, if any."""
     row = base_row(case, repeat, device, versions, store.run_id)
     if repeat > 0:  # FLOPs, per-phase memory and the explain profile do not change between repeats: once a case
         case = dataclasses.replace(case, instrument=False, explain=False)
-    support = support or precision_support(case.precision, device)
     if not may_run(support, case.allow_emulated):
         row.update(status="unsupported", reason=not_run_reason(support), emulated=support.emulated)
         return row, []
     stem = stem or f"{case.case_id}-r{repeat}"
+    launcher, extra_env, cache_dir = _worker_setting(case, store, stem, row)
+    outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json(),
+                                            "support": dataclasses.asdict(support)}, case.timeout_s,
+                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server,
+                      contention=contention_watch(case, device))
+    result_path = store.dir / "work" / f"{stem}.result.json"
+    row.update(log_file=str(outcome.log_path.relative_to(store.dir)), worker_start=outcome.started_by,
+               peak_rss_bytes=outcome.peak_rss_bytes,
+               peak_rss_lifetime_bytes=outcome.peak_rss_bytes)  # from wait4: the whole worker, all of it
+    samples = _take_result(row, outcome, case, repeat, store) if outcome.result is not None else []
+    if outcome.result is None:
+        row.update(_ending(outcome, case, result_path))
+    if cache_dir is not None and case.compile_cache == "cold":
+        shutil.rmtree(cache_dir, ignore_errors=True)  # a cold cache serves one case: nothing reuses it
+    result_path.unlink(missing_ok=True)
+    for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
+        rank_file.unlink(missing_ok=True)
+    return row, samples
+
+
+def _worker_setting(case: Case, store: RunStore, stem: str, row: dict) -> tuple:
+    """(launcher, the case's own environment, compile cache folder): torchrun for a DDP case, the
+    compile cache, where the explain trace goes."""
     launcher = extra_env = None
     if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
         launcher = torchrun.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
@@ -75,45 +97,41 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
         row["compile_cache_dir"] = str(cache_dir.relative_to(store.dir))
     if case.explain:  # where the worker saves the profiled step's trace (measure/telemetry/profile.py)
         extra_env = {**(extra_env or {}), "AMP_BENCH_EXPLAIN_TRACE": str(store.dir / "traces" / f"{stem}.json.gz")}
-    outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json(),
-                                                "support": dataclasses.asdict(support)}, case.timeout_s,
-                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server,
-                      contention=contention_watch(case, device))
-    result_path = store.dir / "work" / f"{stem}.result.json"
-    row["log_file"] = str(outcome.log_path.relative_to(store.dir))
-    row["worker_start"] = outcome.started_by
-    row["peak_rss_bytes"] = outcome.peak_rss_bytes
-    row["peak_rss_lifetime_bytes"] = outcome.peak_rss_bytes  # from wait4: the whole worker, all of it
-    samples = []
-    if outcome.result is not None:
-        record = dict(outcome.result)
-        samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
-                    "repeat": repeat, **s} for s in record.pop("samples", [])]
-        row.update(record)
-        if row.get("explain_trace"):  # relative to the run directory, as log_file
-            row["explain_trace"] = str(Path(row["explain_trace"]).relative_to(store.dir))
-        # peak RSS over the training steps: the worker's high-water mark read right after the
-        # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
-        if record.get("rss_hwm_bytes"):
-            row["peak_rss_bytes"] = record["rss_hwm_bytes"]
-    elif outcome.contention:  # stopped early by the parent (workers/busy.py): the machine was not its to measure
-        row.update(status="contended", reason=outcome.contention, contended=True, contention=outcome.contention)
-    else:
-        row.update(status=classify_death(outcome), reason=death_reason(outcome, case.timeout_s))
-        if case.distributed and outcome.timed_out:
-            row["reason"] = (f"no result within timeout_s={case.timeout_s:g} (a rank hung or waited for one); "
-                             f"torchrun and its {case.world_size} ranks killed")
-        if case.distributed and not outcome.timed_out:
-            log = outcome.log_path.read_text(errors="replace") if outcome.log_path.exists() else ""
-            explained = torchrun.explain_failure(result_path, log, case.world_size)
-            if explained:
-                row["status"], row["reason"] = explained
-    if cache_dir is not None and case.compile_cache == "cold":
-        shutil.rmtree(cache_dir, ignore_errors=True)  # a cold cache serves one case: nothing reuses it
-    result_path.unlink(missing_ok=True)
-    for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
-        rank_file.unlink(missing_ok=True)
-    return row, samples
+    return launcher, extra_env, cache_dir
+
+
+def _take_result(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, store: RunStore) -> list[dict]:
+    """The worker's record into the row; its per-step samples."""
+    record = dict(outcome.result)
+    samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
+                "repeat": repeat, **s} for s in record.pop("samples", [])]
+    row.update(record)
+    if row.get("explain_trace"):  # relative to the run directory, as log_file
+        row["explain_trace"] = str(Path(row["explain_trace"]).relative_to(store.dir))
+    # peak RSS over the training steps: the worker's high-water mark read right after the
+    # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
+    if record.get("rss_hwm_bytes"):
+        row["peak_rss_bytes"] = record["rss_hwm_bytes"]
+    if outcome.contention_seen and row.get("contended") is None:  # the window too short to judge itself
+        row.update(contended=True, contention=outcome.contention_seen)
+    return samples
+
+
+def _ending(outcome: WorkerOutcome, case: Case, result_path: Path) -> dict:
+    """Status and reason of a worker that left no result: stopped as contended, timed out, killed, failed."""
+    if outcome.contention:  # stopped early by the parent (workers/busy.py): the machine was not its to measure
+        return {"status": "contended", "reason": outcome.contention, "contended": True,
+                "contention": outcome.contention}
+    ending = {"status": classify_death(outcome), "reason": death_reason(outcome, case.timeout_s)}
+    if case.distributed and outcome.timed_out:
+        ending["reason"] = (f"no result within timeout_s={case.timeout_s:g} (a rank hung or waited for one); "
+                            f"torchrun and its {case.world_size} ranks killed")
+    if case.distributed and not outcome.timed_out:
+        log = outcome.log_path.read_text(errors="replace") if outcome.log_path.exists() else ""
+        explained = torchrun.explain_failure(result_path, log, case.world_size)
+        if explained:
+            ending["status"], ending["reason"] = explained
+    return ending
 
 
 def compile_cache_dir(store: RunStore, case: Case, stem: str) -> Path | None:

@@ -30,6 +30,7 @@ class WorkerOutcome:
     log_path: Path
     started_by: str = "spawn"  # spawn: a fresh interpreter; fork: a child of the run's fork server
     contention: str = ""  # why the parent stopped it early as contended (workers/busy.py), '' if it did not
+    contention_seen: str = ""  # not stopped, but starved over its life (busy.ContentionWatch.lifetime)
 
 
 _tokens = itertools.count()
@@ -96,6 +97,8 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
         os.close(write_fd)
     deadline_hit, stopped = False, ""
     watch = contention(proc.pid) if contention is not None else None
+    if watch is not None:
+        watch.check()  # the first reading as the worker starts: its whole life can be judged
     try:
         exited = _wait(proc.pid, read_fd, started + timeout_s, _watched(on_event, watch), watch)
         if isinstance(exited, str):  # the watch's evidence: stopped early as contended
@@ -117,6 +120,7 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     proc.returncode = os.waitstatus_to_exitcode(status)
     found = outcome(result_path, proc.returncode, deadline_hit, usage.ru_maxrss, started, log_path, timeout_s)
     found.contention = stopped
+    found.contention_seen = watch.lifetime() if watch is not None and not stopped else ""
     return found
 
 

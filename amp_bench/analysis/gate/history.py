@@ -163,59 +163,87 @@ def evaluate(results: pd.DataFrame, annotations: list[dict] | None = None,
     changes: list[Change] = []
     states: list[SeriesState] = []
     for (case_id, fingerprint), group in series.groupby(SERIES_KEYS, sort=False):
-        runs = group["run_id"].to_numpy()
-        dates = list(group["timestamp"])
         suite, host = str(group["suite"].iloc[-1]), str(group["hostname"].iloc[-1])
-        base_run = (baselines or {}).get((fingerprint, suite))
         for metric, higher_is_worse in METRICS.items():
             raw = group[metric].to_numpy(float)
             keep = np.isfinite(raw) & (raw > 0)
             if keep.sum() < 2:
                 continue
-            values, mruns, mdates = raw[keep], runs[keep], [d for d, k in zip(dates, keep) if k]
-            threshold = thresholds[metric]
-            anchor, accepted_note = 0, ""
-            if base_run is not None and base_run in set(mruns):
-                anchor = _anchor(values, higher_is_worse, threshold, int(np.flatnonzero(mruns == base_run)[0]))
-                accepted_note = f"accepted baseline {base_run}"
-
-            def find(start: int, earliest: int, latest: int) -> dict | None:
-                return notes.covering(entries, case_id=case_id, fingerprint=fingerprint, hostname=host,
-                                      suite=suite, metric=metric, start_run=mruns[start],
-                                      earliest=mdates[earliest], latest=mdates[latest])
-            found = detect(values, threshold, higher_is_worse)
-            for point in found:
-                worse = point.after > point.before if higher_is_worse else point.after < point.before
-                change = Change(case_id, fingerprint, metric, mruns[point.index], mruns[point.confirmed_at],
-                                point.before, point.after, point.ratio, "regression" if worse else "improvement",
-                                date=_stamp(mdates[point.index]), earliest_run=mruns[point.earliest],
-                                latest_run=mruns[point.latest], suite=suite)
-                entry = find(point.index, point.earliest, point.latest)
-                if entry is not None:
-                    change.accepted, change.note = True, str(entry.get("note", ""))
-                    if point.index > anchor:
-                        anchor, accepted_note = point.index, f"annotation {entry['_name']}"
-                changes.append(change)
-            current = state(values, threshold, higher_is_worse, anchor=anchor)
-            for _ in range(3):  # an annotation may cover the deviation itself
-                if not current.red:
-                    break
-                entry = find(current.start, current.earliest, current.latest)
-                if entry is None or current.start <= anchor:
-                    break
-                anchor, accepted_note = current.start, f"annotation {entry['_name']}"
-                current = state(values, threshold, higher_is_worse, anchor=anchor)
-            accepted_level = float(np.median(values[anchor:max(anchor + 1, min(len(values) - 2, anchor + 30))]))
-            st = SeriesState(case_id, fingerprint, suite, host, metric, current.red, mruns[-1], float(values[-1]),
-                             accepted_level, current.ratio, current.against, accepted_note=accepted_note,
-                             nights=current.nights)
-            if current.red:
-                st.since_run, st.since_date = mruns[current.start], _stamp(mdates[current.start])
-                st.earliest_run = mruns[current.earliest]
-            states.append(st)
+            one = _Series(case_id, fingerprint, suite, host, metric, higher_is_worse, thresholds[metric], raw[keep],
+                          group["run_id"].to_numpy()[keep], [d for d, k in zip(group["timestamp"], keep) if k],
+                          entries, (baselines or {}).get((fingerprint, suite)))
+            found, current = one.judge()
+            changes += found
+            states.append(current)
     warnings = notes.unmatched(entries, annotations_path)
     states.sort(key=lambda s: (not s.red, s.fingerprint, s.case_id, s.metric))
     return HistoryResult(series, changes, states, warnings, contended_runs(results))
+
+
+@dataclass
+class _Series:
+    """One case's metric on one machine, night by night: its change points and its current state, with
+    the accepted baseline run and the annotations that cover a change."""
+    case_id: str
+    fingerprint: str
+    suite: str
+    host: str
+    metric: str
+    higher_is_worse: bool
+    threshold: float
+    values: np.ndarray
+    runs: np.ndarray
+    dates: list
+    entries: list
+    base_run: str | None
+
+    def covering(self, start: int, earliest: int, latest: int) -> dict | None:
+        return notes.covering(self.entries, case_id=self.case_id, fingerprint=self.fingerprint, hostname=self.host,
+                              suite=self.suite, metric=self.metric, start_run=self.runs[start],
+                              earliest=self.dates[earliest], latest=self.dates[latest])
+
+    def judge(self) -> tuple[list[Change], SeriesState]:
+        anchor, accepted_note = 0, ""
+        if self.base_run is not None and self.base_run in set(self.runs):
+            anchor = _anchor(self.values, self.higher_is_worse, self.threshold,
+                             int(np.flatnonzero(self.runs == self.base_run)[0]))
+            accepted_note = f"accepted baseline {self.base_run}"
+        changes = []
+        for point in detect(self.values, self.threshold, self.higher_is_worse):
+            change, entry = self.change(point), self.covering(point.index, point.earliest, point.latest)
+            if entry is not None:
+                change.accepted, change.note = True, str(entry.get("note", ""))
+                if point.index > anchor:
+                    anchor, accepted_note = point.index, f"annotation {entry['_name']}"
+            changes.append(change)
+        return changes, self.current(anchor, accepted_note)
+
+    def change(self, point) -> Change:
+        worse = point.after > point.before if self.higher_is_worse else point.after < point.before
+        return Change(self.case_id, self.fingerprint, self.metric, self.runs[point.index], self.runs[point.confirmed_at],
+                      point.before, point.after, point.ratio, "regression" if worse else "improvement",
+                      date=_stamp(self.dates[point.index]), earliest_run=self.runs[point.earliest],
+                      latest_run=self.runs[point.latest], suite=self.suite)
+
+    def current(self, anchor: int, accepted_note: str) -> SeriesState:
+        values = self.values
+        current = state(values, self.threshold, self.higher_is_worse, anchor=anchor)
+        for _ in range(3):  # an annotation may cover the deviation itself
+            if not current.red:
+                break
+            entry = self.covering(current.start, current.earliest, current.latest)
+            if entry is None or current.start <= anchor:
+                break
+            anchor, accepted_note = current.start, f"annotation {entry['_name']}"
+            current = state(values, self.threshold, self.higher_is_worse, anchor=anchor)
+        accepted_level = float(np.median(values[anchor:max(anchor + 1, min(len(values) - 2, anchor + 30))]))
+        st = SeriesState(self.case_id, self.fingerprint, self.suite, self.host, self.metric, current.red, self.runs[-1],
+                         float(values[-1]), accepted_level, current.ratio, current.against,
+                         accepted_note=accepted_note, nights=current.nights)
+        if current.red:
+            st.since_run, st.since_date = self.runs[current.start], _stamp(self.dates[current.start])
+            st.earliest_run = self.runs[current.earliest]
+        return st
 
 
 def analyse(results: pd.DataFrame, annotations: list[dict] | None = None,

@@ -59,6 +59,17 @@ class DeviceOps(ABC):
     def peak_memory_columns(self) -> dict:
         """The device's peak-memory columns since reset_peak_memory (none where it keeps no count)."""
 
+    # oneDNN runs this device's kernels, so explain reads its verbose log on one more step (CPUs)
+    onednn_kernels = False
+    # fp8: float8 matmuls may be emulated by torchao where torch's _scaled_mm does not run (CPUs); a GPU
+    # the gate passed runs them natively, and emulating there would hide a fault
+    fp8_may_emulate = False
+
+    def profiler_activities(self) -> tuple[list, object]:
+        """(torch.profiler activities, the sync that ends a step's work) for explain's profiled steps."""
+        from torch.profiler import ProfilerActivity
+        return [ProfilerActivity.CPU], lambda: None
+
     def host_threads(self, num_threads: int) -> int:
         """The host cores the measured step needs, the share contention is judged against (the CPU's
         step runs on all of torch's `num_threads`)."""

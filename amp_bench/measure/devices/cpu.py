@@ -10,12 +10,12 @@ def _rehearse(case, device_type: str, torch_device) -> None:
     step loads lazily (modules, the thread pool) is in place before the cap is measured from."""
     import torch
 
-    from amp_bench.measure.precision import get_mode
+    from amp_bench import modes
     from amp_bench.measure.step import TrainStep, build_optimizer
     from amp_bench.suite.model_refs import import_callable, kind_of
     model = torch.nn.Linear(64, 64).to(torch_device)
     step = TrainStep(model, torch.nn.functional.mse_loss, build_optimizer(model.parameters(), case.optimizer),
-                     get_mode(case.precision), device_type)
+                     modes.get(case.precision), device_type)
     step(torch.ones(8, 64, device=torch_device), torch.ones(8, 64, device=torch_device))
     kind = kind_of(case.model.ref)
     if kind == "torchvision":
@@ -42,6 +42,8 @@ def _predictable_malloc() -> None:
 class CpuOps(DeviceOps):
     type = "cpu"
     dist_backend = "gloo"
+    onednn_kernels = True  # explain reads oneDNN's verbose log on one more step (measure/telemetry/profile.py)
+    fp8_may_emulate = True  # torchao emulates float8 matmuls where torch's _scaled_mm does not run on the CPU
 
     def synchronize(self) -> None:
         pass  # CPU work is done when the call returns

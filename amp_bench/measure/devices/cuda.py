@@ -98,6 +98,16 @@ class CudaOps(DeviceOps):
                 "peak_mem_reserved_bytes": self.cuda.max_memory_reserved(self.torch_device),
                 "cuda_num_alloc_retries": None if retries is None else retries - self._retries_at_reset}
 
+    def profiler_activities(self) -> tuple[list, object]:
+        """CPU and CUDA activity, CUPTI's start-up paid before (profile.warm_cuda_profiler); every kernel
+        a step launched ends inside its region (synchronize)."""
+        from torch.profiler import ProfilerActivity
+
+        from amp_bench.measure.telemetry.profile import warm_cuda_profiler
+        warm_cuda_profiler()
+        self.synchronize()
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA], self.synchronize
+
     def host_threads(self, num_threads: int) -> int:
         """A GPU step needs about one host core to launch its kernels, whatever torch's CPU thread
         pool is (16 on a 16-core host): judged on 16, a GPU row would read as contended as soon as

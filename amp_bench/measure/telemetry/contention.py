@@ -56,6 +56,9 @@ def _clock_ticks() -> int:
         return 100
 
 
+_ALL_CPUS = "cpu"  # /proc/stat's first line: every CPU together
+
+
 def read_host_times(stat_path: str = "/proc/stat", own_cpu_s: float | None = None) -> HostTimes | None:
     """None where /proc/stat can't be read (not Linux): contention is then unknown, never assumed."""
     try:
@@ -65,7 +68,7 @@ def read_host_times(stat_path: str = "/proc/stat", own_cpu_s: float | None = Non
         return None
     fields = lines[0].split() if lines else []
     cpus = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit()) or 1
-    if not fields or fields[0] != "cpu":
+    if not fields or fields[0] != _ALL_CPUS:
         return None
     # user nice system idle iowait irq softirq steal guest guest_nice (guest is inside user)
     values = [int(v) for v in fields[1:]] + [0] * 10

@@ -120,19 +120,13 @@ def profile_step(step_fn, device_type: str, trace_path: str | os.PathLike, recor
     `step_fn()`, or `step_fn(marks=...)` when it takes `marks` (then the forward, backward and
     optimizer phases are marked as regions, e.g. `lambda marks=None: step(inputs, target, marks=marks)`).
     How many steps: `fixed_steps`, else steps_to_profile's rule (MIN_STEPS to MAX_STEPS, within a
-    budget of BUDGET_STEPS x `median_ms`, the measured step). CPU activity always; CUDA as well when
-    `device_type == "cuda"`. Returns the path as a string.
+    budget of BUDGET_STEPS x `median_ms`, the measured step). The activities are the device's
+    (DeviceOps.profiler_activities: CPU always, CUDA on a GPU). Returns the path as a string.
     """
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import profile, record_function
 
-    activities = [ProfilerActivity.CPU]
-    sync = (lambda: None)
-    if device_type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-        warm_cuda_profiler()
-        torch.cuda.synchronize()
-        sync = torch.cuda.synchronize  # every kernel a step launched ends inside its region
+    from amp_bench.measure.devices import for_device
+    activities, sync = for_device(device_type).profiler_activities()
     with profile(activities=activities, record_shapes=record_shapes) as prof:
         _run_steps(step_fn, record_function, sync, median_ms, fixed_steps)
     saved = str(trace_path)
@@ -294,7 +288,8 @@ def capture(step, inputs, target, device_type: str, trace_path: str | None, medi
         profile_step(profiled, device_type, trace_path, median_ms=median_ms, fixed_steps=fixed_steps)
         with open(layers_path(trace_path), "w", encoding="utf-8") as fh:
             json.dump(layers, fh)
-        if device_type == "cpu" and not fixed_steps:  # under DDP it would be one more collective step
+        from amp_bench.measure.devices import for_device
+        if for_device(device_type).onednn_kernels and not fixed_steps:  # under DDP: one more collective step
             onednn_kernels(run, _onednn_path(trace_path))
         return {"explain_status": "captured", "explain_trace": str(trace_path), "explain_reason": ""}
     except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the measurement

@@ -82,34 +82,42 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
     """Train from `seed` for spec.epochs; the record carries the per-step, per-epoch and probe tables."""
     import random
 
-    from amp_bench.measure.precision import get_mode
-    from amp_bench.measure.scaler_health import gradient_underflow, scale_history
+    from amp_bench import modes
     from amp_bench.measure.step import TrainStep, build_optimizer
 
-    mode = get_mode(precision)
+    mode = modes.get(precision)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # same initial weights under every precision
     model, prepare = build_model(spec.model, split, spec.image_size)
     model = model.to(torch_device).train()
     fp8_columns, scale_probe = {}, None
-    if modes.get(precision).float8_linear:  # the same initial weights, then the linear layers in float8
+    if mode.float8_linear:  # the same initial weights, then the linear layers in float8
         from amp_bench.measure.fp8 import ScaleProbe, convert
         fp8_columns = convert(model, spec.fp8_recipe, device_type, spec.fp8_skip_first_last)
         scale_probe = ScaleProbe(model)
     optimizer = build_optimizer(model.parameters(), spec.optimizer)
-    loss_fn = torch.nn.functional.cross_entropy
     from amp_bench.measure.compiling import compile_model
     # compiled: the training step calls the compiled model; evaluation and the gradient probe use the
     # same module (same parameters) eagerly, so accuracy is the trained weights', measured alike
-    step = TrainStep(compile_model(model, spec), loss_fn, optimizer, mode, device_type)
-    order = torch.Generator().manual_seed(seed)  # same example order under every precision
+    step = TrainStep(compile_model(model, spec), torch.nn.functional.cross_entropy, optimizer, mode, device_type)
+    started = time.perf_counter()
+    trained = _epochs(spec, seed, model, prepare, step, mode, device_type, torch_device, split, scale_probe, emit)
+    record = _record(spec, precision, seed, model, prepare, step, mode, device_type, split, trained)
+    record.update(wall_s=time.perf_counter() - started, **fp8_columns,
+                  fp8_scale_table=scale_probe.table() if scale_probe is not None else [])
+    return record
 
+
+def _epochs(spec, seed, model, prepare, step, mode, device_type, torch_device, split, scale_probe, emit) -> dict:
+    """The training loop: the same example order under every precision (from `seed`), gradient probes
+    every spec.probe_every steps under autocast, the held-out accuracy after each epoch."""
+    from amp_bench.measure.scaler_health import gradient_underflow
+    order = torch.Generator().manual_seed(seed)
     n = len(split.train_x)
     steps_per_epoch = n // spec.batch_size + (n % spec.batch_size > 1)  # a last batch of one is left out
     probe_every = spec.probe_every or steps_per_epoch
     losses, step_epochs, probes, epochs = [], [], [], []
-    started = time.perf_counter()
     index = 0
     for epoch in range(spec.epochs):
         permutation = torch.randperm(n, generator=order).to(torch_device)
@@ -121,34 +129,38 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
             if mode.uses_autocast and index % probe_every == 0:
                 scale = step.scales[-1].item() if step.scales else step.initial_scale
                 probes.append({"epoch": epoch, "step": index, **gradient_underflow(
-                    model, loss_fn, inputs, target, mode, device_type, scale)})
+                    model, step.loss_fn, inputs, target, mode, device_type, scale)})
             losses.append(step(inputs, target))
             if scale_probe is not None:
                 scale_probe.next_step()
             step_epochs.append(epoch)
             index += 1
         emit(event="step", phase="measure", step=index - 1, total=spec.epochs * steps_per_epoch)
-        epoch_losses = torch.stack(losses[-steps_per_epoch:]).float().mean().item()
-        accuracy, test_loss = _evaluate(model, prepare, split.test_x, split.test_y, mode, device_type,
-                                        spec.batch_size)
-        epochs.append({"epoch": epoch, "train_loss": epoch_losses, "test_loss": test_loss,
-                       "test_accuracy": accuracy})
-    loss_values = torch.stack(losses).float().cpu().tolist()
+        accuracy, test_loss = _evaluate(model, prepare, split.test_x, split.test_y, mode, device_type, spec.batch_size)
+        epochs.append({"epoch": epoch, "train_loss": torch.stack(losses[-steps_per_epoch:]).float().mean().item(),
+                       "test_loss": test_loss, "test_accuracy": accuracy})
+    return {"losses": losses, "step_epochs": step_epochs, "probes": probes, "epochs": epochs, "steps": index}
+
+
+def _record(spec, precision, seed, model, prepare, step, mode, device_type, split, trained: dict) -> dict:
+    """One seed's record: accuracies and losses, the GradScaler's health, the per-step, per-epoch and probe
+    tables, the worst gradient probe, and ok or nonfinite."""
+    from amp_bench.measure.scaler_health import scale_history
+    loss_values = torch.stack(trained["losses"]).float().cpu().tolist()
+    epochs, probes = trained["epochs"], trained["probes"]
     train_accuracy, _ = _evaluate(model, prepare, split.train_x, split.train_y, mode, device_type, spec.batch_size)
     scales = torch.stack(step.scales).float().cpu().tolist() if step.scales else []
     health = scale_history(step.initial_scale, scales)
     skipped = set(health.get("scaler_skipped_step_indices", []))
     record = {
-        "precision": precision, "seed": seed, "epochs": spec.epochs, "steps": index,
+        "precision": precision, "seed": seed, "epochs": spec.epochs, "steps": trained["steps"],
         "test_accuracy": epochs[-1]["test_accuracy"], "test_loss": epochs[-1]["test_loss"],
         "train_accuracy": train_accuracy, "final_train_loss": epochs[-1]["train_loss"],
-        "loss_first": loss_values[0], "wall_s": time.perf_counter() - started, "compile_mode": spec.compile_mode,
-        "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
-        **health,
+        "loss_first": loss_values[0], "compile_mode": spec.compile_mode,
+        "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "", **health,
         "step_table": [{"epoch": e, "step": i, "loss": v, "scale": scales[i] if scales else None,
-                        "skipped": i in skipped} for i, (e, v) in enumerate(zip(step_epochs, loss_values))],
-        "epoch_table": epochs, "probe_table": probes, **fp8_columns,
-        "fp8_scale_table": scale_probe.table() if scale_probe is not None else [],
+                        "skipped": i in skipped} for i, (e, v) in enumerate(zip(trained["step_epochs"], loss_values))],
+        "epoch_table": epochs, "probe_table": probes,
     }
     if "scaler_skipped_step_indices" in record:
         record["scaler_skipped_step_indices"] = " ".join(map(str, record["scaler_skipped_step_indices"]))
@@ -162,19 +174,19 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
     return record
 
 
-def train_precision(spec, precision: str, device, events, support=None) -> dict:
+def train_precision(spec, precision: str, device, events, support) -> dict:
     """Worker entry: every seed of one precision; a seed that fails is recorded, the others still run.
-    `support`: the parent's hardware-gate decision (decided here only when called without one)."""
+    `support`: the parent's hardware-gate decision (platform.device.precision_support)."""
     import os
 
     from amp_bench.studies.fidelity.datasets import load
-    from amp_bench.platform.device import may_run, precision_support
-    from amp_bench.measure.precision import autocast_engages, get_mode, set_fp32_math
+    from amp_bench.platform.device import may_run
+    from amp_bench import modes
+    from amp_bench.measure.precision import autocast_engages, set_fp32_math
     from amp_bench.measure.step import UnsupportedCase
     from amp_bench.measure.channel import is_oom
 
-    mode = get_mode(precision)
-    support = support or precision_support(precision, device)
+    mode = modes.get(precision)
     if not may_run(support, spec.allow_emulated):
         raise UnsupportedCase(support.reason)
     torch_device = torch.device(device.torch_device)

@@ -1,0 +1,105 @@
+"""What is measured over a case's window beside its step times: one small tracker per concern, behind one
+protocol (in the spirit of optimum-benchmark's trackers, with no torch import at module top and no branch on
+the device inside a tracker: the device's differences are the DeviceOps seam's).
+
+    start()                      as the window opens (after warmup and the settle step)
+    halt()                       after the last step is launched, before the window's closing synchronize
+    stop(steps, columns) -> dict as it closes: this tracker's columns (`columns`: what the trackers before it
+                                 said, for one that builds on another: contention reads NVML's clock events)
+
+Under DDP each rank's trackers give its own columns and measure.ddp.aggregate combines the ranks' records
+(the most memory of any rank, the slowest rank's steps), by column.
+"""
+from __future__ import annotations
+
+
+class Tracker:
+    def start(self) -> None:
+        pass
+
+    def halt(self) -> None:
+        pass
+
+    def stop(self, steps: int, columns: dict) -> dict:
+        return {}
+
+
+class MemoryTracker(Tracker):
+    """The device's peak memory over the window (the CUDA allocator's, reset as it opens; nothing more on a
+    CPU, whose peak RSS the process's high-water mark gives), and that high-water mark."""
+
+    def __init__(self, ops):
+        self.ops = ops
+
+    def start(self) -> None:
+        self.ops.reset_peak_memory()
+
+    def stop(self, steps: int, columns: dict) -> dict:
+        from amp_bench.measure.channel import read_status_bytes
+        # the process's peak RSS so far: the phase probe after the window resets the kernel's high-water mark
+        return {**self.ops.peak_memory_columns(), "rss_hwm_bytes": read_status_bytes("VmHWM:")}
+
+
+class NvmlTracker(Tracker):
+    """NVML sampled through the window (memory, energy, clocks, clock events), from a reader the device's
+    telemetry opened; halted before the closing synchronize, whose idle GPU it must not see."""
+
+    def __init__(self, reader, baseline, interval_ms: float, batch_size: int):
+        from amp_bench.platform.nvml import NvmlSampler
+        self.sampler = NvmlSampler(reader, interval_s=interval_ms / 1e3)
+        self.baseline, self.batch_size = baseline, batch_size
+
+    def start(self) -> None:
+        self.sampler.start()
+
+    def halt(self) -> None:
+        self.sampler.halt()
+
+    def stop(self, steps: int, columns: dict) -> dict:
+        return self.sampler.stop(self.baseline, steps, steps * self.batch_size)
+
+
+class ContentionTracker(Tracker):
+    """Did the case get its machine: the host at the window's edges (telemetry.contention.WindowWatch,
+    widened to warmup + window for an eager case whose window is too short), and, with a device meter,
+    other processes on the device and clocks held down (from NVML's columns)."""
+
+    def __init__(self, watch, reader=None):
+        self.watch, self.reader = watch, reader
+
+    def start(self) -> None:
+        self.watch.start()
+
+    def stop(self, steps: int, columns: dict) -> dict:
+        from amp_bench.measure.telemetry.contention import gpu_contention, merge
+        found = self.watch.stop()
+        if self.reader is not None:  # a device meter also sees the other processes on the device
+            found = merge(found, gpu_contention(self.reader.other_processes(), columns.get("clock_event_reasons")))
+        return found
+
+
+class CompileTracker(Tracker):
+    """A compiled case's recompiles inside the window (dynamo's counters at its edges), with the warning
+    that those steps include compile time."""
+
+    def __init__(self, record: dict):
+        self.record = record  # holds the snapshot compiling.warm_up took
+
+    def stop(self, steps: int, columns: dict) -> dict:
+        from amp_bench.measure import compiling
+        found, warning = compiling.window_columns(self.record, compiling.CompileWatch().snapshot())
+        return {**found, "_warning": warning} if warning else found
+
+
+def run_window(trackers: list[Tracker], measure):
+    """`measure(halt)` times the window (window.measure_window, given the trackers' halt as its
+    before_end); the trackers start just before it and stop after it, in order. Returns (what measure
+    returned, the trackers' columns)."""
+    for tracker in trackers:
+        tracker.start()
+    result = measure(lambda: [t.halt() for t in trackers])
+    steps = len(result[0])
+    columns: dict = {}
+    for tracker in trackers:
+        columns.update(tracker.stop(steps, columns))
+    return result, columns
