@@ -49,7 +49,7 @@ def test_markdown_and_csv_carry_the_breakdown(tmp_path):
     written = build_report([tmp_path / "results"], tmp_path / "report.html")
     md = written["md"].read_text()
     assert "## Where the time goes" in md
-    assert "resnet18 bs 8: amp_bf16 made GEMM+conv 2.3x faster, but they are 57% of the fp32 step" in md
+    assert "resnet18 bs 8 224px: amp_bf16 made GEMM+conv 2.3x faster, but they are 57% of the fp32 step" in md
     assert "casts added 4%" in md and "2.1x measured" in md and "conv1 Conv2d(3 -> 64, 7x7) 6.5%" in md
     table = pd.read_csv(written["csv_explain"])
     assert set(table["precision"]) == {"fp32", "amp_bf16"} and "host" in set(table["category"])

@@ -42,7 +42,7 @@ def test_gpus_are_rows_modes_columns_and_a_missing_mode_is_never_zero(fleet):
     assert 0 < row["mfu"] < 1
     assert row["samples_per_dollar"] == pytest.approx(row["throughput"] * 3600 / 1.2)
     assert pd.isna(by.loc[(l4, "fp32"), "samples_per_dollar"])  # no price for the L4: none invented
-    cells = pivot_cells(table)["resnet50 bs 256 224px cl"].set_index("GPU")
+    cells = pivot_cells(table)["resnet50 bs 256 224px channels_last"].set_index("GPU")
     assert cells.loc[v100, "amp_bf16"].startswith("not supported here: bf16 needs compute capability >= 8.0")
     assert "samples/s" in cells.loc[h100, "fp8"] and "vs fp32" in cells.loc[h100, "fp8"] and "MFU" in cells.loc[h100, "fp8"]
     assert "0.0 samples/s" not in " ".join(cells.to_numpy().ravel())

@@ -27,7 +27,7 @@ def test_the_section_shows_each_target_with_intervals_and_unsupported_modes(cpu_
     assert "op inventory from a CPU run" in section and "No GPU-sourced AMP prediction has been scored" in section
     assert 'id="chart-predict"' in section
     markdown = written["md"].read_text()
-    assert "## What other GPUs would give" in markdown and "| resnet18 bs 4 | L4 | amp_bf16 |" in markdown
+    assert "## What other GPUs would give" in markdown and "| resnet18 bs 4 32px | L4 | amp_bf16 |" in markdown
     table = written["csv_predict"].read_text().splitlines()
     assert table[0].startswith("case,precision,target") and len(table) == 1 + 4 * 4
 

@@ -20,13 +20,13 @@ import pandas as pd
 import yaml
 
 from amp_bench import modes
-from amp_bench.analysis.speedups import GROUP_KEYS, speedup_text
+from amp_bench.analysis.speedups import speedup_text
+from amp_bench.store import identity
 from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column
 
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
-CASE_KEYS = ["model_label", "batch_size", "image_size", "seq_len", "channels_last", "world_size", "compile_mode"]
-COLUMNS = ["case", *CASE_KEYS, "gpu", "architecture", "compute_capability", "precision", "status", "reason",
+COLUMNS = ["case", *identity.CASE_AXES, "gpu", "architecture", "compute_capability", "precision", "status", "reason",
            "throughput", "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "samples_per_watt", "mfu",
            "price_per_gpu_hour",
            "samples_per_dollar", "run_id"]
@@ -72,17 +72,12 @@ def price_for(device_name: str, partition: str, prices: dict[str, float]) -> flo
 
 
 def _medians(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    ok = results[results["status"] == "ok"].copy()
-    for key in GROUP_KEYS + ["precision"]:
-        if key not in ok:
-            ok[key] = np.nan
-    ok[["image_size", "seq_len"]] = ok[["image_size", "seq_len"]].fillna(-1)
-    ok["world_size"] = ok["world_size"].fillna(1)
-    ok["compile_mode"] = ok["compile_mode"].astype(object).fillna("eager")
+    ok = identity.keyed(results[results["status"] == "ok"])
     present = [c for c in columns if c in ok]
     for column in present:
         ok[column] = pd.to_numeric(ok[column], errors="coerce")
-    return ok.groupby(GROUP_KEYS + ["precision"], dropna=False)[present].median().reindex(columns=columns)
+    keys = identity.group_keys() + ["precision"]
+    return ok.groupby(keys, dropna=False)[present].median().reindex(columns=columns)
 
 
 def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str, float] | None = None) -> pd.DataFrame:
@@ -92,16 +87,15 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     table = summary.copy()
     table["gpu"] = gpu_label(table)
     extra = _medians(results, ["samples_per_joule", "mfu"])
-    keys = table[GROUP_KEYS + ["precision"]].copy()
-    keys[["image_size", "seq_len"]] = keys[["image_size", "seq_len"]].fillna(-1)  # as _medians groups them
-    keys["world_size"] = keys["world_size"].fillna(1)
-    table[["samples_per_joule", "mfu"]] = keys.join(extra, on=GROUP_KEYS + ["precision"])[["samples_per_joule", "mfu"]]
+    keys = identity.keyed(table)[identity.group_keys() + ["precision"]]  # as _medians groups them
+    table[["samples_per_joule", "mfu"]] = keys.join(extra, on=identity.group_keys() + ["precision"])[
+        ["samples_per_joule", "mfu"]]
     # the newest run of each case on each GPU (run ids start with their UTC time)
-    newest = table.groupby(["gpu", *CASE_KEYS], dropna=False)["run_id"].transform("max")
+    newest = identity.keyed(table).groupby(["gpu", *identity.case_axes()], dropna=False)["run_id"].transform("max")
     table = table[table["run_id"] == newest].copy()
     ref = modes.reference()
     out = pd.DataFrame({
-        **{k: table[k] for k in CASE_KEYS}, "gpu": table["gpu"],
+        **{k: table[k] for k in identity.case_axes()}, "gpu": table["gpu"],
         "architecture": text_column(table, "architecture"), "compute_capability": text_column(table, "compute_capability"),
         "precision": table["precision"], "status": table["status"], "reason": text_column(table, "reason"),
         "throughput": table["throughput"].where(table["status"] == "ok"),
@@ -113,25 +107,13 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     out["price_per_gpu_hour"] = [price_for(d, p, prices) if prices else None for d, p in zip(device, partition)]
     gpus = pd.to_numeric(out["world_size"], errors="coerce").fillna(1)
     out["samples_per_dollar"] = out["throughput"] * 3600 / (pd.to_numeric(out["price_per_gpu_hour"]) * gpus)
-    out["case"] = case_label(out)
+    out["case"] = identity.case_labels(out)
     rank = out["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))
     out = out.assign(_rank=rank, _mode=out["precision"].map(modes.order_key))
     out = out.sort_values(["case", "_rank", "gpu", "_mode"], kind="stable").drop(columns=["_rank", "_mode"])
     return out.reindex(columns=COLUMNS).reset_index(drop=True)
 
 
-def case_label(frame: pd.DataFrame) -> pd.Series:
-    """'resnet50 bs 256 224px cl' and so on: what one GPUs-compared table is about."""
-    label = frame["model_label"].astype(str) + " bs " + frame["batch_size"].astype(int).astype(str)
-    size = pd.to_numeric(frame["image_size"], errors="coerce")
-    seq = pd.to_numeric(frame["seq_len"], errors="coerce")
-    label = label + np.where(size > 0, " " + size.fillna(0).astype(int).astype(str) + "px", "")
-    label = label + np.where(seq > 0, " seq " + seq.fillna(0).astype(int).astype(str), "")
-    label = label + np.where(frame["channels_last"].astype(bool), " cl", "")
-    procs = pd.to_numeric(frame["world_size"], errors="coerce").fillna(1)
-    label = label + np.where(procs > 1, " x" + procs.astype(int).astype(str) + " procs", "")
-    compiled = frame["compile_mode"].astype(str)
-    return label + np.where(compiled.isin(["eager", "nan", ""]), "", " (" + compiled + ")")
 
 
 def find_gpu(table: pd.DataFrame, name: str) -> str:

@@ -13,10 +13,9 @@ import math
 import pandas as pd
 
 from amp_bench import modes
+from amp_bench.store import identity
 from amp_bench.store.flags import is_true
 
-CASE_KEYS = ["run_id", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device_name",
-             "world_size", "compile_mode"]
 
 
 def _number(value) -> float | None:
@@ -28,22 +27,7 @@ def _number(value) -> float | None:
 
 
 def _case_name(row: pd.Series) -> str:
-    parts = [f"{row['model_label']} bs {int(row['batch_size'])}"]
-    size = _number(row.get("image_size"))
-    if size and size > 0:
-        parts.append(f"{int(size)}px")
-    seq = _number(row.get("seq_len"))
-    if seq and seq > 0:
-        parts.append(f"seq {int(seq)}")
-    if is_true(row.get("channels_last")):
-        parts.append("channels_last")
-    mode = row.get("compile_mode")
-    if isinstance(mode, str) and mode and mode != "eager":
-        parts.append("compiled" if mode == "default" else f"compiled ({mode})")
-    world = _number(row.get("world_size"))
-    if world and world > 1:
-        parts.append(f"{int(world)} processes")
-    return " ".join(parts) + f" on {row['device_name']}"
+    return f"{identity.case_label(row)} on {row['device_name']}"
 
 
 def _ratio_text(ratio: float, low: float | None, high: float | None, what: str) -> str:
@@ -93,12 +77,9 @@ def headlines(summary: pd.DataFrame) -> list[str]:
     """One sentence per case (model, batch size, layout, machine) with an AMP mode in it."""
     if summary.empty or "precision" not in summary:
         return []
-    frame = summary.copy()
-    for key in CASE_KEYS:
-        if key not in frame:
-            frame[key] = None
+    frame = identity.keyed(summary)
     sentences = []
-    for _, case in frame.groupby(CASE_KEYS, dropna=False, sort=False):
+    for _, case in frame.groupby(identity.group_keys(), dropna=False, sort=False):
         by_mode = {row["precision"]: row for _, row in case.iterrows()}
         amp = [p for p in modes.amp_names() if p in by_mode]
         if not amp:
@@ -106,5 +87,5 @@ def headlines(summary: pd.DataFrame) -> list[str]:
         base = by_mode.get(modes.reference())
         amp.sort(key=lambda p: by_mode[p]["status"] != "ok")  # what was measured leads; what was not, last
         clauses = [_clause(by_mode[p], base) for p in amp]
-        sentences.append(f"{_case_name(case.iloc[0])}: " + "; ".join(clauses) + ".")
+        sentences.append(f"{_case_name(identity.unkeyed(case).iloc[0])}: " + "; ".join(clauses) + ".")
     return sentences

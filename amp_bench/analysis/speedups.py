@@ -19,11 +19,17 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.analysis.intervals import paired_log_interval
+from amp_bench.store import identity
 from amp_bench.store.flags import is_true, true_rows
 
-GROUP_KEYS = ["run_id", "suite", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device",
-              "device_name", "world_size", "compile_mode"]  # a compile mode is paired within itself
-EAGER = "eager"  # the compile_mode of an eager case (suite.schema.EAGER; this module stays free of the suite layer)
+EAGER = identity.EAGER
+
+
+def group_keys() -> list[str]:
+    """What one comparison group is (store/identity.py): the run and the case's axes."""
+    return identity.group_keys()
+
+
 # per case, the compile figures carried into the summary (median over ok repeats; counts: the most)
 COMPILE_MEDIANS = ["compile_time_s", "compile_first_step_ms"]
 COMPILE_MAXIMA = ["graph_breaks", "recompiles", "recompiles_in_window", "unique_graphs"]
@@ -41,12 +47,10 @@ CARRIED = ["hostname", "architecture", "torch_version", "cuda_version", "compute
 
 def _prepare(results: pd.DataFrame) -> pd.DataFrame:
     frame = results.copy()
-    for key in GROUP_KEYS + CARRIED + ["repeat"]:
+    frame = identity.keyed(frame)  # the keys groupable, the defaults of rows written before an axis existed
+    for key in CARRIED + ["repeat"]:
         if key not in frame:
             frame[key] = np.nan
-    frame[["image_size", "seq_len"]] = frame[["image_size", "seq_len"]].fillna(-1)
-    frame["world_size"] = frame["world_size"].fillna(1)  # results from before DDP: one process
-    frame["compile_mode"] = frame["compile_mode"].astype(object).fillna(EAGER)  # results from before compile: eager
     for column in COMPILE_MEDIANS + COMPILE_MAXIMA:
         frame[column] = pd.to_numeric(frame[column], errors="coerce") if column in frame else np.nan
     if "rss_before_model_bytes" in frame and "peak_rss_bytes" in frame:
@@ -85,7 +89,7 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     """One row per comparison group and precision, with speedups (and their spread across repeats)
     and memory savings per metric."""
     frame = _prepare(results)
-    keys = GROUP_KEYS + ["precision"]
+    keys = group_keys() + ["precision"]
     ok = frame[frame["status"] == "ok"]
     metrics = {"peak_mem_bytes": "peak_mem_bytes"} | {f"mem_{m}_bytes": c for m, c in MEMORY_METRICS.items()
                                                       if c in frame and frame[c].notna().any()}
@@ -107,8 +111,8 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     table["repeats_ok"] = table["repeats_ok"].fillna(0).astype(int)
 
     def baseline(precision: str, column: str) -> pd.Series:
-        base = table[table["precision"] == precision].set_index(GROUP_KEYS)[column]
-        return table.join(base.rename("_base"), on=GROUP_KEYS)["_base"]
+        base = table[table["precision"] == precision].set_index(group_keys())[column]
+        return table.join(base.rename("_base"), on=group_keys())["_base"]
 
     ref = modes.reference()  # memory savings and the throughput ratio are given against it only
     for base in modes.baseline_names():
@@ -133,16 +137,16 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         table[f"mem_saving_above_baseline_vs_{ref}"] = np.nan
     table = _scaling_efficiency(table)
     table = _versus_eager(table)
-    table[["image_size", "seq_len"]] = table[["image_size", "seq_len"]].replace(-1, np.nan)
+    table = identity.unkeyed(table)
     table["_order"] = table["precision"].map(modes.order_key)
-    return table.sort_values(GROUP_KEYS[:7] + ["world_size", "compile_mode", "_order"]).drop(columns="_order").reset_index(drop=True)
+    return table.sort_values(group_keys() + ["_order"]).drop(columns="_order").reset_index(drop=True)
 
 
 def _versus_eager(table: pd.DataFrame) -> pd.DataFrame:
     """Compiled against eager, in the same run and group: speedup over fp32 eager, speedup over the
     same precision eager, and the break-even steps, compile_time_s / (eager step - compiled step):
     after that many steps the compile time has paid for itself (empty when compiled is not faster)."""
-    keys = [k for k in GROUP_KEYS if k != "compile_mode"]
+    keys = [k for k in group_keys() if k != "compile_mode"]
     eager = table[table["compile_mode"] == EAGER]
     same = table.join(eager.set_index(keys + ["precision"])["step_time_ms"].rename("_eager"), on=keys + ["precision"])
     ref = modes.reference()
@@ -159,9 +163,11 @@ def _scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
     in the same run: T1 * N / TN with T the time per sample, i.e.
         scaling_efficiency = step_time_1 / step_time_N        (from median step times, as speedups are)
         throughput_scaling_efficiency = throughput_N / (N * throughput_1)   (includes host gaps)
-    1.0 is perfect scaling; a world size without a one-process baseline gets no value."""
-    keys = [k for k in GROUP_KEYS if k != "world_size"] + ["precision"]
-    base = table[table["world_size"] == 1].set_index(keys)[["step_time_ms", "throughput"]]
+    1.0 is perfect scaling; a world size without a one-process baseline gets no value. The one-process
+    baseline is DDP with one process where the run has it (the same code path), else the plain process."""
+    keys = [k for k in group_keys() if k not in ("world_size", "nproc_per_node")] + ["precision"]
+    ones = table[table["world_size"] == 1].assign(_plain=lambda t: t["nproc_per_node"] < 1)  # keyed: -1 plain
+    base = ones.sort_values("_plain", kind="stable").drop_duplicates(keys).set_index(keys)[["step_time_ms", "throughput"]]
     joined = table.join(base.rename(columns=lambda c: f"_{c}_1"), on=keys)
     table["scaling_efficiency"] = joined["_step_time_ms_1"] / table["step_time_ms"]
     table["throughput_scaling_efficiency"] = table["throughput"] / (table["world_size"] * joined["_throughput_1"])
@@ -193,7 +199,7 @@ def _flags(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
     """Per ok row that has its repeat's `base` row beside it: the log of the pair's step-time ratio
     (`_log`: base median / this median), of its throughput ratio (`_tlog`), whether either side was
-    contended (`_busy`), and the base side's interval columns (`_base_*`). GROUP_KEYS + precision +
+    contended (`_busy`), and the base side's interval columns (`_base_*`). group_keys() + precision +
     repeat identify a pair: the two modes ran back to back in that repeat (studies/benchmark.schedule)."""
     keys = pair_keys(ok) + ["repeat"]
     sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended"]
@@ -212,7 +218,7 @@ def pair_keys(rows: pd.DataFrame) -> list[str]:
     (written by hand) by their columns."""
     if "group_id" in rows and rows["group_id"].notna().all() and "run_id" in rows:
         return ["run_id", "group_id"]
-    return GROUP_KEYS
+    return group_keys()
 
 
 def clean_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
@@ -228,10 +234,10 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
     remain. One pair has the interval its two windows' 95% intervals of the median allow (base low /
     mode high .. base high / mode low)."""
     rows = {key: _paired_row(clean_pairs(pairs), base, throughput)
-            for key, pairs in paired_log_ratios(ok, base).groupby(GROUP_KEYS + ["precision"], dropna=False)}
+            for key, pairs in paired_log_ratios(ok, base).groupby(group_keys() + ["precision"], dropna=False)}
     # (grouped by the summary's columns, which _prepare made key-safe: one group id is one such group)
-    index = pd.MultiIndex.from_tuples(list(rows), names=GROUP_KEYS + ["precision"]) if rows else \
-        pd.MultiIndex.from_tuples([], names=GROUP_KEYS + ["precision"])
+    index = pd.MultiIndex.from_tuples(list(rows), names=group_keys() + ["precision"]) if rows else \
+        pd.MultiIndex.from_tuples([], names=group_keys() + ["precision"])
     columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high", f"speedup_vs_{base}_min",
                f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs", f"speedup_vs_{base}_method"] + \
         ([f"throughput_speedup_vs_{base}"] if throughput else [])

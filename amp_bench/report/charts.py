@@ -7,6 +7,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.report.data import machine_label, precision_sort_key
+from amp_bench.store import identity
 from amp_bench.store.flags import is_true, text_column, true_rows
 
 TEMPLATE = "plotly_white"
@@ -18,14 +19,8 @@ def _px():
 
 
 def _x_label(frame: pd.DataFrame) -> pd.Series:
-    label = "bs " + frame["batch_size"].astype(int).astype(str)
-    if "channels_last" in frame and frame["channels_last"].astype(bool).any():
-        label = label + np.where(frame["channels_last"].astype(bool), " cl", " nchw")
-    if "world_size" in frame and frame["world_size"].nunique() > 1:  # DDP runs: one bar per world size
-        label = label + " np" + frame["world_size"].astype(int).astype(str)
-    if "compile_mode" in frame and frame["compile_mode"].nunique() > 1:  # eager and compiled side by side
-        label = label + " " + frame["compile_mode"].astype(str)
-    return label
+    """A case without its model (the charts facet by model): store.identity's label."""
+    return identity.case_labels(identity.unkeyed(frame), model=False)
 
 
 def _facets(frame: pd.DataFrame) -> dict:
@@ -143,16 +138,15 @@ def memory_chart(summary: pd.DataFrame):
 
 
 PHASES = ("forward", "backward", "optimizer")
-CASE_KEYS = ["run_id", "model_label", "machine", "batch_size", "image_size", "seq_len", "channels_last", "precision"]
 
 
 def _long_medians(results: pd.DataFrame, columns: list[str], name: str) -> pd.DataFrame:
     """Per-row metric columns -> one row per case and metric, the median across ok repeats."""
-    ok = results[results["status"] == "ok"].copy()
+    ok = identity.keyed(results[results["status"] == "ok"])
     ok["machine"] = machine_label(ok)
-    ok[["image_size", "seq_len"]] = ok[["image_size", "seq_len"]].fillna(-1)  # groupby drops NaN keys
-    long = ok.melt(id_vars=CASE_KEYS, value_vars=columns, var_name=name, value_name="value").dropna(subset=["value"])
-    long = long.groupby(CASE_KEYS + [name], as_index=False)["value"].median()
+    keys = identity.group_keys() + ["machine", "precision"]
+    long = ok.melt(id_vars=keys, value_vars=columns, var_name=name, value_name="value").dropna(subset=["value"])
+    long = long.groupby(keys + [name], as_index=False)["value"].median()
     long["_order"] = precision_sort_key(long["precision"])
     return long.sort_values(["batch_size", "_order"]).drop(columns="_order")
 

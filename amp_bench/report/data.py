@@ -118,25 +118,26 @@ def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozens
     """Each AMP case's speedup and memory saving next to the seed articles' claims, against fp32 and,
     where it was run, against tf32 (the picture changes on Ampere and later). Headroom runs measure
     each precision at its own largest batch, so there is no same-batch baseline to claim against."""
-    from amp_bench.analysis.speedups import GROUP_KEYS
+    from amp_bench.store.identity import group_keys
+    keys = group_keys()
     rows = []
     amp = summary[summary["precision"].isin(modes.amp_names()) & ~summary["run_id"].isin(headroom_runs)]
     # a later baseline (tf32) is worth a row where it could run (measured, or failed for a reason worth seeing)
     ref = modes.reference()
     later = summary[(summary["precision"].isin(modes.baseline_names()[1:])) & (summary["status"] != "unsupported")]
-    later_groups = set((*map(str, r[GROUP_KEYS]), r["precision"]) for _, r in later.iterrows())
+    later_groups = set((*map(str, r[keys]), r["precision"]) for _, r in later.iterrows())
     baselines = summary[summary["precision"].isin(modes.baseline_names())]
-    baseline_status = {(*map(str, r[GROUP_KEYS]), r["precision"]): r["status"] for _, r in baselines.iterrows()}
+    baseline_status = {(*map(str, r[keys]), r["precision"]): r["status"] for _, r in baselines.iterrows()}
     for _, case in amp.iterrows():
         for base in modes.baseline_names():
-            if base != ref and (*map(str, case[GROUP_KEYS]), base) not in later_groups:
+            if base != ref and (*map(str, case[keys]), base) not in later_groups:
                 continue
             speedup = case[f"speedup_vs_{base}"]
             cpu = case["device"] == "cpu"
             # on a CPU the claim is about the model's memory: leave out the torch runtime's own RSS
             saving_column = f"mem_saving_above_baseline_vs_{ref}" if cpu else f"mem_saving_vs_{ref}"
             saving = case[saving_column] if base == ref else np.nan
-            base_status = baseline_status.get((*map(str, case[GROUP_KEYS]), base), "absent")
+            base_status = baseline_status.get((*map(str, case[keys]), base), "absent")
             missing = f"{base} baseline {base_status}" if base_status != "ok" else "not measured"
             rows.append({
                 "machine": case["machine"], "model": case["model_label"], "batch_size": int(case["batch_size"]),

@@ -258,8 +258,9 @@ def _claims_html(claims: pd.DataFrame) -> list[str]:
 
 def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, missing: pd.DataFrame) -> str:
     lines = ["# amp_bench report", "",
-             f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = ratio of median "
-             f"step times; memory saving = peak allocated (CUDA) or peak RSS (CPU) against {modes.reference()}.", ""]
+             f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = the geometric mean of "
+             f"each repeat's ratio of median step times (the modes ran back to back), with its 95% interval; memory "
+             f"saving = peak allocated (CUDA) or peak RSS (CPU) against {modes.reference()}.", ""]
     if data.has_benchmarks:
         lines += [f"- {sentence}" for sentence in headlines(summary)] + [""]
     lines += [f"> Run {run} did not finish ({state}); the cases it finished are shown." for run, state in
@@ -306,18 +307,13 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
 def _case_medians(results: pd.DataFrame, summary: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Median across ok repeats of per-row telemetry, aligned with the summary's rows (same case
     keys: run, model, batch, sizes, layout, device, precision)."""
-    from amp_bench.analysis.speedups import GROUP_KEYS
+    from amp_bench.store import identity
     present = [c for c in columns if c in results and results[c].notna().any()]
     if not present:
         return pd.DataFrame()
-    keys = GROUP_KEYS + ["precision"]
-    ok = results[results["status"] == "ok"].copy()
-    ok[["image_size", "seq_len"]] = ok[["image_size", "seq_len"]].fillna(-1)
-    ok["compile_mode"] = ok["compile_mode"].astype(object).fillna("eager") if "compile_mode" in ok else "eager"  # older results
-    medians = ok.groupby(keys)[present].median()
-    index = summary[keys].copy()
-    index[["image_size", "seq_len"]] = index[["image_size", "seq_len"]].fillna(-1)
-    return index.join(medians, on=keys)[present]
+    keys = identity.group_keys() + ["precision"]
+    medians = identity.keyed(results[results["status"] == "ok"]).groupby(keys)[present].median()
+    return identity.keyed(summary)[keys].join(medians, on=keys)[present]
 
 
 def write_images(figures, directory: Path, fmt: str) -> list[Path] | str:

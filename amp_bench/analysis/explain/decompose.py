@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from amp_bench import modes
@@ -25,6 +24,7 @@ from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST,
 from amp_bench.analysis.explain.sentence import sentence
 from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.analysis.speedups import clean_pairs, paired_log_ratios
+from amp_bench.store import identity
 from amp_bench.store.flags import true_rows
 from amp_bench.store.results import EXPLAIN_COLUMNS  # the results-table columns, in order: one list
 
@@ -191,10 +191,6 @@ def decompose(base: dict[str, float], mode: dict[str, float], mode_name: str, ba
                          base_noise=base_noise, mode_noise=mode_noise, measured_interval=measured_interval)
 
 
-CASE_KEYS = ["run_id", "model_label", "batch_size", "image_size", "seq_len", "channels_last", "device_name",
-             "compile_mode", "world_size"]
-
-
 def _pooled(rows: pd.DataFrame) -> Noise | None:
     """Every profiled step of these rows (one per repeat), pooled: the noise rule's samples."""
     pooled: dict[str, list[float]] = {}
@@ -243,16 +239,13 @@ def _cases(results: pd.DataFrame):
     if results.empty or "explain_status" not in results:
         return
     ok = results[results["explain_status"].isin(["ok", "distorted"]) & (results.get("status", "ok") == "ok")]
-    keys = [k for k in CASE_KEYS if k in ok]
+    keys = [k for k in identity.group_keys() if k in ok]
     machines = ok["device_name"].nunique() if "device_name" in ok else 1
     numeric = [c for c in EXPLAIN_COLUMNS + ["step_time_ms_median", "peak_tflops", "peak_tflops_bf16"]
                if c in ok and pd.api.types.is_numeric_dtype(ok[c])]
     for key, case in ok.groupby(keys, dropna=False, sort=False) if keys else [((), ok)]:
         first = case.iloc[0]
-        label = f"{first.get('model_label', first.get('model', 'model'))} bs {int(first['batch_size'])}" \
-            if "batch_size" in case else str(first.get("model_label", "case"))
-        if str(first.get("compile_mode", "eager") or "eager") not in ("eager", "nan"):
-            label += f" ({first['compile_mode']})"
+        label = identity.case_label(first) if "batch_size" in case else str(first.get("model_label", "case"))
         if machines > 1:  # results merged from several machines: never one bar for two of them
             label += f" on {first['device_name']}"
         by_mode = {}
@@ -325,9 +318,9 @@ def sentences(results: pd.DataFrame, baseline: str | None = None) -> list[str]:
 
 
 def measured_speedups(results: pd.DataFrame, baseline: str) -> dict:
-    """case id -> (the paired speedup over `baseline`, its 95% interval or None), from every ok repeat
-    of the run (analysis/speedups: the ratio within each repeat, t on their logs), so a sentence says
-    the figure the run's table says."""
+    """case id -> (the paired speedup over `baseline`, its 95% interval), from every ok repeat of the run
+    (analysis/speedups: the ratio within each repeat, t on their logs), so a sentence says the figure
+    the run's table says; cases with fewer than two pairs are left to the breakdown's own figure."""
     ok = results[results.get("status", pd.Series("ok", index=results.index)) == "ok"]
     if ok.empty or not {"step_time_ms_median", "repeat", "run_id", "group_id", "case_id"} <= set(ok.columns):
         return {}  # rows without the identity every run writes (hand-made): the breakdown's own figure
@@ -335,5 +328,6 @@ def measured_speedups(results: pd.DataFrame, baseline: str) -> dict:
     for case_id, pairs in paired_log_ratios(ok, baseline).groupby("case_id"):
         pairs = clean_pairs(pairs)
         found = paired_log_interval(pairs["_log"])
-        out[case_id] = (found[0], (found[1], found[2])) if found else (float(np.exp(pairs["_log"].mean())), None)
+        if found:  # one pair: the breakdown's own reading of the windows' spread says it better
+            out[case_id] = (found[0], (found[1], found[2]))
     return out

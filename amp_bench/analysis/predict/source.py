@@ -20,10 +20,11 @@ from amp_bench.analysis.predict import inventory
 from amp_bench.analysis.predict.scaling import FP32_MEANINGS, Work
 from amp_bench.errors import UserError
 from amp_bench.platform.gpu_specs import GpuSpec, find
+from amp_bench.store import identity
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import read_table
 
-CASE_KEYS = ["model_label", "batch_size", "image_size", "seq_len", "channels_last", "compile_mode", "world_size"]
+CASE_KEYS = identity.case_axes()  # what makes one case (store/identity.py)
 SIXTEEN_BIT = ("fp16", "bf16")
 
 
@@ -56,11 +57,7 @@ class CaseSource:
 
 
 def _label(first: pd.Series) -> str:
-    label = f"{first.get('model_label', 'model')} bs {int(first['batch_size'])}"
-    if str(first.get("channels_last", "")).lower() == "true":
-        label += " channels_last"
-    compile_mode = str(first.get("compile_mode", "eager") or "eager")
-    return label + (f" ({compile_mode})" if compile_mode not in ("eager", "nan") else "")
+    return identity.case_label(first)
 
 
 def _usable(results: pd.DataFrame) -> pd.DataFrame:
