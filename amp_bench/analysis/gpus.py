@@ -105,7 +105,7 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     device = text_column(table, "device_name")
     partition = text_column(table, "slurm_partition")
     out["price_per_gpu_hour"] = [price_for(d, p, prices) if prices else None for d, p in zip(device, partition)]
-    gpus = pd.to_numeric(out["world_size"], errors="coerce").fillna(1)
+    gpus = pd.to_numeric(out["world_size"])  # keyed in the summary: 1 where a run said nothing
     out["samples_per_dollar"] = out["throughput"] * 3600 / (pd.to_numeric(out["price_per_gpu_hour"]) * gpus)
     out["case"] = identity.case_labels(out)
     rank = out["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))

@@ -201,7 +201,7 @@ def summary_table(table, title: str) -> Table:
     from amp_bench.analysis.speedups import speedup_text
     ref = modes.reference()
     cpu = (table["device"] == "cpu").all()
-    show_layout = table["channels_last"].astype(bool).any()
+    show_layout = table["channels_last"].any()  # the summary's keys are typed (store.identity.keyed)
     later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
     show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != "eager").any()
     out = Table(title=f"{title}: medians across repeats; speedups paired per repeat, with their 95% interval",

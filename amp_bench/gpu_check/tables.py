@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench import modes
+from amp_bench.store.flags import text_column
 
 GIB = 2**30
 # Published single-GPU ResNet-50 training throughput (images/s), shared/FIELD_NOTES.md:
@@ -134,7 +135,7 @@ def suite_section(suite: pd.DataFrame) -> list[str]:
     if not bad.empty:
         lines += ["Not measured:", ""] + [f"- {r['case_id']}: {r['status']}: {fmt(r.get('reason'))}"
                                           for _, r in bad.iterrows()] + [""]
-    notes = suite["warnings"].astype(object).fillna("").astype(str) if "warnings" in suite else None
+    notes = text_column(suite, "warnings") if "warnings" in suite else None
     warned = suite[notes != ""] if notes is not None else suite.iloc[:0]
     if not warned.empty:
         lines += ["Warnings:", ""] + [f"- {r['case_id']}: {fmt(r['warnings'])[:400]}" for _, r in warned.iterrows()]

@@ -170,7 +170,7 @@ def throughput_chart(summary: pd.DataFrame):
     if frame.empty:
         return None
     frame = frame.sort_values("batch_size")
-    frame["layout"] = np.where(frame["channels_last"].astype(bool), "channels_last", "nchw")
+    frame["layout"] = np.where(frame["channels_last"], "channels_last", "nchw")
     fig = _px().line(frame, x="batch_size", y="throughput", color="precision", markers=True,
                      line_dash="layout" if frame["layout"].nunique() > 1 else None, color_discrete_map=modes.colours(),
                      hover_data={"step_time_ms": ":.2f", "repeats_ok": True, "status_counts": True},
@@ -212,7 +212,7 @@ def step_time_chart(samples: pd.DataFrame):
 
 
 def scaler_chart(results: pd.DataFrame):
-    if "scaler_skipped_steps" not in results or not (results["scaler_skipped_steps"].fillna(0) > 0).any():
+    if "scaler_skipped_steps" not in results or not (pd.to_numeric(results["scaler_skipped_steps"]) > 0).any():
         return None
     frame = results[results["precision"].isin(modes.scaler_names())].copy()
     frame["machine"] = machine_label(frame)

@@ -19,7 +19,7 @@ COLUMNS = {
 
 
 def has_compile(summary: pd.DataFrame) -> bool:
-    return "compile_mode" in summary and (summary["compile_mode"].fillna(EAGER) != EAGER).any()
+    return "compile_mode" in summary and (summary["compile_mode"] != EAGER).any()  # keyed: eager where absent
 
 
 def compile_table(summary: pd.DataFrame) -> pd.DataFrame:

@@ -83,8 +83,8 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
     columns |= {"peak memory (MiB)": summary["peak_mem_bytes"] / 2**20,
                 f"memory saving vs {ref}": summary[f"mem_saving_vs_{ref}"], "notes": caveats(summary)}
     table = pd.DataFrame(columns)
-    if summary["channels_last"].astype(bool).any():
-        table.insert(3, "layout", np.where(summary["channels_last"].astype(bool), "channels_last", "nchw"))
+    if summary["channels_last"].any():  # the summary's keys are typed (store.identity.keyed)
+        table.insert(3, "layout", np.where(summary["channels_last"], "channels_last", "nchw"))
     if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling
         table.insert(3, "procs", summary["world_size"].astype(int))
         table.insert(table.columns.get_loc(f"speedup vs {ref}") + 1, "scaling efficiency", summary["scaling_efficiency"])
@@ -268,7 +268,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
     ref = modes.reference()
     columns = ["machine", "model_label", "batch_size", "precision", "status", "step_time_ms", f"speedup_vs_{ref}",
                *[f"speedup_vs_{b}" for b in modes.baseline_names()[1:]], f"mem_saving_vs_{ref}", "notes"]
-    if summary["channels_last"].astype(bool).any():
+    if summary["channels_last"].any():
         columns.insert(3, "channels_last")
     if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling, global samples/s
         columns.insert(3, "world_size")
