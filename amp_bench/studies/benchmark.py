@@ -21,7 +21,7 @@ from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
 from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
-from amp_bench.studies.session import Session, probe, record_machine, running
+from amp_bench.studies.session import Session, probe, record_machine, running, server_for
 from amp_bench.suite import Case
 from amp_bench.workers.forkserver import ForkServer
 from amp_bench.workers.launch import base_row, run_one
@@ -300,12 +300,20 @@ def resume_local(run_dir, reporter: Reporter | None = None) -> pd.DataFrame:
                         f"{', '.join(sorted(measured)) or plan['device_type']}; here {fingerprint['fingerprint']} "
                         f"on {info.name}): resume it where it ran, or run the suite again here")
     reporter.run_started(store, info, len(todo))
-    if todo:
-        store.update_manifest(lambda m: (m.update(status="running"), m.setdefault("resumed", []).append(
-            {"at": utc_now().isoformat(), "cases": len(todo)})))
-        machine = Machine(info, probed["versions"], host["hostname"], fingerprint)
-        with running(store, lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
-            run_cases(store, plan_order(plan, todo), machine, reporter, heartbeat=heartbeat)
-    else:
+    if not todo:
         store.write_manifest(status="complete")
+        return results_frame(store)
+    store.update_manifest(lambda m: (m.update(status="running"), m.setdefault("resumed", []).append(
+        {"at": utc_now().isoformat(), "cases": len(todo)})))
+    order = plan_order(plan, todo)
+    # the workers start as the run's first ones did (its manifest's `workers`): their peak RSS compares
+    server = server_for((store.manifest.get("workers") or {}).get("mode", "spawn"),
+                        [case.model.ref for _, case, _ in order], order[0][1].search_dirs)
+    machine = Machine(info, probed["versions"], host["hostname"], fingerprint, server=server)
+    try:
+        with running(store, lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
+            run_cases(store, order, machine, reporter, heartbeat=heartbeat)
+    finally:
+        if server is not None:
+            server.close()
     return results_frame(store)

@@ -118,12 +118,18 @@ class Session:
 def start_server(suite: Suite, overrides: dict | None = None) -> ForkServer | None:
     """The run's fork server (workers/forkserver.py), importing what the suite's models need, unless
     the suite or the command line asks for isolation: spawn (or this platform cannot fork)."""
-    from amp_bench.suite.model_refs import preload_modules
     isolation = {**suite.settings, **(overrides or {})}.get("isolation", "fork")
+    refs = [spec.ref for block in (suite.settings, *suite.blocks.values()) for spec in block.get("models", [])]
+    return server_for(isolation, refs, (str(suite.path.resolve().parent),))
+
+
+def server_for(isolation: str, refs: list[str], search_dirs: tuple[str, ...]) -> ForkServer | None:
+    """A fork server preloading what these model references need, where isolation is fork and this
+    platform can fork and pass descriptors; else None (fresh interpreters)."""
+    from amp_bench.suite.model_refs import preload_modules
     if isolation != "fork" or not hasattr(os, "fork") or not hasattr(socket, "send_fds"):
         return None
-    refs = [spec.ref for block in (suite.settings, *suite.blocks.values()) for spec in block.get("models", [])]
-    return ForkServer.start(preload_modules(refs), search_dirs=(str(suite.path.resolve().parent),))
+    return ForkServer.start(preload_modules(refs), search_dirs=search_dirs)
 
 
 @contextlib.contextmanager
