@@ -338,8 +338,10 @@ def test_a_suite_through_submitits_local_executor_writes_rows_from_its_jobs(writ
 
 @pytest.mark.slow
 def test_a_killed_local_parent_is_interrupted_and_resume_runs_only_what_is_missing(write_suite, tmp_path):
+    # each case takes a second (a forked worker starts in a tenth of one): the kill lands between them
     path = write_suite(SUITE.replace("repeats: 1", "repeats: 2").replace(
-        ", {ref: 'python:toy_models:mlp', label: wide, options: {hidden: 64}}", ""))
+        ", {ref: 'python:toy_models:mlp', label: wide, options: {hidden: 64}}", "").replace(
+        "{ref: 'python:toy_models:mlp', label: mlp}", "{ref: 'python:toy_models:sleepy', label: mlp, options: {ms: 250}}"))
     results = tmp_path / "results"
     parent = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(path), "--precision", "fp32",
                                "--results-dir", str(results), "--no-report"], cwd=ROOT,
@@ -351,7 +353,7 @@ def test_a_killed_local_parent_is_interrupted_and_resume_runs_only_what_is_missi
     parent.wait()
     (run_dir,) = list(results.iterdir())
     status = cli("status", str(results))  # the kill may fall between a part and its table: status catches up
-    assert "interrupted" in status.stdout and f"pid {parent.pid}" in status.stdout
+    assert "interrupted" in status.stdout and f"pid {parent.pid}" in status.stdout, status.stdout
     before = pd.read_csv(run_dir / "results.csv")
     assert len(before) == 1
     assert read_manifest(run_dir)["status"] == "running"  # the manifest never heard: the state is derived
