@@ -113,7 +113,7 @@ headroom: {memory_cap_gb: 0.5, max_batch_size: 1024, resolution: 1, measure: fal
 
 @pytest.mark.slow
 def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_suite, tmp_path):
-    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.workers.launch import run_one
     from amp_bench.studies.session import probe
     from amp_bench.suite import load_suite
@@ -137,8 +137,9 @@ def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_sui
     case = dataclasses.replace(case, memory_cap_bytes=2**29, instrument=False)
     from amp_bench.store.results import RunStore
     store = RunStore(tmp_path / "check", "check")
-    fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store)
-    over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store)
+    support = precision_support(case.precision, device)
+    fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store, support)
+    over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store, support)
     assert fits["status"] == "ok", fits.get("reason")
     assert over["status"] == "oom", (largest, probes[["batch_size", "status"]].values.tolist(), over.get("reason"))
     assert fits["memory_cap_kind"] == "address space above the bare torch process"
