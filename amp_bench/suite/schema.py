@@ -45,9 +45,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "peak_tflops": None,  # None: the built-in peak table (peaks.py)
         # distributed (docs/distributed.md): no nproc_per_node = one plain process, no torchrun
         "nproc_per_node": [None], "nnodes": 1, "dist_backend": "auto",
-        "threads_per_rank": None,  # None, when the case runs: the node's cores / nproc_per_node (distributed.py)
+        "threads_per_rank": None,  # None, when the case runs: the node's cores / nproc_per_node (measure/ddp.py)
         "rdzv_endpoint": None,
-        "rdzv_id": None,  # None, when the case runs: the suite's name (runner.py)
+        "rdzv_id": None,  # None, when the case runs: the suite's name (workers/launch.py)
         # torch.compile (docs: "How it measures"): an axis of modes; false is eager, true is "default"
         "compile": [False], "compile_backend": "inductor", "compile_fullgraph": False,
         "compile_optimizer": False,  # true: the optimizer step is compiled too, not only the model
