@@ -125,7 +125,7 @@ COLUMNS: list[Column] = [
         ("suite", TEXT, "the suite's name"),
         ("case_id", TEXT, "the case: model label, batch size, size, precision, layout, processes, compile mode"),
         ("group_id", TEXT, "the case without its precision: the cases whose modes are compared"),
-        ("model", TEXT, "torchvision/<name>, transformers/<model_type> or python:<module>:<callable>"),
+        ("model", TEXT, "`torchvision/<name>`, `transformers/<model_type>` or `python:<module>:<callable>`"),
         ("model_label", TEXT, "the model entry's label (its name in the case)"),
         ("batch_size", INT, "samples per step (per process under DDP)"),
         ("precision", TEXT, "fp32, tf32, amp_fp16, amp_bf16 or fp8"),
