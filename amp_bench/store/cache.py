@@ -24,6 +24,7 @@ VERSION = 3  # 2: contended, contention; 3: typed (store/typed.py), text columns
 COLUMNS = ["run_id", "suite", "case_id", "status", "device", "device_name", "batch_size", "repeat", "hostname",
            "fingerprint", "timestamp", "step_time_ms_median", "throughput", "peak_mem_allocated_bytes",
            "peak_rss_bytes", "contended", "contention"]
+_TEXT = {name: kind for name, kind in text_dtypes().items() if name in COLUMNS}  # read as text, not numbers
 
 
 def _results_files(root: Path) -> dict[str, os.stat_result]:
@@ -40,7 +41,7 @@ def _results_files(root: Path) -> dict[str, os.stat_result]:
 
 def _read(path: Path) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path, usecols=lambda c: c in COLUMNS, dtype=text_dtypes())
+        frame = pd.read_csv(path, usecols=lambda c: c in COLUMNS, dtype=_TEXT)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: unreadable results table ({exc})") from None
     return frame.reindex(columns=COLUMNS)
