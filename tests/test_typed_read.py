@@ -111,3 +111,12 @@ def test_every_column_is_declared_with_a_kind_and_a_meaning():
 def test_the_explain_categories_are_the_classifiers():
     from amp_bench.analysis.explain.categories import CATEGORIES
     assert list(columns.EXPLAIN_CATEGORIES) == list(CATEGORIES)
+
+
+def test_a_table_without_rows_comes_back_as_before(tmp_path):
+    """No rows (a fidelity or headroom run's empty results.csv): the declared columns, untyped, which
+    the readers join with their own empty frames."""
+    (tmp_path / "run").mkdir()
+    pd.DataFrame(columns=RESULT_COLUMNS).to_csv(tmp_path / "run" / "results.csv", index=False)
+    empty = read_table([tmp_path / "run"], "results", RESULT_COLUMNS)
+    assert empty.empty and list(empty.columns) == RESULT_COLUMNS and set(map(str, empty.dtypes)) == {"object"}

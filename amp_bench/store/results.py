@@ -315,8 +315,8 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
     """One table (NAME.csv) of every run directory that has it, concatenated; header-only files are
     left out (concatenating them would turn every column to object). Empty: a frame with `columns`.
     with_run_dir adds a `run_dir` column (where each row came from). An unreadable file is a
-    UserError naming it, never skipped. The results table comes back typed (store/typed.py): every
-    declared column in its kind, with its read default, present even where no run wrote it."""
+    UserError naming it, never skipped. A results table with rows comes back typed (store/typed.py):
+    every declared column in its kind, with its read default, present even where no run wrote it."""
     results = name == RESULTS_FILE[: -len(".csv")]
     frames = []
     for run_dir in run_dirs:
@@ -328,12 +328,11 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
                 raise UserError(f"{file}: unreadable results table ({exc})") from None
             if not frame.empty:  # copy(): one block per dtype, so the added column does not fragment it
                 frames.append(frame.copy().assign(run_dir=str(run_dir)) if with_run_dir else frame)
-    if frames:
-        # one block per dtype: frames with different columns concatenate into one block per column,
-        # and a caller adding a column to that would trip pandas' fragmentation warning
-        table = pd.concat(frames, ignore_index=True).copy()
-    else:
-        table = pd.DataFrame(columns=columns or [])
+    if not frames:  # untyped, as before the typed read: readers join it with their own empty frames
+        return pd.DataFrame(columns=columns or [])
+    # one block per dtype: frames with different columns concatenate into one block per column,
+    # and a caller adding a column to that would trip pandas' fragmentation warning
+    table = pd.concat(frames, ignore_index=True).copy()
     return typed(table) if results else table
 
 
