@@ -7,7 +7,8 @@
 Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON lines, so whatever
 the model prints to stdout/stderr goes to the case's log untouched. The result file is written
 atomically; a worker that dies without one is classified by the parent. What a case measures is in
-measure.py; what every worker shares (events, atomic writes, OOM, parent death) in child.py.
+measure/case.py; what every worker shares (events, atomic writes, OOM, parent death) in
+measure/channel.py.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ minutes with them, every figure labelled honestly.
     python benchmarks/main_job.py                  # both settings
     python benchmarks/main_job.py --only native    # or: --only avx2
     python benchmarks/main_job.py --burner         # the same with one busy-looping neighbour process
+    python benchmarks/main_job.py --write          # and put each result in docs/timings.md's table
 
 The time is the whole `python -m amp_bench run suites/resnet50.yaml` command (probe, every case,
 the report), not the pip install before it.
@@ -13,6 +14,7 @@ the report), not the pip install before it.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import platform
 import subprocess
@@ -24,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from amp_bench.platform.device import read_cpu_info  # noqa: E402  (torch-free)
+from timings_page import machine, write_row  # noqa: E402  (benchmarks/, this script's folder)
 
 
-def run(label: str, env_extra: dict[str, str], burner: bool) -> None:
+def run(label: str, env_extra: dict[str, str], burner: bool, write: bool = False) -> None:
     neighbour = None
     if burner:
         neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -51,18 +53,26 @@ def run(label: str, env_extra: dict[str, str], burner: bool) -> None:
         print(f"    {line.strip()}")
     if proc.returncode != 0:
         print(proc.stdout[-2000:], proc.stderr[-2000:])
+    if write:
+        setting = label + (", beside one busy-looping process" if burner else "")
+        write_row("main_job", {"machine": machine(), "setting": setting,
+                               "wall": f"{wall:.0f} s" + ("" if proc.returncode == 0 else f" (exit {proc.returncode})"),
+                               "headline": " / ".join(line.strip() for line in headline),
+                               "date": f"{dt.date.today()}"}, ("machine", "setting"))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("native", "avx2"))
     parser.add_argument("--burner", action="store_true")
+    parser.add_argument("--write", action="store_true", help="put each result in docs/timings.md (main job table)")
     args = parser.parse_args()
-    print(f"machine: {read_cpu_info()[0]}, {os.cpu_count()} CPUs; python {platform.python_version()}")
+    print(f"machine: {machine()}; python {platform.python_version()}")
     if args.only in (None, "native"):
-        run("this CPU as it is", {}, args.burner)
+        run("this CPU as it is", {}, args.burner, args.write)
     if args.only in (None, "avx2"):
-        run("ONEDNN_MAX_CPU_ISA=AVX2 (no bf16/fp16 instructions)", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, args.burner)
+        run("ONEDNN_MAX_CPU_ISA=AVX2 (no bf16/fp16 instructions)", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, args.burner,
+            args.write)
     return 0
 
 

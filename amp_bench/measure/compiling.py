@@ -1,7 +1,7 @@
 """torch.compile as a case axis: what is compiled, how warmup waits for compilation to settle, and
 what dynamo's own counters say about it (graph breaks, recompiles, unique graphs).
 
-What is compiled (README, "How it measures"): the model, `torch.compile(model, mode, backend,
+What is compiled (docs/measuring.md, "torch.compile"): the model, `torch.compile(model, mode, backend,
 fullgraph)`, called inside the autocast region of the TrainStep exactly as eager calls it; the loss,
 backward (AOTAutograd compiles the backward graph with the forward), GradScaler and zero_grad stay
 in eager Python. With compile_optimizer the optimizer's step() is compiled too (GradScaler.step

@@ -16,13 +16,15 @@ import pandas as pd
 
 from amp_bench.errors import UserError
 from amp_bench.store.results import PARTS_DIR, RESULTS_FILE, RUN_SUBDIRS, catch_up
+from amp_bench.store.typed import text_dtypes, typed
 
 CACHE_DIR = ".amp_bench_cache"
 CACHE_FILE = "results.pkl"
-VERSION = 2  # 2: contended, contention
+VERSION = 3  # 2: contended, contention; 3: typed (store/typed.py), text columns read as text
 COLUMNS = ["run_id", "suite", "case_id", "status", "device", "device_name", "batch_size", "repeat", "hostname",
            "fingerprint", "timestamp", "step_time_ms_median", "throughput", "peak_mem_allocated_bytes",
            "peak_rss_bytes", "contended", "contention"]
+_TEXT = {name: kind for name, kind in text_dtypes().items() if name in COLUMNS}  # read as text, not numbers
 
 
 def _results_files(root: Path) -> dict[str, os.stat_result]:
@@ -39,14 +41,14 @@ def _results_files(root: Path) -> dict[str, os.stat_result]:
 
 def _read(path: Path) -> pd.DataFrame:
     try:
-        frame = pd.read_csv(path, usecols=lambda c: c in COLUMNS, dtype={"run_id": str, "case_id": str})
+        frame = pd.read_csv(path, usecols=lambda c: c in COLUMNS, dtype=_TEXT)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: unreadable results table ({exc})") from None
     return frame.reindex(columns=COLUMNS)
 
 
 def load_tree(root: str | os.PathLike, use_cache: bool = True) -> pd.DataFrame:
-    """Result rows (COLUMNS only) of every run directory under root."""
+    """Result rows (COLUMNS only, typed: store/typed.py) of every run directory under root."""
     root = Path(root)
     if not root.exists():
         raise UserError(f"{root}: no such results directory")
@@ -68,18 +70,23 @@ def load_tree(root: str | os.PathLike, use_cache: bool = True) -> pd.DataFrame:
     frame: pd.DataFrame = cached.get("frame", pd.DataFrame(columns=[*COLUMNS, "_src"]))
     keep = [rel for rel in key if index.get(rel, (None,))[0] == key[rel]]
     if len(keep) == len(key) == len(index):
-        return frame.drop(columns="_src")
+        return _typed(frame.drop(columns="_src"))  # typed already: each column's quick path
     parts = [frame[frame["_src"].isin(keep)]] if keep else []
-    for rel in sorted(set(key) - set(keep)):
-        part = _read(root / rel)
-        part["_src"] = rel
-        parts.append(part)
+    fresh = [_read(root / rel).assign(_src=rel) for rel in sorted(set(key) - set(keep))]
+    fresh = [p for p in fresh if not p.empty]
+    if fresh:  # typed once, together; the cache keeps typed rows, so a warm read is typed already
+        parts.append(typed(pd.concat(fresh, ignore_index=True), COLUMNS))
     parts = [p for p in parts if not p.empty]
     frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*COLUMNS, "_src"])
     frame["_src"] = frame["_src"].astype("category")
     if use_cache:
         _write(cache_path, {"version": VERSION, "index": {rel: (key[rel],) for rel in key}, "frame": frame})
-    return frame.drop(columns="_src")
+    return _typed(frame.drop(columns="_src"))
+
+
+def _typed(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows typed (store/typed.py); no rows: untyped, as read_table gives them."""
+    return typed(rows, COLUMNS) if len(rows) else rows
 
 
 def _write(path: Path, payload: dict) -> None:
@@ -94,8 +101,9 @@ def _write(path: Path, payload: dict) -> None:
 
 
 def load_cached(inputs: list[str | os.PathLike], use_cache: bool = True) -> pd.DataFrame:
-    """The columns history needs (COLUMNS) from run directories, trees of them (cached) or globs.
-    amp_bench.store.results.load_results is the full reader; this is its fleet-size subset."""
+    """The columns history needs (COLUMNS, typed: store/typed.py) from run directories, trees of them
+    (cached) or globs. amp_bench.store.results.load_results is the full reader; this is its fleet-size
+    subset."""
     frames = []
     for item in inputs:
         text = str(item)
@@ -111,4 +119,4 @@ def load_cached(inputs: list[str | os.PathLike], use_cache: bool = True) -> pd.D
     frames = [f for f in frames if not f.empty]
     if not frames:
         raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
-    return pd.concat(frames, ignore_index=True).drop_duplicates(["run_id", "case_id", "repeat"])
+    return _typed(pd.concat(frames, ignore_index=True)).drop_duplicates(["run_id", "case_id", "repeat"])

@@ -1,63 +1,331 @@
-"""The columns of a run's tables, in order: results.csv (RESULT_COLUMNS, with the explain and SLURM
-groups) and samples.csv. results.py writes and reads them; every reader names them from here (or
-through results.py, which imports them)."""
+"""Every column of a run's tables, declared once: its name, in the file's order, its kind (`bool`,
+`int`, `float`, `text`), its group and its one-line meaning, and the value read for a row written
+before the column existed. results.csv's columns (RESULT_COLUMNS, with the explain and SLURM groups
+inside it and NVML's from platform/nvml.py) and samples.csv's (SAMPLE_COLUMNS) are derived from the
+declarations; results.py writes and reads them and `typed` (store/typed.py) reads them back typed.
+docs/results.md is generated from here (`python -m amp_bench.store.column_docs`)."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pandas as pd
 
 from amp_bench.platform.nvml import NVML_COLUMNS
 
-# Issue 23's breakdown of one profiled step (analysis/explain/): ms per category (its CATEGORIES, in
-# order), host and busy time, the profiled step against the measured median, shares, Tensor Core
-# alignment, ms per phase, the saved trace, and whether the breakdown is there. Empty in runs without
-# `explain: true`; written out here, as every documented column is (a test holds it to CATEGORIES).
-EXPLAIN_COLUMNS = [
-    "explain_gemm_ms", "explain_conv_ms", "explain_attention_ms", "explain_elementwise_ms", "explain_norm_ms",
-    "explain_reduction_ms", "explain_cast_ms", "explain_layout_ms", "explain_optimizer_ms",
-    "explain_communication_ms", "explain_other_ms", "explain_host_ms", "explain_busy_ms", "explain_profiled_ms",
-    "explain_profiled_vs_measured", "explain_cast_share", "explain_other_share", "explain_misaligned_flop_share",
-    "explain_misaligned_layers", "explain_phase_forward_ms", "explain_phase_backward_ms",
-    "explain_phase_optimizer_ms", "explain_phase_scaler_ms", "explain_trace", "explain_status", "explain_reason",
-    # issue 35: how many steps were profiled and every step's ms per category (JSON: the noise rule's
-    # samples), the share of GEMM+conv time on Tensor Cores (CPU: on oneDNN's bf16/AMX kernels) and
-    # what ran where
-    "explain_profiled_steps", "explain_step_samples", "explain_tensor_core_share", "explain_kernel_units",
+BOOL, INT, FLOAT, TEXT = "bool", "int", "float", "text"
+KINDS = (BOOL, INT, FLOAT, TEXT)
+EAGER = "eager"  # compile_mode of a case that is not compiled: the read default of rows from before compile
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # bool (True, False or unknown), int (nullable), float, text
+    group: str  # a key of GROUPS
+    meaning: str
+    default: object = None  # read for a row written before the column existed (None: stays empty)
+
+
+# The groups as the column reference presents them: key -> (title, what the whole group is).
+GROUPS = {
+    "case": ("Case", "what was measured, and how it ended"),
+    "distributed": ("Distributed", "docs/distributed.md. Under DDP the step times are the slowest rank's per step, "
+                    "`throughput` is global and memory/NVML figures are the max across ranks"),
+    "time": ("Time", "the measured window and its step times"),
+    "contention": ("Contention", "whether the machine was the case's to measure (docs/measuring.md)"),
+    "memory": ("Memory", "CUDA allocator figures over the measured steps; the worker's RSS on the CPU"),
+    "flops": ("FLOPs", "MFU only against a known dense peak for that exact GPU and math mode, or one you give "
+              "with `peak_tflops:` / `--peak-tflops`; never a guess"),
+    "nvml": ("NVML", "CUDA; empty, with `nvml_notes` saying why, when a call or the library is unavailable"),
+    "numerics": ("Numerics", "the loss, the GradScaler and the math settings that were in force"),
+    "compile": ("torch.compile", "empty for eager cases, whose `compile_mode` is `eager`; the summary adds "
+                "`speedup_vs_eager`, `speedup_vs_fp32_eager` and `break_even_steps`"),
+    "fp8": ("fp8", "docs/fp8.md; empty outside fp8 cases"),
+    "provenance": ("Provenance", "versions, machine and worker; the manifest adds the full record"),
+    "slurm": ("SLURM", "which job measured the case; empty in a local run (docs/cluster.md)"),
+    "explain": ("Explain", "one profiled step's breakdown (docs/explain.md); empty unless `explain` is on, "
+                "and taken in a case's first repeat only"),
+    "samples": ("samples.csv", "every step of every case and repeat"),
+}
+
+
+def _cols(group: str, specs: list[tuple]) -> list[Column]:
+    return [Column(name, kind, group, meaning, *default) for name, kind, meaning, *default in specs]
+
+
+_MS = "ms per profiled step in"
+EXPLAIN_CATEGORIES = {  # analysis/explain/categories.py's CATEGORIES, in order (a test holds them equal)
+    "gemm": "GEMMs (matmul, linear)", "conv": "convolutions", "attention": "fused attention kernels",
+    "elementwise": "elementwise ops", "norm": "normalisation (batch, layer, group norm)",
+    "reduction": "reductions (softmax, loss, sums, pooling)", "cast": "dtype-changing copies: autocast's own cost",
+    "layout": "layout ops (contiguous, NCHW<->NHWC, memcpy/memset, cat, gather)",
+    "optimizer": "the optimizer step (and GradScaler)", "communication": "NCCL/gloo collectives",
+    "other": "anything the classifiers do not place",
+}
+_EXPLAIN = _cols("explain", [
+    *((f"explain_{c}_ms", FLOAT, f"{_MS} {what}") for c, what in EXPLAIN_CATEGORIES.items()),
+    ("explain_host_ms", FLOAT, "on a GPU the time the device sat idle; on a CPU the Python and framework time "
+                               "between ops"),
+    ("explain_busy_ms", FLOAT, "the profiled step's time in ops or kernels (the categories' sum)"),
+    ("explain_profiled_ms", FLOAT, "the profiled step's wall time"),
+    ("explain_profiled_vs_measured", FLOAT, "profiled step / measured median; above 1.5 the breakdown is distorted"),
+    ("explain_cast_share", FLOAT, "share of the profiled step spent in casts"),
+    ("explain_other_share", FLOAT, "share of the profiled step the classifiers left as other"),
+    ("explain_misaligned_flop_share", FLOAT, "share of GEMM/conv FLOPs in layers whose dimensions are not multiples "
+                                             "of 8 (16 for fp8)"),
+    ("explain_misaligned_layers", TEXT, "those layers, with their FLOP share"),
+    *((f"explain_phase_{p}_ms", FLOAT, f"{_MS} the {p} phase") for p in ("forward", "backward", "optimizer",
+                                                                           "scaler")),
+    ("explain_trace", TEXT, "the saved Chrome trace, relative to the run directory (Perfetto opens it)"),
+    ("explain_status", TEXT, "ok, distorted or unavailable"),
+    ("explain_reason", TEXT, "why the status is not ok"),
+    ("explain_profiled_steps", INT, "how many steps were profiled"),
+    ("explain_step_samples", TEXT, "every profiled step's ms per category (JSON): the noise rule's samples"),
+    ("explain_tensor_core_share", FLOAT, "share of GEMM+conv time on Tensor Cores (CPU: on oneDNN's bf16/AMX "
+                                         "kernels)"),
+    ("explain_kernel_units", TEXT, "what ran where: the GEMM/conv time per kind of kernel"),
+])
+_SLURM = _cols("slurm", [
+    ("slurm_partition", TEXT, "the partition"),
+    ("slurm_job_id", TEXT, "the job (ARRAYJOB_TASK for an array task)"),
+    ("slurm_array_job_id", TEXT, "the array job"),
+    ("slurm_array_task_id", TEXT, "the array task"),
+    ("slurm_node", TEXT, "the node"),
+    ("slurm_job_gpus", TEXT, "the GPUs SLURM gave the job"),
+])
+_NVML = {  # platform/nvml.py's NVML_COLUMNS: kind and meaning (a test holds the two equal)
+    "nvml_mem_used_baseline_bytes": (INT, "device-wide used memory before the model is built"),
+    "nvml_mem_used_peak_bytes": (INT, "device-wide used memory, peak over the window"),
+    "nvml_mem_used_delta_bytes": (INT, "peak - baseline"),
+    "nvml_mem_v2_used_peak_bytes": (INT, "the v2 call's used memory, peak"),
+    "nvml_mem_v2_reserved_bytes": (INT, "the v2 call's reserved memory"),
+    "nvml_process_mem_peak_bytes": (INT, "this process's device memory, peak (empty when NVML cannot see this "
+                                         "process, as in most containers)"),
+    "nvml_samples": (INT, "NVML readings taken in the window"),
+    "energy_j": (FLOAT, "energy over the measured window, J"),
+    "energy_j_per_step": (FLOAT, "energy per measured step, J"),
+    "energy_j_per_sample": (FLOAT, "energy per sample, J"),
+    "samples_per_joule": (FLOAT, "samples per joule"),
+    "power_avg_w": (FLOAT, "mean power over the window, W"),
+    "power_limit_w": (FLOAT, "the enforced power limit, W"),
+    "sm_clock_mhz_median": (FLOAT, "SM clock, median over the window, MHz"),
+    "sm_clock_mhz_min": (FLOAT, "SM clock, lowest reading, MHz"),
+    "mem_clock_mhz_median": (FLOAT, "memory clock, median, MHz"),
+    "mem_clock_mhz_min": (FLOAT, "memory clock, lowest reading, MHz"),
+    "temperature_c_max": (FLOAT, "GPU temperature, highest reading, C"),
+    "gpu_util_pct_median": (FLOAT, "GPU utilisation, median, %"),
+    "clock_event_reasons": (TEXT, "clock-event (throttle) reasons seen in the window, |-separated, or none"),
+    "nvml_notes": (TEXT, "why NVML figures are empty"),
+}
+_NV = [Column(name, kind, "nvml", meaning) for name in NVML_COLUMNS for kind, meaning in [_NVML.get(name, ("", ""))]]
+
+COLUMNS: list[Column] = [
+    *_cols("case", [
+        ("run_id", TEXT, "the run directory's name: UTC time, host, device"),
+        ("suite", TEXT, "the suite's name"),
+        ("case_id", TEXT, "the case: model label, batch size, size, precision, layout, processes, compile mode"),
+        ("group_id", TEXT, "the case without its precision: the cases whose modes are compared"),
+        ("model", TEXT, "`torchvision/<name>`, `transformers/<model_type>` or `python:<module>:<callable>`"),
+        ("model_label", TEXT, "the model entry's label (its name in the case)"),
+        ("batch_size", INT, "samples per step (per process under DDP)"),
+        ("precision", TEXT, "fp32, tf32, amp_fp16, amp_bf16 or fp8"),
+        ("channels_last", BOOL, "the channels_last memory format (image models)", False),
+        ("image_size", INT, "input height and width in pixels (torchvision models; empty otherwise)"),
+        ("seq_len", INT, "tokens per sample (transformers models; empty otherwise)"),
+        ("device", TEXT, "cpu or cuda"),
+        ("device_name", TEXT, "the GPU's or the CPU's name"),
+        ("architecture", TEXT, "the GPU's generation (Volta ... Blackwell), or CPU"),
+    ]),
+    *_cols("distributed", [
+        ("world_size", INT, "processes in the job (1: a plain process)", 1),
+        ("nnodes", INT, "nodes", 1),
+        ("nproc_per_node", INT, "processes per node under torchrun (empty for a plain process)"),
+        ("dist_backend", TEXT, "gloo or nccl (empty for a plain process)"),
+        ("scaling", TEXT, "weak: per-process batch fixed, or single process"),
+        ("global_batch_size", INT, "samples per step across all processes"),
+    ]),
+    *_cols("case", [
+        ("repeat", INT, "which repeat, from 0 (each in a fresh process)"),
+        ("status", TEXT, "ok, unsupported, oom, error, timeout, nonfinite, compile_error, contended; a SLURM "
+                         "job's end: cancelled, time_limit, preempted, node_fail, lost"),
+        ("reason", TEXT, "why the status is not ok (the gate's reason, the exception's first line, SLURM's)"),
+        ("warmup_steps", INT, "warmup steps asked for (not timed)"),
+        ("steps", INT, "steps measured"),
+    ]),
+    *_cols("time", [
+        ("stop_reason", TEXT, "why the window ended: precision reached, budget, max steps, fixed steps"),
+        ("min_steps", INT, "never fewer measured steps (this wins over a budget)"),
+        ("max_steps", INT, "never more measured steps"),
+        ("target_ci", FLOAT, "the adaptive window's goal: the 95% interval of the median within +- this share"),
+        ("case_budget_s", FLOAT, "seconds of measuring per case and repeat"),
+        ("step_time_ms_median", FLOAT, "median step time over the measured window, ms"),
+        ("step_time_ms_ci_low", FLOAT, "95% interval of the median (order statistics, no normality), low end"),
+        ("step_time_ms_ci_high", FLOAT, "95% interval of the median, high end"),
+        ("step_time_ms_mean", FLOAT, "mean step time, ms"),
+        ("step_time_ms_p10", FLOAT, "10th percentile step time, ms"),
+        ("step_time_ms_p90", FLOAT, "90th percentile step time, ms"),
+        ("step_time_ms_iqr", FLOAT, "interquartile range of the step times, ms"),
+        ("step_time_cv", FLOAT, "coefficient of variation of the step times"),
+        ("step_time_ms_min", FLOAT, "fastest step, ms"),
+        ("step_time_ms_max", FLOAT, "slowest step, ms"),
+        ("throughput", FLOAT, "samples/s = samples in the measured window / window wall time, host gaps included: "
+                              "the one throughput, which compare, history, nightly and the summary read"),
+    ]),
+    *_cols("distributed", [
+        ("rank_step_time_ms_medians", TEXT, "each rank's median step time, ms, space-separated"),
+    ]),
+    *_cols("time", [
+        ("window_s", FLOAT, "the measured window's wall time, s"),
+        ("window_gap_fraction", FLOAT, "share of the window spent between steps"),
+    ]),
+    *_cols("contention", [
+        ("contended", BOOL, "true, false, or empty: unknown (a window too short for /proc/stat to resolve)"),
+        ("contention", TEXT, "why (or why unknown)"),
+        ("cpu_share_available", FLOAT, "share of its threads' cores the worker could have had"),
+        ("host_other_cpu_cores", FLOAT, "cores other processes used during the window"),
+        ("steal_fraction", FLOAT, "hypervisor steal"),
+        ("loadavg_1m", FLOAT, "the 1-minute load average"),
+        ("gpu_other_processes", INT, "other processes on the GPU"),
+    ]),
+    *_cols("memory", [
+        ("peak_mem_allocated_bytes", INT, "CUDA max_memory_allocated over the measured steps"),
+        ("peak_mem_reserved_bytes", INT, "CUDA max_memory_reserved over the measured steps"),
+        ("peak_rss_bytes", INT, "the worker's RSS high-water mark through the training steps"),
+        ("peak_rss_lifetime_bytes", INT, "the parent's wait4 figure for the whole worker"),
+        ("rss_before_model_bytes", INT, "the worker's RSS before the model was built (torch's own footprint)"),
+        ("rss_hwm_bytes", INT, "the worker's VmHWM right after the window (what peak_rss_bytes is taken from)"),
+        ("cuda_num_alloc_retries", INT, "the CUDA allocator's retries over the measured steps"),
+        ("peak_mem_forward_bytes", INT, "peak in the forward pass of one instrumented step after the window"),
+        ("peak_mem_backward_bytes", INT, "peak in its backward pass"),
+        ("peak_mem_optimizer_bytes", INT, "peak in its optimizer step"),
+        ("phase_memory_source", TEXT, "what the per-phase peaks are: the CUDA allocator's peak per phase, or the "
+                                      "CPU RSS high-water mark (cpu_rss_hwm), which the allocator rarely gives back"),
+    ]),
+    *_cols("flops", [
+        ("flops_per_step", INT, "torch's FlopCounterMode over one full step outside the window (a compiled model "
+                                "is counted on its original module); the first repeat's, carried to later rows"),
+        ("achieved_tflops", FLOAT, "flops_per_step / median step time"),
+        ("peak_tflops", FLOAT, "the dense peak of this GPU in this mode"),
+        ("mfu", FLOAT, "achieved / peak"),
+        ("peak_tflops_source", TEXT, "where the peak comes from, starting with the rate used (fp8 dense peak: ...)"),
+        ("peak_tflops_bf16", FLOAT, "the GPU's bf16 dense peak"),
+        ("mfu_bf16_basis", FLOAT, "the same FLOPs against the bf16 peak: one basis for every mode (compare fp8 "
+                                  "with bf16 on this)"),
+    ]),
+    *_NV,
+    *_cols("numerics", [
+        ("loss_first", FLOAT, "the first step's loss (warmup included)"),
+        ("loss_last", FLOAT, "the last measured step's loss"),
+        ("scaler_skipped_steps", INT, "GradScaler steps skipped in the measured window"),
+        ("scaler_skipped_warmup_steps", INT, "GradScaler steps skipped in warmup"),
+        ("scaler_final_scale", FLOAT, "the loss scale after the last step"),
+        ("scaler_host_sync", BOOL, "GradScaler.step() synced host and device every step (an optimizer that cannot "
+                                   "take the scale itself: found_inf read with .item())"),
+        ("output_dtype", TEXT, "the model output's dtype: proof that autocast was on"),
+        ("emulated", BOOL, "the mode ran in software on hardware without it (allow_emulated)"),
+        ("emulated_reason", TEXT, "why the mode is emulated here"),
+        ("tf32_matmul", BOOL, "torch.backends.cuda.matmul.allow_tf32"),
+        ("tf32_cudnn", BOOL, "torch.backends.cudnn.allow_tf32"),
+        ("cudnn_benchmark", BOOL, "cuDNN autotuning"),
+        ("float32_matmul_precision", TEXT, "torch.get_float32_matmul_precision()"),
+        ("fp32_precision_matmul", TEXT, "the newer fp32_precision API's value for matmul"),
+        ("fp32_precision_cudnn_conv", TEXT, "... for cuDNN convolutions"),
+        ("fp32_precision_cudnn_rnn", TEXT, "... for cuDNN RNNs"),
+    ]),
+    *_cols("compile", [
+        ("compile_mode", TEXT, "eager, default, reduce-overhead or max-autotune", EAGER),
+        ("compile_note", TEXT, "why the case is compiled when the suite's axis said eager (fp8_compile)"),
+        ("compile_backend", TEXT, "torch.compile's backend (inductor, aot_eager, eager)"),
+        ("compile_fullgraph", BOOL, "a graph break fails the case"),
+        ("compile_optimizer", BOOL, "optimizer.step is compiled too"),
+        ("compile_cache", TEXT, "warm (one inductor/triton cache per run, shared) or cold (an empty one per case)"),
+        ("compile_cache_dir", TEXT, "that cache, inside the run directory"),
+        ("compile_first_step_ms", FLOAT, "wall time of the first, compiling step, ms"),
+        ("compile_time_s", FLOAT, "wall time of every warmup step that compiled, the first included, s"),
+        ("compile_settled", BOOL, "compilation settled before the window (3 steps in a row compiled nothing new)"),
+        ("warmup_steps_run", INT, "warmup steps run (warmup runs on until compilation settles)"),
+        ("graph_breaks", INT, "graph breaks"),
+        ("graph_break_reasons", TEXT, "the first three, |-separated"),
+        ("recompiles", INT, "recompiles"),
+        ("recompile_reasons", TEXT, "the first three"),
+        ("recompiles_in_window", INT, "recompiles inside the measured window (also a warning: those steps include "
+                                      "compile time)"),
+        ("unique_graphs", INT, "graphs dynamo compiled"),
+    ]),
+    *_cols("fp8", [
+        ("fp8_recipe", TEXT, "tensorwise or rowwise"),
+        ("fp8_layers_converted", INT, "linear layers converted to float8"),
+        ("fp8_layers_skipped", INT, "linear layers left out"),
+        ("fp8_skip_reasons", TEXT, "the first four left out, by name and reason"),
+        ("fp8_conv1d_as_linear", INT, "GPT-2 Conv1D layers replaced by nn.Linear"),
+        ("fp8_matmul", TEXT, "torch._scaled_mm, or torchao emulation where _scaled_mm does not run"),
+        ("fp8_torchao_version", TEXT, "the torchao version"),
+    ]),
+    *_cols("case", [
+        ("optimizer", TEXT, "sgd, adam or adamw"),
+        ("optimizer_impl", TEXT, "for-loop, foreach or fused"),
+        ("seed", INT, "the seed"),
+        ("num_threads", INT, "torch's intra-op threads in the worker"),
+        ("omp_wait_policy", TEXT, "OMP_WAIT_POLICY as the worker had it (amp_bench leaves it as the user has it)"),
+    ]),
+    *_cols("distributed", [
+        ("threads_per_rank", INT, "CPU threads per rank"),
+    ]),
+    *_cols("case", [
+        ("model_parameters", INT, "the model's parameter count"),
+        ("model_attn_implementation", TEXT, "the attention implementation asked for (transformers)"),
+        ("model_task", TEXT, "masked-lm, causal-lm or sequence-classification (transformers)"),
+    ]),
+    *_cols("time", [
+        ("warnings", TEXT, "|-separated: step-time CV >= 10%, GradScaler skips, host gaps, recompiles in the window"),
+    ]),
+    *_cols("provenance", [
+        ("torch_version", TEXT, "torch"),
+        ("cuda_version", TEXT, "torch's CUDA"),
+        ("cudnn_version", TEXT, "cuDNN"),
+        ("hostname", TEXT, "the host"),
+        ("fingerprint", TEXT, "a hash of host, GPU, driver, CUDA and torch: rows with different fingerprints are "
+                              "different series"),
+    ]),
+    *_SLURM,
+    *_cols("provenance", [
+        ("gpu_uuid", TEXT, "the GPU's UUID"),
+        ("driver_version", TEXT, "the NVIDIA driver"),
+        ("compute_capability", TEXT, "major.minor"),
+        ("gpu_memory_bytes", INT, "the GPU's memory"),
+        ("cpu_model", TEXT, "the CPU's model name"),
+        ("cpu_count", INT, "the machine's logical CPUs (os.cpu_count())"),
+        ("cpu_bf16_isa", TEXT, "the CPU's bf16/fp16 instructions, comma-separated (avx512_bf16, amx_bf16, "
+                               "avx512_fp16, amx_fp16), or none"),
+        ("timestamp", TEXT, "when the row was made (UTC, ISO 8601)"),
+        ("worker_seconds", FLOAT, "the worker's wall time from its entry to its result, s"),
+        ("worker_start", TEXT, "fork (a child of the run's fork server) or spawn (a fresh interpreter)"),
+        ("worker_start_s", FLOAT, "from the worker's launch to its first step, s"),
+        ("log_file", TEXT, "the worker's log, relative to the run directory"),
+    ]),
+    *_EXPLAIN,
 ]
-# Which SLURM job measured the case (studies/cluster.py; empty in a local run): executors/job_env.py writes them.
-SLURM_COLUMNS = ["slurm_partition", "slurm_job_id", "slurm_array_job_id", "slurm_array_task_id", "slurm_node",
-                 "slurm_job_gpus"]
+SAMPLE_DECLARED: list[Column] = _cols("samples", [
+    ("run_id", TEXT, "the run"), ("case_id", TEXT, "the case"), ("precision", TEXT, "its precision"),
+    ("repeat", INT, "the repeat"), ("phase", TEXT, "warmup or measure"), ("step", INT, "the step's index"),
+    ("step_time_ms", FLOAT, "the step's time, ms"), ("loss", FLOAT, "the step's loss"),
+])
+
 # The documented columns, in order; records may carry more (appended after these). Adding columns
 # keeps FORMAT_VERSION: an older reader keeps unknown columns after its own, a newer one reads older
-# files with the new columns empty.
-RESULT_COLUMNS = [
-    "run_id", "suite", "case_id", "group_id", "model", "model_label", "batch_size", "precision",
-    "channels_last", "image_size", "seq_len", "device", "device_name", "architecture",
-    "world_size", "nnodes", "nproc_per_node", "dist_backend", "scaling", "global_batch_size", "repeat", "status",
-    "reason", "warmup_steps", "steps", "stop_reason", "min_steps", "max_steps", "target_ci", "case_budget_s",
-    "step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "step_time_ms_mean", "step_time_ms_p10",
-    "step_time_ms_p90", "step_time_ms_iqr", "step_time_cv", "step_time_ms_min", "step_time_ms_max",
-    "throughput", "rank_step_time_ms_medians", "window_s", "window_gap_fraction",
-    "contended", "contention", "cpu_share_available", "host_other_cpu_cores", "steal_fraction", "loadavg_1m",
-    "gpu_other_processes", "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "peak_rss_bytes",
-    "peak_rss_lifetime_bytes", "rss_before_model_bytes", "rss_hwm_bytes", "cuda_num_alloc_retries", "peak_mem_forward_bytes",
-    "peak_mem_backward_bytes", "peak_mem_optimizer_bytes", "phase_memory_source", "flops_per_step",
-    "achieved_tflops", "peak_tflops", "mfu", "peak_tflops_source", "peak_tflops_bf16", "mfu_bf16_basis", *NVML_COLUMNS, "loss_first", "loss_last", "scaler_skipped_steps",
-    "scaler_skipped_warmup_steps", "scaler_final_scale", "output_dtype", "emulated", "emulated_reason", "tf32_matmul",
-    "tf32_cudnn", "cudnn_benchmark", "float32_matmul_precision", "fp32_precision_matmul", "fp32_precision_cudnn_conv", "fp32_precision_cudnn_rnn",
-    "compile_mode", "compile_note", "compile_backend", "compile_fullgraph", "compile_optimizer", "compile_cache", "compile_cache_dir",
-    "compile_first_step_ms", "compile_time_s", "compile_settled", "warmup_steps_run", "graph_breaks",
-    "graph_break_reasons", "recompiles", "recompile_reasons", "recompiles_in_window", "unique_graphs",
-    "fp8_recipe", "fp8_layers_converted", "fp8_layers_skipped", "fp8_skip_reasons", "fp8_conv1d_as_linear", "fp8_matmul",
-    "fp8_torchao_version",
-    "optimizer", "optimizer_impl", "seed", "num_threads", "omp_wait_policy", "threads_per_rank", "model_parameters",
-    "model_attn_implementation",
-    "model_task", "warnings", "torch_version", "cuda_version", "cudnn_version", "hostname", "fingerprint",
-    *SLURM_COLUMNS,
-    "gpu_uuid", "driver_version", "compute_capability", "gpu_memory_bytes", "cpu_model", "cpu_count", "cpu_bf16_isa",
-    "timestamp",
-    "worker_seconds", "worker_start", "worker_start_s", "log_file", *EXPLAIN_COLUMNS,
-]
-SAMPLE_COLUMNS = ["run_id", "case_id", "precision", "repeat", "phase", "step", "step_time_ms", "loss"]
+# files with the new columns empty (or their read default).
+RESULT_COLUMNS = [c.name for c in COLUMNS]
+EXPLAIN_COLUMNS = [c.name for c in _EXPLAIN]
+SLURM_COLUMNS = [c.name for c in _SLURM]
+SAMPLE_COLUMNS = [c.name for c in SAMPLE_DECLARED]
+BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+READ_DEFAULTS = {c.name: c.default for c in COLUMNS if c.default is not None}
+# int columns the typed read leaves float64 for now, until their readers outside store/ take Int64:
+# image_size and seq_len are empty for the other kind of model, and analysis/gpus.py's case_label
+# compares them (`np.where(size > 0, ...)`); memory in bytes and FLOPs are divided into savings, rates
+# and MFU, and an empty one would be pd.NA where report/data.py's verdict asks `np.isfinite(value)`.
+READ_AS_FLOAT = frozenset({"image_size", "seq_len", "flops_per_step",
+                           *(c.name for c in COLUMNS if c.kind == INT and c.name.endswith("_bytes"))})
 
 
 def order_columns(table: pd.DataFrame) -> pd.DataFrame:

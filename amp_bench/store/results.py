@@ -22,6 +22,7 @@ from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column, true_rows
 from amp_bench.store.columns import (EXPLAIN_COLUMNS, RESULT_COLUMNS, SAMPLE_COLUMNS, SLURM_COLUMNS,  # noqa: F401
                                      order_columns)
+from amp_bench.store.typed import text_dtypes, typed
 
 RESULTS_FILE = "results.csv"
 SAMPLES_FILE = "samples.csv"
@@ -314,22 +315,25 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
     """One table (NAME.csv) of every run directory that has it, concatenated; header-only files are
     left out (concatenating them would turn every column to object). Empty: a frame with `columns`.
     with_run_dir adds a `run_dir` column (where each row came from). An unreadable file is a
-    UserError naming it, never skipped."""
+    UserError naming it, never skipped. A results table with rows comes back typed (store/typed.py):
+    every declared column in its kind, with its read default, present even where no run wrote it."""
+    results = name == RESULTS_FILE[: -len(".csv")]
     frames = []
     for run_dir in run_dirs:
         file = Path(run_dir) / f"{name}.csv"
         if file.is_file() and file.stat().st_size:
             try:
-                frame = pd.read_csv(file)
+                frame = pd.read_csv(file, dtype=text_dtypes() if results else None)
             except (ValueError, pd.errors.ParserError) as exc:
                 raise UserError(f"{file}: unreadable results table ({exc})") from None
             if not frame.empty:  # copy(): one block per dtype, so the added column does not fragment it
                 frames.append(frame.copy().assign(run_dir=str(run_dir)) if with_run_dir else frame)
-    if frames:
-        # one block per dtype: frames with different columns concatenate into one block per column,
-        # and a caller adding a column to that would trip pandas' fragmentation warning
-        return pd.concat(frames, ignore_index=True).copy()
-    return pd.DataFrame(columns=columns or [])
+    if not frames:  # untyped, as before the typed read: readers join it with their own empty frames
+        return pd.DataFrame(columns=columns or [])
+    # one block per dtype: frames with different columns concatenate into one block per column,
+    # and a caller adding a column to that would trip pandas' fragmentation warning
+    table = pd.concat(frames, ignore_index=True).copy()
+    return typed(table) if results else table
 
 
 def contended(table: pd.DataFrame) -> pd.Series:
@@ -370,7 +374,7 @@ def read_manifests(run_dirs: list[Path]) -> list[dict]:
 
 
 def load_results(path: str | os.PathLike = "results") -> pd.DataFrame:
-    """One row per case and repeat, from one run directory or a tree of them."""
+    """One row per case and repeat, from one run directory or a tree of them, typed (read_table)."""
     return _load(path, RESULTS_FILE, RESULT_COLUMNS)
 
 

@@ -34,7 +34,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "settings": {
         "image_size": [224], "seq_len": [128], "channels_last": [False], "precisions": ["fp32", "amp_bf16"],
         "warmup_steps": 5, "steps": 20,
-        # the adaptive window (docs: "How it measures"): with target_ci or a budget, a case measures
+        # the adaptive window (docs/measuring.md): with target_ci or a budget, a case measures
         # until the 95% interval of its median is within +-target_ci, its budget is spent or max_steps
         # is reached, never fewer than min_steps; without them, exactly `steps`
         "target_ci": None, "min_steps": 5, "max_steps": 1000,
@@ -45,10 +45,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "peak_tflops": None,  # None: the built-in peak table (peaks.py)
         # distributed (docs/distributed.md): no nproc_per_node = one plain process, no torchrun
         "nproc_per_node": [None], "nnodes": 1, "dist_backend": "auto",
-        "threads_per_rank": None,  # None, when the case runs: the node's cores / nproc_per_node (distributed.py)
+        "threads_per_rank": None,  # None, when the case runs: the node's cores / nproc_per_node (measure/ddp.py)
         "rdzv_endpoint": None,
-        "rdzv_id": None,  # None, when the case runs: the suite's name (runner.py)
-        # torch.compile (docs: "How it measures"): an axis of modes; false is eager, true is "default"
+        "rdzv_id": None,  # None, when the case runs: the suite's name (workers/launch.py)
+        # torch.compile (docs/measuring.md): an axis of modes; false is eager, true is "default"
         "compile": [False], "compile_backend": "inductor", "compile_fullgraph": False,
         "compile_optimizer": False,  # true: the optimizer step is compiled too, not only the model
         "compile_cache": "warm",  # warm: one inductor cache per run, shared; cold: an empty one per case

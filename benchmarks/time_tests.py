@@ -1,7 +1,7 @@
 """How long the README's test command takes on this machine, from a fresh clone (issue #21's
 target: under 10 minutes on 2 cores, install included; it must also pass with one core busy).
 
-    python benchmarks/test_suite_time.py [--no-bf16] [--busy-core] [--keep]
+    python benchmarks/time_tests.py [--no-bf16] [--busy-core] [--keep] [--write]
 
 It clones HEAD into a temporary folder and runs the README's test command there: a fresh venv,
 `pip install -e '.[test]'` and the tests. It prints the wall time, the exit code and the machine.
@@ -9,10 +9,12 @@ It clones HEAD into a temporary folder and runs the README's test command there:
   gated, like one without them.
 - `--busy-core` keeps one core busy for the whole run with a spinning process in its own session,
   as a neighbour's job would be (Linux shares the CPU out per session first).
+- `--write` puts the result in this machine's row of docs/timings.md's test table.
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import re
 import shutil
@@ -25,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from amp_bench.platform.device import read_cpu_info  # noqa: E402  (torch-free)
+from timings_page import machine, write_row  # noqa: E402  (benchmarks/, this script's folder)
 
 
 def readme_test_command() -> str:
@@ -39,6 +41,7 @@ def main() -> int:
     parser.add_argument("--no-bf16", action="store_true", help="ONEDNN_MAX_CPU_ISA=AVX2")
     parser.add_argument("--busy-core", action="store_true", help="one core kept busy by another process")
     parser.add_argument("--keep", action="store_true", help="keep the clone and its log (kept anyway on a failure)")
+    parser.add_argument("--write", action="store_true", help="put the result in docs/timings.md (its tests table)")
     args = parser.parse_args()
     command = readme_test_command()
     work = Path(tempfile.mkdtemp(prefix="amp_bench_test_time_"))
@@ -62,13 +65,17 @@ def main() -> int:
     took = time.monotonic() - started
     text = log.read_text(errors="replace").splitlines()
     summary = [line for line in text if re.search(r"\d+ (passed|failed)", line) or line.startswith("FAILED ")]
-    print(f"machine: {read_cpu_info()[0]}, {os.cpu_count()} cores; bf16 instructions "
-          f"{'hidden (ONEDNN_MAX_CPU_ISA=AVX2)' if args.no_bf16 else 'as the CPU has them'}; "
-          f"{'one core kept busy' if args.busy_core else 'no other load started'}")
+    setting = (f"bf16 instructions {'hidden (ONEDNN_MAX_CPU_ISA=AVX2)' if args.no_bf16 else 'as the CPU has them'}; "
+               f"{'one core kept busy' if args.busy_core else 'no other load started'}")
+    print(f"machine: {machine()}; {setting}")
     print(f"command: {command}")
     for line in summary:
         print(f"  {line.strip('= ')}")
     print(f"README test command: exit {code} in {took:.0f} s ({took / 60:.1f} min; target < 10 min)")
+    if args.write:
+        counts = next((line.strip("= ") for line in reversed(summary) if "passed" in line or "failed" in line), "")
+        write_row("tests", {"machine": machine(), "setting": setting, "wall": f"{took / 60:.1f} min",
+                            "result": f"exit {code}; {counts}", "date": f"{dt.date.today()}"}, ("machine", "setting"))
     if args.keep or code:
         print(f"clone and log: {work}")
     else:
