@@ -27,7 +27,7 @@ from amp_bench.analysis.explain.sentence import sentence  # noqa: E402
 from amp_bench.platform.device import effective_cpu_flags, read_cpu_info  # noqa: E402
 from amp_bench.analysis.explain.judge import explain_row  # noqa: E402
 from amp_bench.measure.models import build_workload  # noqa: E402
-from amp_bench.measure.precision import get_mode  # noqa: E402
+from amp_bench import modes  # noqa: E402
 from amp_bench.measure.step import TrainStep, build_optimizer  # noqa: E402
 from amp_bench.measure.telemetry.profile import capture  # noqa: E402
 from amp_bench.suite import OptimizerSpec  # noqa: E402
@@ -51,7 +51,7 @@ def check(name: str, batch: int = 8, precisions=("fp32", "amp_bf16")) -> None:
         workload = build_workload(spec, channels_last=False, **sizes)
         model = workload.model.train()
         step = TrainStep(model, workload.loss_fn, build_optimizer(model.parameters(), optimizer),
-                         get_mode(precision), "cpu")
+                         modes.get(precision), "cpu")
         inputs, target = workload.make_batch(batch, torch.device("cpu"))
         for _ in range(2):
             step(inputs, target)

@@ -106,8 +106,9 @@ def plain_loop(precision: str, warmup: int, steps: int, work: Workload = Workloa
 
 def harness_round(precision: str, warmup: int, steps: int, workdir: Path, device: dict,
                   work: Workload = Workload()) -> tuple[float, float]:
-    from amp_bench.workers.process import run_worker
+    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.suite import Case, ModelSpec, OptimizerSpec
+    from amp_bench.workers.process import run_worker
 
     h = work.hyper()
     case = Case(suite="overhead", model=ModelSpec(ref=f"torchvision/{work.model}", label=work.model),
@@ -116,7 +117,8 @@ def harness_round(precision: str, warmup: int, steps: int, workdir: Path, device
                 optimizer=OptimizerSpec(work.optimizer, work.impl, h["lr"], h["momentum"], h["weight_decay"]),
                 seed=0, timeout_s=600, allow_emulated=True)
     spec, result = workdir / "spec.json", workdir / "result.json"
-    spec.write_text(json.dumps({"case": case.to_json(), "device": device}))
+    support = precision_support(precision, DeviceInfo.from_json(device))  # the gate, decided here as a run does
+    spec.write_text(json.dumps({"case": case.to_json(), "device": device, "support": asdict(support)}))
     outcome = run_worker(["case", str(spec), str(result)], result, workdir / "worker.log", case.timeout_s)
     if not outcome.result or outcome.result.get("status") != "ok":
         tail = (workdir / "worker.log").read_text(errors="replace").splitlines()[-15:]

@@ -61,7 +61,7 @@ def test_explain_smoke_on_cpu(tmp_path):
     mode = "amp_bf16 (emulated)" if emulated else "amp_bf16"
     text = " ".join(proc.stdout.split())
     # a change is called only beyond its noise: either wording, never a category called changed inside it
-    assert f"resnet18 bs 2: {mode} made" in text or f"resnet18 bs 2: under {mode} GEMM+conv did not change" in text
+    assert f"resnet18 bs 2 16px: {mode} made" in text or f"resnet18 bs 2 16px: under {mode} GEMM+conv did not change" in text
     assert "ceiling" in text
     html = next((tmp_path / "reports").glob("*.html")).read_text()
     assert "chart-explain" in html and "Where the time goes" in html
