@@ -1,4 +1,4 @@
-"""Contention that ends a case early (amp_bench/workers/busy.py), on /proc readings recorded on a 2-core
+"""Contention that ends a case early (amp_bench/launchers/busy.py), on /proc readings recorded on a 2-core
 VM (tests/fixtures/contention_readings.json: a 2-thread torch worker alone for 3 s, then beside three
 `python3 -c 'while True: pass'`), replayed through a fake clock; and what a stopped case becomes."""
 import json
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from amp_bench.workers import busy
-from amp_bench.workers.busy import ContentionWatch, Snapshot
+from amp_bench.launchers import busy
+from amp_bench.launchers.busy import ContentionWatch, Snapshot
 from conftest import FIXTURES
 
 RECORDED = json.loads((FIXTURES / "contention_readings.json").read_text())
@@ -118,7 +118,7 @@ explain: false
 def test_a_starved_case_is_saved_as_contended_then_run_again_if_the_machine_is_quiet(write_suite, tmp_path,
                                                                                     monkeypatch, quiet):
     import amp_bench
-    from amp_bench.workers import launch
+    from amp_bench.launchers import launch
     monkeypatch.setenv("AMP_BENCH_ON_CONTENTION", "stop")
     monkeypatch.setattr(_StarvedOnce, "watched", 0)
     monkeypatch.setattr(launch, "ContentionWatch", _StarvedOnce)

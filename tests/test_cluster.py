@@ -410,7 +410,7 @@ def test_the_software_record_is_taken_beside_the_probe_and_done_before_any_case(
     import threading
 
     from amp_bench.studies import session
-    from amp_bench.workers.process import WorkerOutcome
+    from amp_bench.launchers.process import WorkerOutcome
     order = []
 
     def slow_record():

@@ -10,10 +10,10 @@ import pytest
 
 import amp_bench
 from amp_bench.measure import ddp
-from amp_bench.workers import torchrun
+from amp_bench.launchers import torchrun
 from amp_bench.cli import main as cli_main
 from amp_bench.errors import SuiteError
-from amp_bench.workers.process import processes_with_token
+from amp_bench.launchers.process import processes_with_token
 from amp_bench.suite import load_suite
 from amp_bench.analysis.speedups import summarize
 from conftest import processes_with
@@ -91,7 +91,7 @@ def test_multi_node_settings_reach_the_torchrun_command(write_suite):
     case = suite.cases("cpu")[0]
     assert case.world_size == 8 and case.case_id == "mlp-bs8-2x4-fp32"
     command = torchrun.launch_command(case, rdzv_id="job-1")
-    assert command[1:4] == ["-m", "amp_bench.workers.torchrun", "launch"]
+    assert command[1:4] == ["-m", "amp_bench.launchers.torchrun", "launch"]
     assert {"--nproc-per-node=4", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29500",
             "--rdzv-id=job-1", "--max-restarts=0"} <= set(command)
     assert "--standalone" not in command and command[-2:] == ["-m", "amp_bench.worker"]

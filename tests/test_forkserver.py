@@ -1,4 +1,4 @@
-"""The fork server (amp_bench/workers/forkserver.py): each case a fresh child of one process that imported
+"""The fork server (amp_bench/launchers/forkserver.py): each case a fresh child of one process that imported
 torch once; the server never touches CUDA or starts threads; children are apart from each other; a child
 that crashes or hangs costs its own row only; where the server cannot be used, workers spawn as before."""
 import sys
@@ -8,8 +8,8 @@ import pytest
 
 import amp_bench
 from amp_bench.suite.model_refs import preload_modules
-from amp_bench.workers import forkserver
-from amp_bench.workers.forkserver import ForkServer, launch
+from amp_bench.launchers import forkserver
+from amp_bench.launchers.forkserver import ForkServer, launch
 
 
 def test_a_server_that_could_not_fork_safely_says_why():

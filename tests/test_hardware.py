@@ -119,7 +119,7 @@ def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch
     never kept."""
     import os
     from amp_bench.studies import probe_cache, session
-    from amp_bench.workers.process import WorkerOutcome
+    from amp_bench.launchers.process import WorkerOutcome
     started = []
     found = {"type": "cpu", "name": "Xeon"}
 

@@ -35,7 +35,7 @@ timeout_s: 25  # the sleeper times out; every other case is done in seconds, eve
 
 def _workers_alive(marker: str) -> list[int]:
     """Workers whose command line names the marker: a spawned worker's names its run directory; a run's
-    fork server (amp_bench.workers.forkserver) and the children it forks carry the suite's folder."""
+    fork server (amp_bench.launchers.forkserver) and the children it forks carry the suite's folder."""
     return processes_with("amp_bench.worker", marker)
 
 
@@ -129,7 +129,7 @@ timeout_s: 20
     # a fresh interpreter waits for the thread at exit: the measurement is kept, and the hang is said
     assert by.loc["leaves_thread", "status"] == "ok"
     assert "hung after writing its result" in by.loc["leaves_thread", "warnings"]
-    # a forked worker ends once its output is flushed (workers/forkserver._child): nothing to wait for
+    # a forked worker ends once its output is flushed (launchers/forkserver._child): nothing to wait for
     forked = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "forked").set_index("model_label")
     assert forked.loc["leaves_thread", "status"] == "ok" and forked.loc["leaves_thread", "worker_start"] == "fork"
     assert "hung after" not in str(forked.loc["leaves_thread", "warnings"])

@@ -92,11 +92,11 @@ def test_no_import_circle_in_the_package():
 # The layers, top to bottom; a layer imports only from the layers it names (and the shared base).
 BASE = {"amp_bench", "amp_bench.errors", "amp_bench.modes", "amp_bench.stats"}
 LAYERS = {  # layer -> the layers it may import
-    "cli": {"studies", "executors", "workers", "measure", "platform", "suite", "report", "analysis", "store"},
+    "cli": {"studies", "executors", "launchers", "measure", "platform", "suite", "report", "analysis", "store"},
     "worker": {"studies", "measure", "platform", "suite"},
-    "studies": {"executors", "workers", "measure", "platform", "suite", "analysis", "store"},
+    "studies": {"executors", "launchers", "measure", "platform", "suite", "analysis", "store"},
     "executors": {"suite", "store"},  # where jobs run (SLURM through submitit); knows nothing of measuring
-    "workers": {"measure", "platform", "suite", "store"},
+    "launchers": {"measure", "platform", "suite", "store"},
     "measure": {"platform", "suite"},
     "platform": set(),
     "suite": set(),
@@ -142,8 +142,8 @@ def test_the_layer_check_can_fail():
 
 
 def test_imports_go_down_the_layers():
-    """cli and worker -> studies -> executors, workers -> measure -> platform, suite, stats; report -> analysis ->
-    store -> stats, modes, errors. Analysis, store and report never import measure, workers, executors or studies."""
+    """cli and worker -> studies -> executors, launchers -> measure -> platform, suite, stats; report -> analysis ->
+    store -> stats, modes, errors. Analysis, store and report never import measure, launchers, executors or studies."""
     violations = _layer_violations(_import_graph())
     assert not violations, "imports against the layers: " + "; ".join(violations)
 

@@ -211,3 +211,16 @@ def test_mfu_on_the_bf16_basis_beside_the_modes_own():
     cols = flops_columns(2e12, 10.0, 1979.0, "fp8 dense peak: datasheet", bf16_peak=989.0)
     assert cols["mfu"] == pytest.approx(200 / 1979) and cols["mfu_bf16_basis"] == pytest.approx(200 / 989)
     assert flops_columns(2e12, 10.0, 19.5, "fp32 dense peak")["mfu_bf16_basis"] is None  # no bf16 peak known
+
+
+def test_the_package_record_lists_what_pip_freeze_lists():
+    """The software record reads the packages' metadata instead of starting pip: the same pinned lines."""
+    import subprocess
+
+    from amp_bench.platform.provenance import installed_packages
+    freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--disable-pip-version-check"],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    pinned = {line.lower() for line in freeze if "==" in line and not line.startswith("#")}
+    ours = installed_packages()
+    assert pinned and pinned == {line.lower() for line in ours if "==" in line}
+    assert not any(line.split("==")[0] in ("pip", "setuptools") for line in ours)

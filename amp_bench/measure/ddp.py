@@ -1,4 +1,4 @@
-"""The rank side of AMP under DistributedDataParallel (the parent's side is workers/torchrun.py).
+"""The rank side of AMP under DistributedDataParallel (the parent's side is launchers/torchrun.py).
 
 `Rank`: this process's place in a torchrun job, process-group init/teardown, the DDP wrap; and the
 aggregation of every rank's record into one result row: per step the slowest rank, global

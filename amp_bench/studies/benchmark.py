@@ -1,6 +1,6 @@
 """Orchestration of a benchmark run: suite -> cases -> one worker per case and repeat -> results store.
 
-What is measured lives in measure/; where and how one case runs, in workers/ (launch.py, process.py);
+What is measured lives in measure/; where and how one case runs, in launchers/ (launch.py, process.py);
 the opening every study shares, in session.py. This module decides the order (repeats interleaved
 across precisions so drift hits both sides), writes it down as the run's plan, and runs cases from it
 (run_cases: the local run, each SLURM job of studies/cluster.py and `run --resume` alike), keeping the
@@ -23,8 +23,8 @@ from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, rea
 from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
 from amp_bench.studies.session import Session, probe, record_machine, running, server_for
 from amp_bench.suite import Case
-from amp_bench.workers.forkserver import ForkServer
-from amp_bench.workers.launch import base_row, run_one
+from amp_bench.launchers.forkserver import ForkServer
+from amp_bench.launchers.launch import base_row, run_one
 
 
 class Reporter:
@@ -186,7 +186,7 @@ FLOP_COLUMNS = ("flops_per_step", "peak_tflops", "peak_tflops_source", "peak_tfl
 
 
 def carry_flops(row: dict, counted: dict) -> None:
-    """Only a case's first repeat counts its FLOPs (workers/launch.run_one): the count does not change
+    """Only a case's first repeat counts its FLOPs (launchers/launch.run_one): the count does not change
     between repeats. A later repeat's row takes it, and its own achieved TFLOP/s and MFU at its own
     median step time (stats.achieved_rate, the formula the worker uses)."""
     from amp_bench.stats import achieved_rate
@@ -207,7 +207,7 @@ def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, 
     """Run each case stopped as contended once more, if the run's budget is not spent and the machine
     is quiet now (busy.quiet_now over 2 s); its new row replaces the stopped one and says it was a
     retry. A machine still busy gets no retry (each would be stopped again): the note says why."""
-    from amp_bench.workers.busy import cores_needed, quiet_now
+    from amp_bench.launchers.busy import cores_needed, quiet_now
     first = starved[0][1]
     spent = planner.budget_s is not None and planner.clock() - planner.started >= planner.budget_s
     quiet, how = (False, "the run's budget is spent") if spent else \

@@ -28,7 +28,7 @@ from amp_bench.studies.benchmark import (Machine, Reporter, make_plan, part_key,
                                          schedule)
 from amp_bench.studies.session import new_store, probe, record_machine
 from amp_bench.suite import Case, ExecutorSpec, load_suite, validate_overrides
-from amp_bench.workers.launch import base_row
+from amp_bench.launchers.launch import base_row
 
 PROBE_MARGIN_S = 600  # a job's time limit: its cases' timeouts, plus this for start-up and the probe
 MAX_TIME_MIN = 24 * 60

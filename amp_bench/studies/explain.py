@@ -37,7 +37,7 @@ def unexplained_lines(results: pd.DataFrame) -> list[str]:
         status, explained = row.get("status"), row.get("explain_status")
         not_profiled = not isinstance(explained, str) or not explained
         if status == "ok" and (explained in ("ok", "distorted") or (not_profiled and int(row.get("repeat", 0) or 0) > 0)):
-            continue  # a later repeat is not profiled (workers/launch.run_one): nothing is missing
+            continue  # a later repeat is not profiled (launchers/launch.run_one): nothing is missing
         if status != "ok":
             why = f"{status}: {row.get('reason') or ''}"
         else:

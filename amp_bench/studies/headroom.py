@@ -157,10 +157,10 @@ class _Search:
 
     def run(self, case, stem: str) -> tuple[dict, list]:
         from amp_bench.platform.device import precision_support
-        from amp_bench.workers.launch import run_one
+        from amp_bench.launchers.launch import run_one
         info = self.session.device
         return run_one(case, 0, info, self.session.versions, self.store, precision_support(case.precision, info),
-                       stem=stem)
+                       stem=stem, server=self.session.server)  # a probe forks as a run's case does: ~0.1 s, not ~4 s
 
     def probe(self, base, batch: int) -> tuple[str, str]:
         case = dataclasses.replace(base, batch_size=batch)

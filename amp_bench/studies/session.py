@@ -18,7 +18,7 @@ from amp_bench.studies import probe_cache
 from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo
-from amp_bench.workers.forkserver import ForkServer, launch
+from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.store.results import RunStore, make_run_id, utc_now
 from amp_bench.suite import Suite, load_suite, validate_overrides
 
@@ -116,7 +116,7 @@ class Session:
 
 
 def start_server(suite: Suite, overrides: dict | None = None) -> ForkServer | None:
-    """The run's fork server (workers/forkserver.py), importing what the suite's models need, unless
+    """The run's fork server (launchers/forkserver.py), importing what the suite's models need, unless
     the suite or the command line asks for isolation: spawn (or this platform cannot fork)."""
     isolation = {**suite.settings, **(overrides or {})}.get("isolation", "fork")
     refs = [spec.ref for block in (suite.settings, *suite.blocks.values()) for spec in block.get("models", [])]

@@ -240,7 +240,7 @@ _WORKER_MODULES = ("torch", "torch._dynamo", "torch.optim", "amp_bench.measure.c
 
 def preload_modules(refs, search_dirs: tuple[str, ...] = ()) -> list[str]:
     """The modules a worker for these model references imports before its first step: what a fork
-    server imports once (workers/forkserver.py) so each case's worker starts without them. Names
+    server imports once (launchers/forkserver.py) so each case's worker starts without them. Names
     only: nothing is imported here. A transformers model type adds its own modeling module (its
     package's __init__ is lazy); a name that does not import is skipped there, and the worker imports
     what it needs itself."""

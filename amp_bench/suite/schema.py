@@ -47,7 +47,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "nproc_per_node": [None], "nnodes": 1, "dist_backend": "auto",
         "threads_per_rank": None,  # None, when the case runs: the node's cores / nproc_per_node (measure/ddp.py)
         "rdzv_endpoint": None,
-        "rdzv_id": None,  # None, when the case runs: the suite's name (workers/launch.py)
+        "rdzv_id": None,  # None, when the case runs: the suite's name (launchers/launch.py)
         # torch.compile (docs/measuring.md): an axis of modes; false is eager, true is "default"
         "compile": [False], "compile_backend": "inductor", "compile_fullgraph": False,
         "compile_optimizer": False,  # true: the optimizer step is compiled too, not only the model
@@ -58,10 +58,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # On by default: it kept the main job (resnet50, 2-core CPU) at 113 s and the smoke suite unchanged
         "explain": True,
         # fork: each case's worker is a child of one server that imported torch and the models' libraries
-        # (workers/forkserver.py); spawn: a fresh interpreter per case (DDP cases always are)
+        # (launchers/forkserver.py); spawn: a fresh interpreter per case (DDP cases always are)
         "isolation": "fork",
         # stop: the parent stops a case whose worker other processes held under 85% of its cores for 3 s
-        # (workers/busy.py), status contended with the evidence, retried once at the end if the machine
+        # (launchers/busy.py), status contended with the evidence, retried once at the end if the machine
         # is quiet then; flag: it runs to the end and the row says contended (AMP_BENCH_ON_CONTENTION overrides)
         "on_contention": "stop",
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-TRACE_ENV = "AMP_BENCH_EXPLAIN_TRACE"  # where the worker saves the trace (workers/launch.py sets it)
+TRACE_ENV = "AMP_BENCH_EXPLAIN_TRACE"  # where the worker saves the trace (launchers/launch.py sets it)
 # the regions analysis/explain/trace.py reads (it holds the same two strings; a test keeps them equal)
 STEP_REGION = "amp_bench::step"
 PHASE_PREFIX = "amp_bench::"

@@ -59,7 +59,7 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
                             "reason": not_run_reason(support), "emulated": support.emulated}]
                 else:
                     new = _train_in_worker(store, info, dataclasses.replace(spec, seeds=(seed,)), precision, base,
-                                           (steps, epochs, probes, scales), reporter, support)
+                                           (steps, epochs, probes, scales), reporter, support, session.server)
                 stamp = utc_now().isoformat()
                 rows += [{**r, "timestamp": stamp} for r in new]
                 finished += new
@@ -76,14 +76,16 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
     return frame
 
 
-def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tuple, reporter, support) -> list[dict]:
+def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tuple, reporter, support,
+                     server=None) -> list[dict]:
     """One worker trains spec.seeds under one precision; its rows (the per-step, per-epoch and probe
-    tables are appended to `tables`), or one row per seed with the status the worker ended in."""
-    from amp_bench.workers.launch import classify_death, death_reason, run_job
+    tables are appended to `tables`), or one row per seed with the status the worker ended in. With
+    the study's fork server, the worker is its child, as a run's cases are."""
+    from amp_bench.launchers.launch import classify_death, death_reason, run_job
     stem = f"fidelity-{precision}-seed{'-'.join(map(str, spec.seeds))}"
     outcome = run_job(store, "fidelity", stem, {"spec": spec.to_json(), "precision": precision,
                                                 "device": info.to_json(), "support": dataclasses.asdict(support)},
-                      spec.timeout_s, on_event=lambda e: reporter.worker_event(precision, e))
+                      spec.timeout_s, on_event=lambda e: reporter.worker_event(precision, e), server=server)
     (store.dir / "work" / f"{stem}.result.json").unlink(missing_ok=True)
     result = outcome.result or {}
     log_file = str(outcome.log_path.relative_to(store.dir))

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Callable
 
 from amp_bench.measure.ddp import SCALING
-from amp_bench.workers import torchrun
+from amp_bench.launchers import torchrun
 from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
-from amp_bench.workers.busy import ContentionWatch, cores_needed
-from amp_bench.workers.forkserver import ForkServer, launch
-from amp_bench.workers.process import WorkerOutcome
+from amp_bench.launchers.busy import ContentionWatch, cores_needed
+from amp_bench.launchers.forkserver import ForkServer, launch
+from amp_bench.launchers.process import WorkerOutcome
 from amp_bench.store.results import RunStore, utc_now
 from amp_bench.suite import Case
 
@@ -119,7 +119,7 @@ def _take_result(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, sto
 
 def _ending(outcome: WorkerOutcome, case: Case, result_path: Path) -> dict:
     """Status and reason of a worker that left no result: stopped as contended, timed out, killed, failed."""
-    if outcome.contention:  # stopped early by the parent (workers/busy.py): the machine was not its to measure
+    if outcome.contention:  # stopped early by the parent (launchers/busy.py): the machine was not its to measure
         return {"status": "contended", "reason": outcome.contention, "contended": True,
                 "contention": outcome.contention}
     ending = {"status": classify_death(outcome), "reason": death_reason(outcome, case.timeout_s)}

@@ -21,7 +21,7 @@ rusage over a Unix socket (fds travel with SCM_RIGHTS, as multiprocessing's fork
 
 Parent side: ForkServer.start(...), launch(...) -> WorkerOutcome (a forked child, or a spawned
 interpreter where the server cannot take the case), ForkServer.close().
-Server side: `python -m amp_bench.workers.forkserver` (the parent starts it).
+Server side: `python -m amp_bench.launchers.forkserver` (the parent starts it).
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from amp_bench.workers import process
-from amp_bench.workers.process import WorkerOutcome
+from amp_bench.launchers import process
+from amp_bench.launchers.process import WorkerOutcome
 
 # variables a fork cannot change for a child: read when torch and its libraries load (thread pools,
 # the kernels' ISA, the devices CUDA sees, the allocator's settings, the loader's paths)
@@ -77,7 +77,7 @@ class ForkServer:
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "amp_bench.workers.forkserver", str(theirs.fileno()),
+                [sys.executable, "-m", "amp_bench.launchers.forkserver", str(theirs.fileno()),
                  json.dumps({"preload": preload, "search_dirs": list(search_dirs)})],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
                 pass_fds=(theirs.fileno(),), start_new_session=True)
@@ -214,7 +214,7 @@ def launch(args: list[str], result_path: Path, log_path: Path, timeout_s: float,
     """Run `python -m amp_bench.worker ARGS`: a child of the fork server where it can take the case (no
     launcher such as torchrun, no import-time variable of the case's own, a server that is ready and
     safe), else a fresh interpreter (process.run_worker). Never raises for worker failures.
-    `contention(pid)`: a watch that may stop the worker early (workers/busy.py)."""
+    `contention(pid)`: a watch that may stop the worker early (launchers/busy.py)."""
     if server is not None and launcher is None and forkable_env(extra_env) and server.ready():
         try:
             return _run_forked(server, args, result_path, log_path, timeout_s, on_event, extra_env, contention)

@@ -1,7 +1,7 @@
 """AMP under DistributedDataParallel, launched by PyTorch's own torchrun (torch.distributed.run).
 
 Parent side: the torchrun command for a case (`launch_command`). Launcher: `python -m
-amp_bench.workers.torchrun launch TORCHRUN-ARGS...` is torchrun itself, run in-process after the worker's
+amp_bench.launchers.torchrun launch TORCHRUN-ARGS...` is torchrun itself, run in-process after the worker's
 die-with-parent guard, so that torchrun (and through it every rank) dies with the orchestrator.
 Rank side (`Rank`): process group init/teardown, the DDP wrap, and the aggregation of every rank's
 record into one result row: per step the slowest rank, global throughput, memory as the max across
@@ -25,7 +25,7 @@ from amp_bench.measure.ddp import rank_result_path, threads_per_rank
 
 def launch_command(case, rdzv_id: str) -> list[str]:
     """argv that runs `amp_bench.worker` on every rank of the case (append the worker's args)."""
-    args = [sys.executable, "-m", "amp_bench.workers.torchrun", "launch",
+    args = [sys.executable, "-m", "amp_bench.launchers.torchrun", "launch",
             f"--nproc-per-node={case.nproc_per_node}",
             "--max-restarts=0",  # a benchmark rank that fails must end the case, not restart it
             "--monitor-interval=0.1"]  # notice a dead rank (and stop the others) within 0.1 s
@@ -124,7 +124,7 @@ def _launch(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["launch"]:
         return _launch(argv[1:])
-    print("usage: python -m amp_bench.workers.torchrun launch TORCHRUN-ARGS...", file=sys.stderr)
+    print("usage: python -m amp_bench.launchers.torchrun launch TORCHRUN-ARGS...", file=sys.stderr)
     return 2
 
 

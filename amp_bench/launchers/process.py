@@ -29,7 +29,7 @@ class WorkerOutcome:
     wall_s: float
     log_path: Path
     started_by: str = "spawn"  # spawn: a fresh interpreter; fork: a child of the run's fork server
-    contention: str = ""  # why the parent stopped it early as contended (workers/busy.py), '' if it did not
+    contention: str = ""  # why the parent stopped it early as contended (launchers/busy.py), '' if it did not
     contention_seen: str = ""  # not stopped, but starved over its life (busy.ContentionWatch.lifetime)
 
 
@@ -39,7 +39,7 @@ _tokens = itertools.count()
 # quiet, PASSIVE made fp32 steps 3% and bf16 steps 6% slower than the default (the bf16 speedup 1.57x
 # against 1.71x: shorter steps wait at more barriers); beside one busy process it made them 1.8x and 1.3x
 # faster than the default's 3.5x and 3.4x slowdowns, but such a case is stopped as contended anyway
-# (workers/busy.py). OMP_WAIT_POLICY=PASSIVE in the environment is passed through; every row records it.
+# (launchers/busy.py). OMP_WAIT_POLICY=PASSIVE in the environment is passed through; every row records it.
 
 
 def package_pythonpath(existing: str = "") -> str:
@@ -76,7 +76,7 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     The deadline holds until the worker process has exited, not just until it closes its event
     pipe (interpreter shutdown can hang on a thread the model started). KeyboardInterrupt in the
     parent kills the worker's process group and propagates. `contention(pid)` gives a watch
-    (workers/busy.ContentionWatch) that may stop the worker early; its evidence is in the outcome.
+    (launchers/busy.ContentionWatch) that may stop the worker early; its evidence is in the outcome.
     """
     result_path.unlink(missing_ok=True)
     token = new_token()
