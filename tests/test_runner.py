@@ -36,7 +36,7 @@ timeout_s: 25  # the sleeper times out; every other case is done in seconds, eve
 def _workers_alive(marker: str) -> list[int]:
     """Workers whose command line names the marker: a spawned worker's names its run directory; a run's
     fork server (amp_bench.launchers.forkserver) and the children it forks carry the suite's folder."""
-    return processes_with("amp_bench.worker", marker)
+    return processes_with("amp_bench.worker", marker) + processes_with("amp_bench.launchers.forkserver", marker)
 
 
 def test_every_status_is_recorded_and_the_run_goes_on(write_suite, tmp_path):
