@@ -103,8 +103,13 @@ def busy(tmp: Path, quiet_run: Path | None) -> None:
             burner.kill()
     rows = pd.read_csv(run_dir / "results.csv")
     measured = rows[rows["status"] != "unsupported"]
-    print(f"smoke beside three busy processes: {took:.0f} s; statuses {measured['status'].value_counts().to_dict()}; "
+    finished = measured[measured["status"] == "ok"]
+    flagged = finished["contended"].astype(str).eq("True").sum()
+    print(f"smoke beside three busy processes: {took:.0f} s; statuses {measured['status'].value_counts().to_dict()} "
+          f"({flagged} of the {len(finished)} that finished flagged contended); "
           f"timeouts {int((rows['status'] == 'timeout').sum())}")
+    for reason in finished["contention"].dropna().unique()[:2]:
+        print(f"  finished, flagged: {reason}")
     for reason in measured["reason"].dropna().unique()[:3]:
         print(f"  evidence: {reason}")
     if quiet_run is None:
@@ -116,10 +121,13 @@ def busy(tmp: Path, quiet_run: Path | None) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("main", "smoke", "busy", "all"))
+    parser.add_argument("--keep", type=Path, help="keep the runs in this (new) folder instead of a temporary one")
     args = parser.parse_args(argv)
     print(f"{os.uname().nodename}: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", flush=True)
+    if args.keep:
+        args.keep.mkdir(parents=True)
     with tempfile.TemporaryDirectory() as folder:
-        tmp = Path(folder)
+        tmp = args.keep or Path(folder)
         quiet = None
         if args.what in ("smoke", "all"):
             quiet = smoke_pair(tmp)

@@ -42,7 +42,20 @@ def native_on_this_cpu(precision: str) -> bool:
     return precision_support(precision, probe_device("cpu")).supported
 
 
+# Seconds each of the longest test files took on the 2-core EPYC (the sum of `pytest --durations=0`'s
+# lines per file, 2026-12-02). xdist's loadfile hands files to its processes in collection order; in
+# alphabetical order three of the longest (test_runner, test_slurm, the gpu_check tests' neighbours)
+# came last and one process ran on alone for about a minute. Longest first, the short files fill the
+# end. A file not listed keeps its place after these; a stale figure costs only some of that minute.
+LONG_FILES = {"test_gpu_check.py": 181, "test_runner.py": 120, "test_distributed.py": 119, "test_predict.py": 91,
+              "test_cluster.py": 91, "test_compare.py": 87, "test_compile.py": 80, "test_slurm.py": 61,
+              "test_explain_cli.py": 59, "test_cli_e2e.py": 56, "test_nightly.py": 42, "test_headroom.py": 42,
+              "test_forkserver.py": 37, "test_fidelity.py": 35, "test_fp8.py": 32, "test_pytest_plugin.py": 31,
+              "test_history.py": 28, "test_report_browser.py": 27, "test_structure.py": 25}
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: -LONG_FILES.get(item.path.name, 0))  # stable: a file's tests keep their order
     import torch
     if torch.cuda.is_available():
         return
@@ -57,7 +70,10 @@ def probe_cache(tmp_path_factory):
     """Runs of this session reuse one CPU probe per environment (amp_bench/studies/probe_cache.py):
     some 45 runs would each start a worker that imports torch only to describe this CPU. The CLI
     runs the tests start inherit it. Tests of the probe itself unset it."""
-    folder = tmp_path_factory.mktemp("probe-cache")
+    session = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one folder for every xdist process of this command
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent / f"probe-cache-{session}" if session else base / "probe-cache"
+    folder.mkdir(parents=True, exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("AMP_BENCH_PROBE_CACHE", str(folder))
         yield folder

@@ -76,9 +76,13 @@ def test_a_gpu_case_needs_one_host_core_so_the_same_neighbours_on_a_16_core_host
 
 
 def test_the_watch_stops_at_the_end_of_the_measured_window():
-    watch = ContentionWatch(1, 2, read=lambda: pytest.fail("read after the window"), clock=lambda: 100.0)
+    """One last reading as the window ends (it closes the span a short worker is judged over), none after."""
+    reads = []
+    watch = ContentionWatch(1, 2, read=lambda: reads.append(1), clock=lambda: 100.0)
     watch.on_event({"event": "phase", "phase": "after"})
-    assert watch.check() == ""
+    assert watch.check() == "" and len(reads) == 1
+    watch.on_event({"event": "phase", "phase": "after"})
+    assert watch.check() == "" and len(reads) == 1
 
 
 class _StarvedOnce:
@@ -152,6 +156,13 @@ def test_a_worker_too_short_to_stop_is_judged_over_its_life():
         assert watch.check() == ""
     evidence = watch.lifetime()
     assert evidence.startswith("3 other processes") and evidence.endswith("over the worker's life")
+    # a worker whose window ended before a second tick: the window's end is the span's other reading
+    snaps = iter(_snapshots([short[0], short[2]]))
+    now["t"] = short[0]["at"]
+    watch = ContentionWatch(RECORDED["worker_pid"], 2, read=lambda: next(snaps, None), clock=lambda: now["t"])
+    assert watch.check() == "" and watch.lifetime() == ""  # one reading: nothing to judge yet
+    watch.on_event({"event": "phase", "phase": "after"})
+    assert watch.lifetime().endswith("over the worker's life") and watch.check() == ""
     quiet = [r for r in RECORDED["readings"] if r["at"] <= 2.5]
     snaps = iter(_snapshots(quiet))
     watch = ContentionWatch(RECORDED["worker_pid"], 2, read=lambda: next(snaps, None), clock=lambda: now["t"])

@@ -102,7 +102,10 @@ class ContentionWatch:
         self.done = False  # the measured window is over: nothing left to protect
 
     def on_event(self, event: dict) -> None:
-        if event.get("event") == "phase" and event.get("phase") == "after":
+        if event.get("event") == "phase" and event.get("phase") == "after" and not self.done:
+            taken = self.read()  # the window's end closes the span a short worker is judged over (lifetime())
+            if taken is not None:
+                self.history.append(taken)
             self.done = True
 
     def lifetime(self) -> str:
