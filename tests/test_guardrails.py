@@ -304,13 +304,15 @@ def _burner() -> subprocess.Popen:
 @pytest.mark.solo  # its quiet half needs no other test running beside it
 def test_a_worker_beside_cpu_burners_is_flagged_and_a_quiet_one_is_not(write_suite, tmp_path, monkeypatch):
     """One-thread worker: beside burners on every core it is contended; alone, with one core free
-    even if something else holds the other, it is not."""
+    even if something else holds the other, other processes are never blamed (a VM's hypervisor may
+    still steal enough to flag it, and the row then says so)."""
     from amp_bench.studies.benchmark import run_suite
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     suite = write_suite(CPU_SUITE.format(model="mlp", budget=3.0))
     quiet = run_suite(suite, device="cpu", results_dir=tmp_path / "quiet").iloc[0]
     assert quiet["status"] == "ok" and quiet["num_threads"] == 1
-    assert quiet["contended"] in (False, "False"), quiet["contention"]
+    if quiet["contended"] in (True, "True"):  # the hypervisor's steal is contention no test can prevent on a VM
+        assert "hypervisor stole" in quiet["contention"] and "other processes" not in quiet["contention"], quiet["contention"]
     burners = [_burner() for _ in range(2 * (os.cpu_count() or 2))]
     try:
         time.sleep(0.5)
