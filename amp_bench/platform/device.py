@@ -224,6 +224,13 @@ class DeviceUnavailable(Exception):
     pass
 
 
+def check_device_name(requested: str) -> None:
+    """A CUDA device's name checked before anything starts (no torch): cuda or cuda:N."""
+    if requested.startswith("cuda") and not (requested == "cuda" or
+                                             (requested.startswith("cuda:") and requested[5:].isdigit())):
+        raise DeviceUnavailable(f"device {requested!r}: expected cuda or cuda:N")
+
+
 def probe_device(requested: str = "auto", cuda: CudaQuery | None = None,
                  cpu_info: tuple[str, frozenset[str]] | None = None,
                  cpu_fp16_autocast: bool | None = None) -> DeviceInfo:
@@ -238,10 +245,8 @@ def probe_device(requested: str = "auto", cuda: CudaQuery | None = None,
         return DeviceInfo("cpu", cpu_model or "cpu", cpu_model=cpu_model, cpu_flags=cpu_flags,
                           cpu_fp16_autocast=fp16)
     if requested == "cuda" or requested.startswith("cuda:"):
-        index_text = requested.partition(":")[2] or "0"
-        if not index_text.isdigit():
-            raise DeviceUnavailable(f"device {requested!r}: expected cuda or cuda:N")
-        index = int(index_text)
+        check_device_name(requested)
+        index = int(requested.partition(":")[2] or "0")
         if not cuda.is_available():
             raise DeviceUnavailable(f"device {requested!r}: no CUDA device is available "
                                     "(torch.cuda.is_available() is False)")

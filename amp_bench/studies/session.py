@@ -17,7 +17,7 @@ from amp_bench.platform.provenance import host_facts, software_record
 from amp_bench.studies import probe_cache
 from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.errors import UserError
-from amp_bench.platform.device import DeviceInfo
+from amp_bench.platform.device import DeviceInfo, DeviceUnavailable, check_device_name
 from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.store.results import RunStore, make_run_id, utc_now
 from amp_bench.suite import Suite, load_suite, validate_overrides
@@ -72,6 +72,10 @@ class Session:
         suite = load_suite(path)
         if overrides:  # a bad override is a one-line error before any worker starts
             validate_overrides(overrides, suite.path)
+        try:  # and a misspelt device, before the server imports torch
+            check_device_name(device or suite.device)
+        except DeviceUnavailable as exc:
+            raise UserError(str(exc)) from None
         server = start_server(suite, overrides)
         try:
             probed = probe(device or suite.device, server)
