@@ -73,7 +73,7 @@ def main() -> int:
         print(f"  {line.strip('= ')}")
     print(f"README test command: exit {code} in {took:.0f} s ({took / 60:.1f} min; target < 10 min)")
     if args.write:
-        counts = next((line.strip("= ") for line in reversed(summary) if "passed" in line or "failed" in line), "")
+        counts = "; ".join(line.strip("= ") for line in summary if "passed" in line or "failed" in line)  # both parts
         write_row("tests", {"machine": machine(), "setting": setting, "wall": f"{took / 60:.1f} min",
                             "result": f"exit {code}; {counts}", "date": f"{dt.date.today()}"}, ("machine", "setting"))
     if args.keep or code:
