@@ -13,7 +13,7 @@ import pytest
 
 from amp_bench.analysis.explain import gpu_trace
 from amp_bench.analysis.explain.categories import classify_kernel, kernel_kind
-from amp_bench.analysis.explain.events import CPU_CATS, GPU_CATS, _forest, step_windows
+from amp_bench.analysis.explain.events import CPU_CATS, GPU_CATS, nest_events, step_windows
 from amp_bench.analysis.explain.kernels import NO_TENSOR_CORE, TENSOR_CORE, UNKNOWN, gemm_dims, tensor_core_use
 from amp_bench.analysis.explain.trace import NoGpuActivity, load_trace, read_profile
 from conftest import FIXTURES, ROOT
@@ -50,7 +50,7 @@ def test_on_microsecond_kernels_hta_counts_the_same_events_at_whole_microseconds
 
 def _kept(trace):
     events = [e for e in load_trace(HTA / trace)["traceEvents"] if e.get("ph") == "X" and "ts" in e]
-    nodes = _forest([e for e in events if e.get("cat") in CPU_CATS])
+    nodes = nest_events([e for e in events if e.get("cat") in CPU_CATS])
     return gpu_trace._select([e for e in events if e.get("cat") in GPU_CATS], gpu_trace._launches(events),
                              step_windows(nodes))
 

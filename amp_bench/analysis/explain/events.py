@@ -127,11 +127,11 @@ def load_trace(source) -> dict:
 
 
 @dataclass
-class _Node:
+class EventNode:
     event: dict
     start: float
     end: float
-    parent: "_Node | None" = None
+    parent: "EventNode | None" = None
     children: list = field(default_factory=list)
 
     @property
@@ -145,18 +145,18 @@ class _Node:
             node = node.parent
 
 
-def _forest(events: list[dict]) -> list[_Node]:
+def nest_events(events: list[dict]) -> list[EventNode]:
     """CPU events (ops and annotations) nested per thread by time containment; returns every node."""
     by_thread: dict = {}
     for e in events:
         by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(e)
-    nodes: list[_Node] = []
+    nodes: list[EventNode] = []
     for thread_events in by_thread.values():
         thread_events.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
-        stack: list[_Node] = []
+        stack: list[EventNode] = []
         for e in thread_events:
             start = float(e["ts"])
-            node = _Node(e, start, start + float(e.get("dur", 0)))
+            node = EventNode(e, start, start + float(e.get("dur", 0)))
             while stack and start >= stack[-1].end - 1e-3:
                 stack.pop()
             if stack:
@@ -168,7 +168,7 @@ def _forest(events: list[dict]) -> list[_Node]:
     return nodes
 
 
-def _self_time(node: _Node) -> float:
+def _self_time(node: EventNode) -> float:
     return max(node.end - node.start - sum(c.end - c.start for c in node.children), 0.0)
 
 
@@ -184,32 +184,32 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total + (cur_end - cur_start if cur_end is not None else 0.0)
 
 
-def _is_optimizer_region(node: _Node) -> bool:
+def _is_optimizer_region(node: EventNode) -> bool:
     return node.name.startswith("Optimizer.")
 
 
-def _in_optimizer(node: _Node) -> bool:
+def under_optimizer(node: EventNode) -> bool:
     return any(_is_optimizer_region(a) for a in node.ancestors())
 
 
-def _counted_annotation(node: _Node) -> bool:
+def _counted_annotation(node: EventNode) -> bool:
     """A region whose own time is work, not host time: Inductor's `## Call CompiledFxGraph ... ##`
     (its generated kernels run there) and any region nested inside an op."""
     return node.name.startswith(COMPILED_GRAPH) or any(a.event.get("cat") == "cpu_op" for a in node.ancestors())
 
 
-def _op_category(node: _Node) -> str:
+def _op_category(node: EventNode) -> str:
     """A CPU op's category; `aten::to`/`aten::_to_copy` follow their copy child (cast or layout)."""
     args = node.event.get("args") or {}
-    if node.name in ("aten::to", "aten::_to_copy") and not _in_optimizer(node):
+    if node.name in ("aten::to", "aten::_to_copy") and not under_optimizer(node):
         for child in _descendants(node):
             if child.name == "aten::copy_":
                 return classify_op(child.name, (child.event.get("args") or {}).get("Input type"))
         return "cast"
-    return classify_op(node.name, args.get("Input type"), _in_optimizer(node))
+    return classify_op(node.name, args.get("Input type"), under_optimizer(node))
 
 
-def _descendants(node: _Node):
+def _descendants(node: EventNode):
     for child in node.children:
         yield child
         yield from _descendants(child)
@@ -218,7 +218,7 @@ def _descendants(node: _Node):
 class _Phases:
     """Which phase a moment of the step belongs to, from the amp_bench::<phase> regions."""
 
-    def __init__(self, nodes: list[_Node]):
+    def __init__(self, nodes: list[EventNode]):
         regions = sorted((n.start, n.end, n.name[len(PHASE_PREFIX):]) for n in nodes
                          if n.event.get("cat") == "user_annotation" and n.name.startswith(PHASE_PREFIX)
                          and n.name != STEP_REGION)
@@ -238,16 +238,16 @@ class _Phases:
         return out
 
 
-def _phase_of(node: _Node, phases: _Phases) -> str:
+def _phase_of(node: EventNode, phases: _Phases) -> str:
     phase = phases.at(node.start)
-    if _in_optimizer(node) or _is_optimizer_region(node):
+    if under_optimizer(node) or _is_optimizer_region(node):
         return "optimizer"
     if phase == "optimizer":  # after the optimizer mark but outside Optimizer.step: GradScaler's work
         return "scaler"
     return phase if phase in PHASES else "other"
 
 
-def _shapes(nodes: list[_Node]) -> list[dict]:
+def _shapes(nodes: list[EventNode]) -> list[dict]:
     """Recorded input shapes of the GEMM and convolution ops, counted per distinct (op, dims, types)."""
     seen: dict = {}
     for n in nodes:
@@ -274,7 +274,7 @@ class Windows:
     whole_trace: bool = False
 
 
-def step_windows(nodes: list[_Node]) -> Windows:
+def step_windows(nodes: list[EventNode]) -> Windows:
     ours = sorted((n.start, n.end) for n in nodes if n.name == STEP_REGION)
     if ours:
         return Windows(ours, [])
@@ -291,7 +291,7 @@ def step_windows(nodes: list[_Node]) -> Windows:
                    [f"no {STEP_REGION} or ProfilerStep region: the whole trace is one step"], whole_trace=True)
 
 
-def within(nodes: list[_Node], start: float, end: float) -> list[_Node]:
+def within(nodes: list[EventNode], start: float, end: float) -> list[EventNode]:
     return [n for n in nodes if n.start >= start - 1e-3 and n.end <= end + 1e-3]
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, KINDS, classify_kernel, copy_is_cast, kernel_kind
 from amp_bench.analysis.explain.kernels import tensor_core_summary
-from amp_bench.analysis.explain.events import (GPU_CATS, NoGpuActivity, Profile, StepTimes, Windows, _forest, _is_optimizer_region,
-                                              _Node, _phase_of, _Phases, _shapes, _union, from_steps, per_step_phases,
+from amp_bench.analysis.explain.events import (GPU_CATS, NoGpuActivity, Profile, StepTimes, Windows, nest_events, _is_optimizer_region,
+                                              EventNode, _phase_of, _Phases, _shapes, _union, from_steps, per_step_phases,
                                               within)
 
 NO_GPU_EVENTS = ("the CUDA trace holds no kernel, memcpy or memset in its steps: CUPTI recorded nothing (another "
@@ -37,7 +37,7 @@ NO_GPU_EVENTS = ("the CUDA trace holds no kernel, memcpy or memset in its steps:
 def _launches(events: list[dict]) -> dict:
     """correlation id -> the CUDA runtime / driver call that launched it, nested under its CPU ops."""
     runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
-    nodes = _forest([e for e in events if e.get("cat") in ("cpu_op", "user_annotation")] + runtime)
+    nodes = nest_events([e for e in events if e.get("cat") in ("cpu_op", "user_annotation")] + runtime)
     out = {}
     for node in nodes:
         if node.event.get("cat") in ("cuda_runtime", "cuda_driver"):
@@ -47,7 +47,7 @@ def _launches(events: list[dict]) -> dict:
     return out
 
 
-def _select(gpu: list[dict], launches: dict, windows: Windows) -> list[tuple[dict, _Node | None, int | None]]:
+def _select(gpu: list[dict], launches: dict, windows: Windows) -> list[tuple[dict, EventNode | None, int | None]]:
     """(event, its launch, its step index or None) for every GPU event that counts."""
     starts = [start for start, _ in windows.steps]
     kept = []
@@ -66,7 +66,7 @@ def _select(gpu: list[dict], launches: dict, windows: Windows) -> list[tuple[dic
     return kept
 
 
-def _category(e: dict, launch: _Node | None) -> str:
+def _category(e: dict, launch: EventNode | None) -> str:
     category = classify_kernel(e.get("name", ""))
     if launch is None or kernel_kind(e.get("name", "")) != "computation":
         return category  # NCCL and memcpy/memset stay themselves, wherever they were launched
@@ -153,7 +153,7 @@ def _tensor_cores(kept) -> dict:
     return summary
 
 
-def cuda_profile(trace: dict, events: list[dict], nodes: list[_Node], windows: Windows, trace_path) -> Profile:
+def cuda_profile(trace: dict, events: list[dict], nodes: list[EventNode], windows: Windows, trace_path) -> Profile:
     """The Profile of a CUDA (or ROCm) trace; NoGpuActivity when its steps hold no GPU event."""
     gpu = [e for e in events if e.get("cat") in GPU_CATS]
     kept = _select(gpu, _launches(events), windows)

@@ -24,19 +24,19 @@ from __future__ import annotations
 from amp_bench.analysis.explain import gpu_trace
 from amp_bench.analysis.explain.categories import CATEGORIES
 from amp_bench.analysis.explain.events import (CPU_CATS, GPU_CATS, PHASE_PREFIX, PHASES, STEP_REGION,  # noqa: F401
-                                               NoGpuActivity, Profile, StepTimes, _counted_annotation, _forest,
-                                               _in_optimizer, _is_optimizer_region, _Node, _op_category, _phase_of,
+                                               NoGpuActivity, Profile, StepTimes, _counted_annotation, nest_events,
+                                               under_optimizer, _is_optimizer_region, EventNode, _op_category, _phase_of,
                                                _Phases, _self_time, _shapes, _union, from_steps, load_trace,
                                                per_step_phases, step_windows, within)
 
 
-def _cpu_step(nodes: list[_Node], phases: _Phases, phase_ms: dict) -> tuple[dict, float]:
+def _cpu_step(nodes: list[EventNode], phases: _Phases, phase_ms: dict) -> tuple[dict, float]:
     """One step's CPU categories (self times) and busy time; adds its time per phase to `phase_ms`."""
     categories = {c: 0.0 for c in CATEGORIES}
     intervals = []
     for node in nodes:
         cat = node.event.get("cat")
-        in_optimizer = _is_optimizer_region(node) or _in_optimizer(node)
+        in_optimizer = _is_optimizer_region(node) or under_optimizer(node)
         if cat == "user_annotation" and not in_optimizer and not _counted_annotation(node):
             continue  # our marks, the step region, ProfilerStep#: their own time is host time
         if not any(a.event.get("cat") == "cpu_op" or _is_optimizer_region(a) for a in node.ancestors()):
@@ -56,7 +56,7 @@ def read_profile(source, device_type: str | None = None, trace_path: str | None 
     if device_type is None:
         device_type = "cuda" if trace.get("deviceProperties") or any(e.get("cat") in GPU_CATS for e in events) \
             else "cpu"
-    nodes = _forest([e for e in events if e.get("cat") in CPU_CATS])
+    nodes = nest_events([e for e in events if e.get("cat") in CPU_CATS])
     windows = step_windows(nodes)
     if device_type == "cuda":
         return gpu_trace.cuda_profile(trace, events, nodes, windows, trace_path)

@@ -9,14 +9,13 @@ A CPU trace gives an op inventory: the same outermost ops, their FLOPs, bytes an
 GPU time (the CPU's time says nothing of a GPU's), so the target's roofline prices them.
 
 Why by hand: explain's reader (analysis/explain/trace.py) sums time per category and keeps no per-op
-shapes; Holistic Trace Analysis has no shapes-to-FLOPs. The nesting of CPU events is rebuilt here in
-a few lines (time containment per thread) rather than borrowed from explain's private helpers.
+shapes; Holistic Trace Analysis has no shapes-to-FLOPs. The CPU events are nested by explain's
+events.nest_events (time containment per thread), the one nesting both readers use.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from amp_bench.analysis.explain.categories import classify_kernel, classify_op
+from amp_bench.analysis.explain.events import EventNode, under_optimizer, nest_events
 from amp_bench.analysis.explain.trace import STEP_REGION, load_trace
 from amp_bench.analysis.predict.ops import OpCost, is_costed, op_cost
 from amp_bench.analysis.predict.scaling import HOST, HOST_COPY, Work
@@ -24,50 +23,17 @@ from amp_bench.analysis.predict.scaling import HOST, HOST_COPY, Work
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
-@dataclass
-class _Event:
-    raw: dict
-    start: float
-    end: float
-    parent: "_Event | None" = None
-    children: list = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.raw.get("name", "")
-
-
-def _nest(events: list[dict]) -> list[_Event]:
-    """CPU events nested per thread by time containment; every event returned, parents first."""
-    nodes, threads = [], {}
-    for e in events:
-        threads.setdefault((e.get("pid"), e.get("tid")), []).append(e)
-    for thread in threads.values():
-        thread.sort(key=lambda e: (float(e["ts"]), -float(e.get("dur", 0))))
-        stack: list[_Event] = []
-        for e in thread:
-            node = _Event(e, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
-            while stack and node.start >= stack[-1].end - 1e-3:
-                stack.pop()
-            if stack:
-                node.parent = stack[-1]
-                stack[-1].children.append(node)
-            stack.append(node)
-            nodes.append(node)
-    return nodes
-
-
-def _cost(node: _Event) -> OpCost | None:
-    args = node.raw.get("args") or {}
+def _cost(node: EventNode) -> OpCost | None:
+    args = node.event.get("args") or {}
     if not is_costed(node.name):
         return None
     return op_cost(node.name, args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs"),
                    args.get("Input Strides"))
 
 
-def _costed_roots(nodes: list[_Event]) -> dict[int, tuple[_Event, OpCost]]:
+def _costed_roots(nodes: list[EventNode]) -> dict[int, tuple[EventNode, OpCost]]:
     """id(event) -> (event, cost) for the outermost events that cost work: nothing under them counts."""
-    out: dict[int, tuple[_Event, OpCost]] = {}
+    out: dict[int, tuple[EventNode, OpCost]] = {}
     for node in nodes:  # parents come before their children
         ancestor = node.parent
         while ancestor is not None and id(ancestor) not in out:
@@ -80,21 +46,12 @@ def _costed_roots(nodes: list[_Event]) -> dict[int, tuple[_Event, OpCost]]:
     return out
 
 
-def _in_optimizer(node: _Event) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent.name.startswith("Optimizer."):
-            return True
-        parent = parent.parent
-    return False
+def _category(node: EventNode) -> str:
+    args = node.event.get("args") or {}
+    return classify_op(node.name, args.get("Input type"), under_optimizer(node))
 
 
-def _category(node: _Event) -> str:
-    args = node.raw.get("args") or {}
-    return classify_op(node.name, args.get("Input type"), _in_optimizer(node))
-
-
-def _window(nodes: list[_Event]) -> tuple[float, float]:
+def _window(nodes: list[EventNode]) -> tuple[float, float]:
     """The profiled step: amp_bench's step region, else the first ProfilerStep#N of a trace taken with
     torch.profiler's schedule, else the whole trace."""
     steps = [n for n in nodes if n.name == STEP_REGION] or \
@@ -106,10 +63,10 @@ def _window(nodes: list[_Event]) -> tuple[float, float]:
     return (min(n.start for n in tops), max(n.end for n in tops)) if tops else (0.0, 0.0)
 
 
-def _cpu_nodes(trace: dict) -> list[_Event]:
+def _cpu_nodes(trace: dict) -> list[EventNode]:
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e
               and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")]
-    return _nest(events)
+    return nest_events(events)
 
 
 def inventory(source) -> list[Work]:
@@ -130,7 +87,7 @@ def inventory(source) -> list[Work]:
     return works + list(foreach.values())
 
 
-def _foreach_parent(node: _Event) -> _Event | None:
+def _foreach_parent(node: EventNode) -> EventNode | None:
     parent = node.parent
     while parent is not None:
         if parent.name.startswith(("aten::_foreach_", "aten::_fused_")):
@@ -139,7 +96,7 @@ def _foreach_parent(node: _Event) -> _Event | None:
     return None
 
 
-def _launching_op(launch: _Event | None, roots: dict) -> tuple[_Event, OpCost] | None:
+def _launching_op(launch: EventNode | None, roots: dict) -> tuple[EventNode, OpCost] | None:
     node = launch
     while node is not None:
         if id(node) in roots:
@@ -173,9 +130,9 @@ def gpu_works(source) -> tuple[list[Work], float, float]:
     trace = load_trace(source)
     nodes = _cpu_nodes(trace)
     start, end = _window(nodes)
-    roots = _costed_roots([n for n in nodes if n.raw.get("cat") != "cuda_runtime"])
-    launches = {(n.raw.get("args") or {}).get("correlation"): n for n in nodes
-                if n.raw.get("cat") in ("cuda_runtime", "cuda_driver")}
+    roots = _costed_roots([n for n in nodes if n.event.get("cat") != "cuda_runtime"])
+    launches = {(n.event.get("args") or {}).get("correlation"): n for n in nodes
+                if n.event.get("cat") in ("cuda_runtime", "cuda_driver")}
     grouped: dict[int, Work] = {}
     works, intervals = [], []
     for e in trace.get("traceEvents", []):
@@ -197,7 +154,7 @@ def gpu_works(source) -> tuple[list[Work], float, float]:
     return works, busy, wall
 
 
-def _add_kernel(grouped: dict[int, Work], owner: tuple[_Event, OpCost], event: dict, ms: float) -> None:
+def _add_kernel(grouped: dict[int, Work], owner: tuple[EventNode, OpCost], event: dict, ms: float) -> None:
     """Fold one kernel into its launching op's Work: times add up; the category is the op's (its FLOPs
     are the op's), its first kernel's name when the op's is 'other'; a lone kernel's grid decides the
     one-wave rule."""
