@@ -229,22 +229,9 @@ def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, tim
     """process.run_worker's contract, with the child forked by the server: the same deadline, events,
     kill of the case's session and sweep of what it started, and the outcome from the server's reap."""
     result_path.unlink(missing_ok=True)
-    token = process.new_token()
-    read_fd, write_fd = os.pipe()
-    env = {**process.worker_env(write_fd, token), **(extra_env or {})}
-    started = time.monotonic()
-    try:
-        with open(log_path, "ab") as log:
-            child = server.fork(args, env, write_fd, log.fileno())
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
+    child, read_fd, token, started, watch = process.start_worker(
+        lambda env, write_fd, log_fd: server.fork(args, env, write_fd, log_fd), log_path, extra_env, contention)
     deadline_hit, stopped = False, ""
-    watch = contention(child.pid) if contention is not None else None
-    if watch is not None:
-        watch.check()  # the first reading as the child starts: its whole life can be judged
     try:
         ended = server.wait(child, read_fd, started + timeout_s, process._watched(on_event, watch), watch)
         if ended is not True:
@@ -267,9 +254,7 @@ def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, tim
     exit_code = os.waitstatus_to_exitcode(child.status) if child.status is not None else None
     found = process.outcome(result_path, exit_code, deadline_hit, child.maxrss_kib, started, log_path, timeout_s,
                             started_by="fork")
-    found.contention = stopped
-    found.contention_seen = watch.lifetime() if watch is not None and not stopped else ""
-    return found
+    return process.with_contention(found, stopped, watch)
 
 
 # --------------------------------------------------------------------------- the server process

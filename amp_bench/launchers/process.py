@@ -79,26 +79,13 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     (launchers/busy.ContentionWatch) that may stop the worker early; its evidence is in the outcome.
     """
     result_path.unlink(missing_ok=True)
-    token = new_token()
-    read_fd, write_fd = os.pipe()
-    env = {**worker_env(write_fd, token), **(extra_env or {})}
-    started = time.monotonic()
-    try:
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [*(launcher or [sys.executable, "-m", "amp_bench.worker"]), *args],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, pass_fds=(write_fd,), start_new_session=True,
-            )
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
+    command = [*(launcher or [sys.executable, "-m", "amp_bench.worker"]), *args]
+    proc, read_fd, token, started, watch = start_worker(
+        lambda env, write_fd, log_fd: subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_fd,
+                                                       stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
+                                                       start_new_session=True),
+        log_path, extra_env, contention)
     deadline_hit, stopped = False, ""
-    watch = contention(proc.pid) if contention is not None else None
-    if watch is not None:
-        watch.check()  # the first reading as the worker starts: its whole life can be judged
     try:
         exited = _wait(proc.pid, read_fd, started + timeout_s, _watched(on_event, watch), watch)
         if isinstance(exited, str):  # the watch's evidence: stopped early as contended
@@ -119,6 +106,36 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     _, status, usage = exited
     proc.returncode = os.waitstatus_to_exitcode(status)
     found = outcome(result_path, proc.returncode, deadline_hit, usage.ru_maxrss, started, log_path, timeout_s)
+    return with_contention(found, stopped, watch)
+
+
+def start_worker(start, log_path: Path, extra_env: dict[str, str] | None, contention):
+    """What both ways of starting a worker share (run_worker here, forkserver's fork): its event pipe and
+    case token in its environment, its log opened for appending, `start(env, write_fd, log_fd)` (a
+    subprocess or the fork server's child: anything with a pid), the pipe's writing end closed here
+    either way, and the contention watch's first reading as it starts, so its whole life can be judged.
+    Returns (child, the pipe's reading end, token, the monotonic start, the watch or None)."""
+    token = new_token()
+    read_fd, write_fd = os.pipe()
+    env = {**worker_env(write_fd, token), **(extra_env or {})}
+    started = time.monotonic()
+    try:
+        with open(log_path, "ab") as log:
+            child = start(env, write_fd, log.fileno())
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    watch = contention(child.pid) if contention is not None else None
+    if watch is not None:
+        watch.check()
+    return child, read_fd, token, started, watch
+
+
+def with_contention(found: WorkerOutcome, stopped: str, watch) -> WorkerOutcome:
+    """The outcome with why the watch stopped the worker ('' if it did not), or else what it saw over
+    the worker's life (launchers/busy.ContentionWatch.lifetime)."""
     found.contention = stopped
     found.contention_seen = watch.lifetime() if watch is not None and not stopped else ""
     return found
