@@ -113,6 +113,7 @@ def test_fidelity_run_on_cpu_learns_and_compares(write_suite, tmp_path):
     assert by.loc["fp32", "test_accuracy"] > 0.8  # chance is 0.1
     assert by.loc["fp32", "data_source"].startswith("sklearn.datasets.load_digits")
     assert by.loc["fp32", "test_examples"] == 450
+    assert set(runs["worker_start"]) == {"fork"}  # each precision's worker a child of the study's fork server
     table = runs.attrs["verdicts"].set_index("precision")
     diff = (by.loc["amp_bf16", "test_accuracy"] - by.loc["fp32", "test_accuracy"]) * 100
     assert table.loc["amp_bf16", "accuracy_diff_pp"] == pytest.approx(diff)

@@ -129,6 +129,7 @@ def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_sui
     probes = pd.read_csv(run_dir / "headroom_probes.csv")
     assert (probes["status"] == "oom").any() and set(probes["status"]) <= {"ok", "oom"}
     assert len(probes) == row["probes"]
+    assert set(probes["worker_start"]) == {"fork"}  # each probe a child of the run's fork server
 
     # check independently: the reported batch trains under the cap, the next one runs out
     probed = probe("cpu")

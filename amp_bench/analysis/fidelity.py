@@ -17,7 +17,7 @@ RUN_COLUMNS = [
     "scaler_scale_below_one", "grad_underflow_fraction_unscaled", "grad_underflow_fraction_scaled",
     "grad_zero_fraction_fp32", "grad_nonfinite_fraction_scaled", "output_dtype", "emulated", "optimizer", "lr",
     "compile_mode", "fp8_recipe", "fp8_layers_converted", "fp8_layers_skipped", "fp8_skip_reasons",
-    "fp8_conv1d_as_linear", "fp8_matmul", "device", "device_name", "architecture", "torch_version", "data_source", "wall_s", "log_file", "hostname",
+    "fp8_conv1d_as_linear", "fp8_matmul", "device", "device_name", "architecture", "torch_version", "data_source", "wall_s", "worker_start", "log_file", "hostname",
     "fingerprint", "timestamp",
 ]
 

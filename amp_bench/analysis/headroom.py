@@ -22,7 +22,7 @@ HEADROOM_COLUMNS = [
 
 
 PROBE_COLUMNS = ["run_id", "model_label", "precision", "probe", "batch_size", "status", "reason", "peak_mem_bytes",
-                 "worker_seconds", "log_file"]
+                 "worker_seconds", "worker_start", "log_file"]
 
 
 def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:

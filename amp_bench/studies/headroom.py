@@ -169,7 +169,8 @@ class _Search:
         self.probes.append({"run_id": self.store.run_id, "model_label": case.model.label, "precision": case.precision,
                             "probe": len(self.probes), "batch_size": batch, "status": row["status"],
                             "reason": row.get("reason", ""), "peak_mem_bytes": memory,
-                            "worker_seconds": row.get("worker_seconds"), "log_file": row.get("log_file")})
+                            "worker_seconds": row.get("worker_seconds"), "worker_start": row.get("worker_start"),
+                            "log_file": row.get("log_file")})
         self.store.write_table("headroom_probes", self.probes, PROBE_COLUMNS)
         self.reporter.probe_finished(case, batch, row)
         return row["status"], row.get("reason", "")

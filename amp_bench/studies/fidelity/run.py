@@ -102,7 +102,7 @@ def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tupl
         epochs += [{**keys, **e} for e in run.pop("epoch_table", [])]
         probes += [{**keys, **p} for p in run.pop("probe_table", [])]
         scales += [{**keys, **p} for p in run.pop("fp8_scale_table", [])]
-        rows.append({**base, **run, "log_file": log_file})
+        rows.append({**base, **run, "worker_start": outcome.started_by, "log_file": log_file})
     return rows
 
 
