@@ -18,7 +18,7 @@ import sys
 import time
 import traceback
 
-from amp_bench.measure.channel import EventChannel, die_with_parent, is_oom, write_json_atomic
+from amp_bench.measure.channel import EventChannel, die_with_parent, exit_without_teardown, is_oom, write_json_atomic
 
 def _case_job(spec: dict, events: EventChannel, rank) -> dict:
     from amp_bench.measure import ddp
@@ -118,4 +118,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_without_teardown(main(sys.argv[1:]))  # the result is written: no second of interpreter teardown

@@ -104,7 +104,8 @@ def test_fullgraph_on_a_graph_break_is_a_compile_error(write_suite, tmp_path):
 @pytest.mark.slow
 def test_inductor_cpu_compiles_eager_and_compiled(write_suite, tmp_path):
     """The real thing: inductor's C++ backend, eager and compiled, with the report's compile section."""
-    path = write_suite("\n".join(MODELS.splitlines()[:3]) + "\n" +
+    # the mlp alone: graph breaks are dynamo's, counted the same under the eager backend (above)
+    path = write_suite("\n".join(MODELS.splitlines()[:2]) + "\n" +
                        SETTINGS.replace("steps: 10", "steps: 5") + "compile: [false, true]\n")
     proc = cli("run", str(path), "--device", "cpu", "--results-dir", str(tmp_path / "results"),
                "--reports-dir", str(tmp_path / "reports"))
@@ -115,7 +116,7 @@ def test_inductor_cpu_compiles_eager_and_compiled(write_suite, tmp_path):
     compiled = table.loc["mlp-bs4-fp32-compiled"]
     assert compiled.compile_backend == "inductor" and compiled.compile_time_s > 0
     assert any((run_dir / "compile-cache" / "shared").iterdir())  # inductor wrote its cache in the run
-    assert table.loc["breaks-bs4-fp32-compiled"].graph_breaks >= 1
+    assert compiled.graph_breaks == 0
     markdown = next((tmp_path / "reports").glob("*.md")).read_text()
     assert "## torch.compile: precision x compile mode" in markdown and "break-even steps" in markdown
 

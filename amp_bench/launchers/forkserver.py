@@ -325,12 +325,8 @@ def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
     except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback in the log, exit 1
         import traceback
         traceback.print_exc()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    from amp_bench.measure.channel import exit_without_teardown
+    exit_without_teardown(code)
 
 
 def _serve(sock: socket.socket) -> None:
@@ -377,4 +373,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from amp_bench.measure.channel import exit_without_teardown
+    exit_without_teardown(main(sys.argv[1:]))  # the server holds torch: its teardown cost every run 1.5 s

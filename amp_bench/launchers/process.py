@@ -74,7 +74,7 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
     the worker on every rank); never raises for worker failures.
 
     The deadline holds until the worker process has exited, not just until it closes its event
-    pipe (interpreter shutdown can hang on a thread the model started). KeyboardInterrupt in the
+    pipe (a DDP rank's teardown can hang on a peer; a launcher's exit on what it waits for). KeyboardInterrupt in the
     parent kills the worker's process group and propagates. `contention(pid)` gives a watch
     (launchers/busy.ContentionWatch) that may stop the worker early; its evidence is in the outcome.
     """

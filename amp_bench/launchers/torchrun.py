@@ -129,4 +129,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from amp_bench.measure.channel import exit_without_teardown
+    exit_without_teardown(main(sys.argv[1:]))  # torchrun has reaped its ranks: skip tearing torch down
