@@ -93,7 +93,8 @@ def write_suite(tmp_path):
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """One real CPU run of suites/smoke.yaml through the CLI (two of its six repeats: paired speedups
-    with an interval), shared by the tests that read it. Shared across the xdist processes too: the
+    with an interval; 8 of its 20 steps: what the tests read is there either way), shared by the tests
+    that read it. Shared across the xdist processes too: the
     first that needs it runs it under a file lock, the others wait and read what it left (each
     process running its own took 120-180 s of the test command's two cores)."""
     import json
@@ -103,7 +104,7 @@ def smoke_run(tmp_path_factory):
     session = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id for every process of this test command
     base = tmp_path_factory.getbasetemp()
     out = base.parent / f"smoke-{session}" if session else base / "smoke"
-    command = [sys.executable, "-m", "amp_bench", "run", "suites/smoke.yaml", "--device", "cpu", "--repeats", "2",
+    command = [sys.executable, "-m", "amp_bench", "run", "suites/smoke.yaml", "--device", "cpu", "--repeats", "2", "--steps", "8",
                "--results-dir", str(out / "results"), "--reports-dir", str(out / "reports")]
     with FileLock(str(out) + ".lock"):
         if not (out / "proc.json").exists():

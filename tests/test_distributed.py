@@ -267,9 +267,8 @@ def test_two_gloo_processes_fp32_and_bf16_against_one(write_suite, tmp_path):
 FAULT_SUITE = """
 models:
   - {ref: "python:toy_models:rank_fails", label: killed, options: {how: sigkill}}
-  - {ref: "python:toy_models:rank_fails", label: oom, options: {how: oom}}
   - {ref: "python:toy_models:rank_fails", label: hangs, options: {how: hang}}
-  - python:toy_models:mlp
+  - {ref: "python:toy_models:rank_fails", label: oom, options: {how: oom}}
 batch_sizes: [4]
 precisions: [fp32]
 nproc_per_node: 2
@@ -279,7 +278,8 @@ steps: 4
 timeout_s: 45
 """
 # timeout_s covers torchrun and two ranks importing torch: 7-10 s alone, over 20 s under CI's load
-# (stop 36: the oom case ran out of a 20 s timeout); the hang costs it once.
+# (stop 36: the oom case ran out of a 20 s timeout); the hang costs it once. The oom case runs last:
+# its ranks start, meet and train three steps after a kill and a hang, so the run goes on.
 
 
 @pytest.mark.slow
@@ -293,7 +293,7 @@ def test_a_killed_oom_or_hung_rank_ends_its_case_and_the_run_goes_on(write_suite
     assert rows.loc["oom", "status"] == "oom" and rows.loc["oom", "reason"].startswith("rank 1 of 2: ")
     assert "allocate" in rows.loc["oom", "reason"]
     assert rows.loc["hangs", "status"] == "timeout" and "timeout_s=45" in rows.loc["hangs", "reason"]
-    assert rows.loc["mlp", "status"] == "ok" and rows.loc["mlp", "world_size"] == 2
+    assert list(rows.index) == ["killed", "hangs", "oom"] and set(rows["world_size"]) == {2}
     assert elapsed < 45 + 3 * 60  # the hang cost its timeout, not the whole run
     run_dir = results.attrs["run_dir"]
     assert not _alive(run_dir)

@@ -449,8 +449,13 @@ def test_a_gpu_that_the_machine_lists_but_torch_cannot_see_fails_the_part(tmp_pa
     dev.mkdir()
     (dev / "nvidia0").touch()
     (bin_dir / "nvidia-smi").unlink()
-    proc, _ = _run_script(tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(dev)},
-                          "--part", "2")
+    cpu_wheel = tmp_path / "python"  # answers torch's questions as the CPU wheel above did, without importing it
+    cpu_wheel.write_text('#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "0 - 1"; exit 0 ;;\n'
+                         '  *is_available*) echo "torch 2.14.1 built for CUDA none (a CPU-only wheel)"; exit 0 ;; esac\n'
+                         f'exec {sys.executable} "$@"\n')
+    cpu_wheel.chmod(0o755)
+    proc, _ = _run_script(tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(dev),
+                                     "PYTHON": str(cpu_wheel)}, "--part", "2")
     assert proc.returncode == 1 and f"a GPU is present (device node {dev}/nvidia0)" in proc.stdout
 
 
