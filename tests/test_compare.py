@@ -452,3 +452,22 @@ def test_cases_stopped_early_for_contention_are_not_comparable_and_say_so(tmp_pa
     result = compare([base], [cand])
     assert result.exit_code == EXIT_NO_DATA and result.summary == CONTENDED
     assert all("1.9 of 2 cores" in r.detail for r in result.results if r.verdict == CONTENDED)
+
+
+def test_the_t_intervals_are_students_with_welchs_degrees_of_freedom():
+    """intervals.py takes the t quantile from scipy.special (no scipy.stats import in every command):
+    the paired interval and Welch's must be the textbook ones, integer and fractional df alike."""
+    from scipy.stats import t
+
+    from amp_bench.analysis.intervals import paired_log_interval, welch_log_interval
+    logs = np.log([1.6, 1.7, 1.55, 1.8])
+    half = t.ppf(0.975, 3) * logs.std(ddof=1) / np.sqrt(4)
+    assert paired_log_interval(logs) == pytest.approx((np.exp(logs.mean()), np.exp(logs.mean() - half),
+                                                       np.exp(logs.mean() + half)), rel=1e-12)
+    base, cand = np.log([10.0, 11.0, 10.5]), np.log([12.0, 14.0, 12.5, 13.0, 16.0])
+    vb, vc = base.var(ddof=1) / 3, cand.var(ddof=1) / 5
+    df = (vb + vc) ** 2 / (vb ** 2 / 2 + vc ** 2 / 4)
+    assert df != round(df)
+    diff, half = cand.mean() - base.mean(), t.ppf(0.975, df) * np.sqrt(vb + vc)
+    assert welch_log_interval(base, cand) == pytest.approx((np.exp(diff), np.exp(diff - half), np.exp(diff + half)),
+                                                           rel=1e-12)
