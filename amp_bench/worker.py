@@ -70,9 +70,7 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
             # would wait for this one in the next collective) and the parent reads the account
             record.update(rank=rank.rank, failed_at=time.time())
             write_json_atomic(ddp.rank_result_path(result_path, rank.rank), record)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)  # no interpreter teardown: it could wait on a collective that never ends
+            exit_without_teardown(1)  # no interpreter teardown: it could wait on a collective that never ends
     record["worker_seconds"] = time.time() - started
     if rank is None or rank.local_rank == 0:
         write_json_atomic(result_path, record)

@@ -85,8 +85,8 @@ def smoke_pair(tmp: Path) -> Path:
 
 
 def worker_start(run_dir: Path) -> None:
-    import pandas as pd
-    rows = pd.read_csv(run_dir / "results.csv")
+    import amp_bench
+    rows = amp_bench.load_results(run_dir)
     ok = rows[rows["status"] == "ok"]
     for model, group in ok.groupby("model_label"):
         print(f"worker start ({group['worker_start'].iloc[0]}), launch to first step, {model}: "
@@ -94,21 +94,22 @@ def worker_start(run_dir: Path) -> None:
 
 
 def busy(tmp: Path, quiet_run: Path | None) -> None:
-    import pandas as pd
+    import amp_bench
+    from amp_bench.store.flags import text_column
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
     try:
         took, run_dir, _ = run_suite("suites/smoke.yaml", tmp / "busy")
     finally:
         for burner in burners:
             burner.kill()
-    rows = pd.read_csv(run_dir / "results.csv")
+    rows = amp_bench.load_results(run_dir)  # typed: contended a bool, contention a text column
     measured = rows[rows["status"] != "unsupported"]
     finished = measured[measured["status"] == "ok"]
-    flagged = finished["contended"].astype(str).eq("True").sum()
+    flagged = int(finished["contended"].sum())
     print(f"smoke beside three busy processes: {took:.0f} s; statuses {measured['status'].value_counts().to_dict()} "
           f"({flagged} of the {len(finished)} that finished flagged contended); "
           f"timeouts {int((rows['status'] == 'timeout').sum())}")
-    for reason in finished["contention"].dropna().unique()[:2]:
+    for reason in [r for r in text_column(finished, "contention").unique() if r][:2]:
         print(f"  finished, flagged: {reason}")
     for reason in measured["reason"].dropna().unique()[:3]:
         print(f"  evidence: {reason}")

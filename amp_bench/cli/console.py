@@ -13,7 +13,7 @@ from rich.table import Table
 
 from amp_bench import modes
 from amp_bench.platform.provenance import tf32_override_notes
-from amp_bench.store.flags import is_true, true_rows
+from amp_bench.store.flags import is_true, peak_memory, true_rows
 
 
 def _fmt_bytes(value) -> str:
@@ -105,7 +105,7 @@ def case_line(case, row: dict, said: set) -> str:
         said.add(key)
     colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow", "contended": "yellow"}.get(status, "red")
     if status == "ok":
-        memory = row.get("peak_mem_allocated_bytes") if row.get("device") == "cuda" else row.get("peak_rss_bytes")
+        memory = peak_memory(row)
         detail = (f"{_fmt(row.get('step_time_ms_median'), '.1f', ' ms/step')}  "
                   f"{_fmt(row.get('throughput'), '.1f', ' samples/s')}  "
                   f"cv {_fmt(row.get('step_time_cv'), '.1%')}  peak {_fmt_bytes(memory)}")

@@ -118,7 +118,7 @@ class ContentionWatch:
         ours = tree(last.processes, self.root)
         if self.share(first, last, ours)[0] >= MIN_CPU_SHARE:
             return ""
-        return self.evidence(first, last, ours).replace("; stopped early as contended", " over the worker's life")
+        return self.evidence(first, last, ours, ending=" over the worker's life")
 
     def check(self) -> str:
         """Take a reading when one is due (the first at once); the evidence ('' while the case may go on)."""
@@ -165,7 +165,8 @@ class ContentionWatch:
         found = [s for s in self.history if s.at <= when + 1e-9]
         return found[-1] if found else None
 
-    def evidence(self, start: Snapshot, end: Snapshot, ours: set[int]) -> str:
+    def evidence(self, start: Snapshot, end: Snapshot, ours: set[int],
+                 ending: str = "; stopped early as contended") -> str:
         """'3 other processes (python3 x3) used 1.93 of 2 cores for 3.0 s: ...' from the two readings."""
         share, others = self.share(start, end, ours)
         span = end.at - start.at
@@ -180,7 +181,7 @@ class ContentionWatch:
         if names:
             who += " (" + ", ".join(f"{n} x{k}" if k > 1 else n for n, k in names.items()) + ")"
         return (f"{who} used {others:.2f} of {end.cpus} cores for {span:.1f} s: the worker's {self.needed} "
-                f"thread(s) could have had {share:.0%} of their cores; stopped early as contended")
+                f"thread(s) could have had {share:.0%} of their cores{ending}")
 
 
 def cores_needed(device_type: str, threads: int | None, processes: int = 1) -> int:

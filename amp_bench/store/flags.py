@@ -36,3 +36,10 @@ def text_column(table: pd.DataFrame, column: str) -> pd.Series:
         return pd.Series("", index=table.index, dtype=object)
     values = table[column].astype(object)
     return values.where(values.notna(), "").astype(str)
+
+
+def peak_memory(row, device_type: str | None = None):
+    """A row's peak memory: the allocator's peak on a GPU, the worker's peak RSS elsewhere (the
+    device is the row's own unless given)."""
+    cuda = (device_type or row.get("device")) == "cuda"
+    return row.get("peak_mem_allocated_bytes") if cuda else row.get("peak_rss_bytes")

@@ -291,7 +291,30 @@ def resume_local(run_dir, reporter: Reporter | None = None) -> pd.DataFrame:
     plan = store.read_plan()
     rows = rows_by_index(store)
     todo = [i for i, _, _ in plan_order(plan) if i not in rows or rows[i].get("status") in RERUN_STATUSES]
-    probed = probe(plan["device_request"])
+    order = plan_order(plan, todo)
+    # the workers start as the run's first ones did (its manifest's `workers`): their peak RSS compares;
+    # the server first, so the probe is one of its children rather than an interpreter of its own
+    server = server_for((store.manifest.get("workers") or {}).get("mode", "spawn"),
+                        [case.model.ref for _, case, _ in order], order[0][1].search_dirs) if order else None
+    try:
+        machine = _same_machine(store, plan, rows, server)
+        reporter.run_started(store, machine.device, len(todo))
+        if not todo:
+            store.write_manifest(status="complete")
+            return results_frame(store)
+        store.update_manifest(lambda m: (m.update(status="running"), m.setdefault("resumed", []).append(
+            {"at": utc_now().isoformat(), "cases": len(todo)})))
+        with running(store, lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
+            run_cases(store, order, machine, reporter, heartbeat=heartbeat)
+    finally:
+        if server is not None:
+            server.close()
+    return results_frame(store)
+
+
+def _same_machine(store: RunStore, plan: dict, rows: dict, server) -> Machine:
+    """This machine, probed, recorded, and checked to be the one (and the software) that measured the run."""
+    probed = probe(plan["device_request"], server)
     info = DeviceInfo.from_json(probed["device"])
     host, fingerprint = record_machine(store, probed)
     measured = {str(r.get("fingerprint")) for r in rows.values() if r.get("fingerprint")}
@@ -299,21 +322,4 @@ def resume_local(run_dir, reporter: Reporter | None = None) -> pd.DataFrame:
         raise UserError(f"{store.dir}: was measured on another machine or software (fingerprint "
                         f"{', '.join(sorted(measured)) or plan['device_type']}; here {fingerprint['fingerprint']} "
                         f"on {info.name}): resume it where it ran, or run the suite again here")
-    reporter.run_started(store, info, len(todo))
-    if not todo:
-        store.write_manifest(status="complete")
-        return results_frame(store)
-    store.update_manifest(lambda m: (m.update(status="running"), m.setdefault("resumed", []).append(
-        {"at": utc_now().isoformat(), "cases": len(todo)})))
-    order = plan_order(plan, todo)
-    # the workers start as the run's first ones did (its manifest's `workers`): their peak RSS compares
-    server = server_for((store.manifest.get("workers") or {}).get("mode", "spawn"),
-                        [case.model.ref for _, case, _ in order], order[0][1].search_dirs)
-    machine = Machine(info, probed["versions"], host["hostname"], fingerprint, server=server)
-    try:
-        with running(store, lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
-            run_cases(store, order, machine, reporter, heartbeat=heartbeat)
-    finally:
-        if server is not None:
-            server.close()
-    return results_frame(store)
+    return Machine(info, probed["versions"], host["hostname"], fingerprint, server=server)

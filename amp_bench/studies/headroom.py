@@ -16,6 +16,7 @@ from typing import Callable
 import pandas as pd
 
 from amp_bench.analysis.headroom import FITS, HEADROOM_COLUMNS, PROBE_COLUMNS, ratios_vs_fp32
+from amp_bench.store.flags import peak_memory
 
 
 @dataclass
@@ -155,17 +156,15 @@ class _Search:
         self.table: list[dict] = []
         self.probes: list[dict] = []
 
-    def run(self, case, stem: str) -> tuple[dict, list]:
-        from amp_bench.platform.device import precision_support
+    def run(self, case, stem: str, support) -> tuple[dict, list]:
         from amp_bench.launchers.launch import run_one
-        info = self.session.device
-        return run_one(case, 0, info, self.session.versions, self.store, precision_support(case.precision, info),
+        return run_one(case, 0, self.session.device, self.session.versions, self.store, support,
                        stem=stem, server=self.session.server)  # a probe forks as a run's case does: ~0.1 s, not ~4 s
 
-    def probe(self, base, batch: int) -> tuple[str, str]:
+    def probe(self, base, batch: int, support) -> tuple[str, str]:
         case = dataclasses.replace(base, batch_size=batch)
-        row, _ = self.run(case, f"probe-{case.case_id}")
-        memory = row.get("peak_mem_allocated_bytes") if self.session.device.type == "cuda" else row.get("peak_rss_bytes")
+        row, _ = self.run(case, f"probe-{case.case_id}", support)
+        memory = peak_memory(row, self.session.device.type)
         self.probes.append({"run_id": self.store.run_id, "model_label": case.model.label, "precision": case.precision,
                             "probe": len(self.probes), "batch_size": batch, "status": row["status"],
                             "reason": row.get("reason", ""), "peak_mem_bytes": memory,
@@ -176,12 +175,14 @@ class _Search:
         return row["status"], row.get("reason", "")
 
     def search(self, template) -> None:
+        from amp_bench.platform.device import precision_support
         from amp_bench.store.results import utc_now
         spec, info = self.spec, self.session.device
+        support = precision_support(template.precision, info)  # the gate's decision, once for every probe
         cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if self.shared_cap else spec.memory_cap_bytes
         base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
                                    memory_cap_bytes=cap, instrument=False)
-        found = search_max_batch(lambda batch: self.probe(base, batch), spec.start_batch_size, spec.max_batch_size,
+        found = search_max_batch(lambda batch: self.probe(base, batch, support), spec.start_batch_size, spec.max_batch_size,
                                  spec.resolution)
         row = {"run_id": self.store.run_id, "suite": self.session.suite.name, "model_label": template.model.label,
                "image_size": template.image_size, "seq_len": template.seq_len,
@@ -194,24 +195,22 @@ class _Search:
                "memory_cap_bytes": cap, "probes": len(found.probes),
                "hostname": self.session.host["hostname"], "fingerprint": self.session.fingerprint.get("fingerprint", "")}
         if found.status == "ok" and spec.measure:
-            row.update(self.measure_at(template, found.largest_fit))
+            row.update(self.measure_at(template, found.largest_fit, support))
         row["timestamp"] = utc_now().isoformat()
         self.table.append(row)
         frame = ratios_vs_fp32(pd.DataFrame(self.table, columns=HEADROOM_COLUMNS))
         self.store.write_table("headroom", frame.to_dict("records"), HEADROOM_COLUMNS)
         self.reporter.search_finished(template, frame.iloc[-1].to_dict())
 
-    def measure_at(self, template, batch: int) -> dict:
+    def measure_at(self, template, batch: int, support) -> dict:
         """The throughput this batch buys: a full measurement, without the cap (on the CPU the cap
         changes how malloc works; the batch is known to fit in less memory than that)."""
         case = dataclasses.replace(template, batch_size=batch, repeats=1)
-        measured, samples = self.run(case, f"measure-{case.case_id}")
+        measured, samples = self.run(case, f"measure-{case.case_id}", support)
         measured.update(hostname=self.session.host["hostname"], headroom_max_batch=True, **self.session.fingerprint)
         self.store.add(measured, samples)
-        cuda = self.session.device.type == "cuda"
         return {"measure_status": measured["status"], "throughput_at_max": measured.get("throughput"),
                 "step_time_ms_at_max": measured.get("step_time_ms_median"),
-                "peak_mem_at_max_bytes": measured.get("peak_mem_allocated_bytes") if cuda
-                else measured.get("peak_rss_bytes")}
+                "peak_mem_at_max_bytes": peak_memory(measured, self.session.device.type)}
 
 
