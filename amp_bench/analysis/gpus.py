@@ -26,10 +26,14 @@ from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column
 
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
-COLUMNS = ["case", *identity.CASE_AXES, "gpu", "architecture", "compute_capability", "precision", "status", "reason",
-           "throughput", "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "samples_per_watt", "mfu",
-           "price_per_gpu_hour",
-           "samples_per_dollar", "run_id"]
+_FIGURES = ["gpu", "architecture", "compute_capability", "precision", "status", "reason", "throughput",
+            "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "samples_per_watt", "mfu",
+            "price_per_gpu_hour", "samples_per_dollar", "run_id"]
+
+
+def columns() -> list[str]:
+    """compare_gpus' columns: the case, its axes (read when asked: an axis added later is one of them), the figures."""
+    return ["case", *identity.case_axes(), *_FIGURES]
 
 
 def gpu_label(frame: pd.DataFrame) -> pd.Series:
@@ -81,17 +85,17 @@ def _medians(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 
 
 def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str, float] | None = None) -> pd.DataFrame:
-    """One row per case (model, batch, sizes, layout, processes, compile mode), GPU and mode (COLUMNS)."""
+    """One row per case (model, batch, sizes, layout, processes, compile mode), GPU and mode (columns())."""
     if summary.empty:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=columns())
     table = summary.copy()
     table["gpu"] = gpu_label(table)
     extra = _medians(results, ["samples_per_joule", "mfu"])
-    keys = identity.keyed(table)[identity.group_keys() + ["precision"]]  # as _medians groups them
-    table[["samples_per_joule", "mfu"]] = keys.join(extra, on=identity.group_keys() + ["precision"])[
-        ["samples_per_joule", "mfu"]]
+    keyed = identity.keyed(table)  # keys as _medians groups them
+    table[["samples_per_joule", "mfu"]] = keyed[identity.group_keys() + ["precision"]].join(
+        extra, on=identity.group_keys() + ["precision"])[["samples_per_joule", "mfu"]]
     # the newest run of each case on each GPU (run ids start with their UTC time)
-    newest = identity.keyed(table).groupby(["gpu", *identity.case_axes()], dropna=False)["run_id"].transform("max")
+    newest = keyed.groupby(["gpu", *identity.case_axes()], dropna=False)["run_id"].transform("max")
     table = table[table["run_id"] == newest].copy()
     ref = modes.reference()
     out = pd.DataFrame({
@@ -111,7 +115,7 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     rank = out["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))
     out = out.assign(_rank=rank, _mode=out["precision"].map(modes.order_key))
     out = out.sort_values(["case", "_rank", "gpu", "_mode"], kind="stable").drop(columns=["_rank", "_mode"])
-    return out.reindex(columns=COLUMNS).reset_index(drop=True)
+    return out.reindex(columns=columns()).reset_index(drop=True)
 
 
 

@@ -87,5 +87,5 @@ def headlines(summary: pd.DataFrame) -> list[str]:
         base = by_mode.get(modes.reference())
         amp.sort(key=lambda p: by_mode[p]["status"] != "ok")  # what was measured leads; what was not, last
         clauses = [_clause(by_mode[p], base) for p in amp]
-        sentences.append(f"{_case_name(identity.unkeyed(case).iloc[0])}: " + "; ".join(clauses) + ".")
+        sentences.append(f"{_case_name(case.iloc[0])}: " + "; ".join(clauses) + ".")
     return sentences

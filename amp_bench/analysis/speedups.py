@@ -21,13 +21,7 @@ from amp_bench import modes
 from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.store import identity
 from amp_bench.store.flags import is_true, true_rows
-
-EAGER = identity.EAGER
-
-
-def group_keys() -> list[str]:
-    """What one comparison group is (store/identity.py): the run and the case's axes."""
-    return identity.group_keys()
+from amp_bench.store.identity import EAGER, group_keys  # one comparison group: the run and the case's axes
 
 
 # per case, the compile figures carried into the summary (median over ok repeats; counts: the most)
@@ -46,8 +40,7 @@ CARRIED = ["hostname", "architecture", "torch_version", "cuda_version", "compute
 
 
 def _prepare(results: pd.DataFrame) -> pd.DataFrame:
-    frame = results.copy()
-    frame = identity.keyed(frame)  # the keys groupable, the defaults of rows written before an axis existed
+    frame = identity.keyed(results)  # a copy: the keys groupable, the defaults of rows written before an axis existed
     for key in CARRIED + ["repeat"]:
         if key not in frame:
             frame[key] = np.nan

@@ -14,6 +14,7 @@ from rich.table import Table
 from amp_bench import modes
 from amp_bench.platform.provenance import tf32_override_notes
 from amp_bench.store.flags import is_true, peak_memory, true_rows
+from amp_bench.store.identity import EAGER
 
 
 def _fmt_bytes(value) -> str:
@@ -203,7 +204,7 @@ def summary_table(table, title: str) -> Table:
     cpu = (table["device"] == "cpu").all()
     show_layout = table["channels_last"].any()  # the summary's keys are typed (store.identity.keyed)
     later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
-    show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != "eager").any()
+    show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != EAGER).any()
     out = Table(title=f"{title}: medians across repeats; speedups paired per repeat, with their 95% interval",
                 title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \

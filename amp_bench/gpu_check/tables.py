@@ -135,8 +135,7 @@ def suite_section(suite: pd.DataFrame) -> list[str]:
     if not bad.empty:
         lines += ["Not measured:", ""] + [f"- {r['case_id']}: {r['status']}: {fmt(r.get('reason'))}"
                                           for _, r in bad.iterrows()] + [""]
-    notes = text_column(suite, "warnings") if "warnings" in suite else None
-    warned = suite[notes != ""] if notes is not None else suite.iloc[:0]
+    warned = suite[text_column(suite, "warnings") != ""]  # "" where the column is absent
     if not warned.empty:
         lines += ["Warnings:", ""] + [f"- {r['case_id']}: {fmt(r['warnings'])[:400]}" for _, r in warned.iterrows()]
         lines.append("")

@@ -14,11 +14,11 @@ def build_report(inputs, output: str | Path | None = None, formats=("html", "md"
                  reference: str | None = None) -> dict[str, object]:
     """`prices`: a YAML file of price per GPU-hour (samples per $ in "GPUs compared"); `reference`: a GPU
     to divide every GPU's samples/s by there."""
-    from amp_bench.analysis.gpus import compare_gpus, find_gpu, load_prices
+    from amp_bench.analysis.gpus import find_gpu, load_prices
     from amp_bench.report.data import collect
     data = collect(list(inputs), load_prices(prices) if prices else None, reference)
     if reference and data.has_benchmarks:  # a --reference that names no GPU: one line, before any writing
-        find_gpu(compare_gpus(data.summary, data.results), reference)
+        find_gpu(data.gpus, reference)
     if output is None:
         name = data.run_dirs[0].name if len(data.run_dirs) == 1 else f"merged-{len(data.run_dirs)}-runs"
         output = Path("reports") / f"{name}.html"

@@ -20,7 +20,7 @@ def _px():
 
 def _x_label(frame: pd.DataFrame) -> pd.Series:
     """A case without its model (the charts facet by model): store.identity's label."""
-    return identity.case_labels(identity.unkeyed(frame), model=False)
+    return identity.case_labels(frame, model=False)  # keyed -1 sizes read as none
 
 
 def _facets(frame: pd.DataFrame) -> dict:

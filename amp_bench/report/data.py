@@ -67,7 +67,17 @@ class ReportData:
             self._summary["machine"] = machine_label(self._summary)
         return self._summary.copy()
 
+    @property
+    def gpus(self) -> pd.DataFrame:
+        """analysis/gpus.compare_gpus of these results (with the prices): the figure, the HTML, markdown and
+        CSV sections and the --reference check all read it."""
+        if self._gpus is None:
+            from amp_bench.analysis.gpus import compare_gpus
+            self._gpus = compare_gpus(self.summary, self.results, self.prices)
+        return self._gpus.copy()
+
     _summary = None  # computed once: every section reads it
+    _gpus = None
 
 
 def collect(inputs: list[str | Path], prices: dict | None = None, reference: str | None = None) -> ReportData:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import modes
-from amp_bench.analysis.gpus import compare_gpus, pivot_cells, reference_view
+from amp_bench.analysis.gpus import pivot_cells, reference_view
 
 TITLE = "GPUs compared"
 ABSENT = ("Only one GPU (or CPU) in these results: run the suite on several (`run --executor slurm "
@@ -22,7 +22,7 @@ def table(data) -> pd.DataFrame:
     """The long table (one row per case, GPU and mode), or empty with fewer than two GPUs."""
     if not data.has_benchmarks:
         return pd.DataFrame()
-    out = compare_gpus(data.summary, data.results, data.prices)
+    out = data.gpus
     return out if out["gpu"].nunique() >= 2 else out.iloc[0:0]
 
 

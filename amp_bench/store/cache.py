@@ -70,7 +70,7 @@ def load_tree(root: str | os.PathLike, use_cache: bool = True) -> pd.DataFrame:
     frame: pd.DataFrame = cached.get("frame", pd.DataFrame(columns=[*COLUMNS, "_src"]))
     keep = [rel for rel in key if index.get(rel, (None,))[0] == key[rel]]
     if len(keep) == len(key) == len(index):
-        return _typed(frame.drop(columns="_src"))  # typed already: each column's quick path
+        return typed(frame.drop(columns="_src"), COLUMNS)  # typed already: each column's quick path
     parts = [frame[frame["_src"].isin(keep)]] if keep else []
     fresh = [_read(root / rel).assign(_src=rel) for rel in sorted(set(key) - set(keep))]
     fresh = [p for p in fresh if not p.empty]
@@ -81,12 +81,7 @@ def load_tree(root: str | os.PathLike, use_cache: bool = True) -> pd.DataFrame:
     frame["_src"] = frame["_src"].astype("category")
     if use_cache:
         _write(cache_path, {"version": VERSION, "index": {rel: (key[rel],) for rel in key}, "frame": frame})
-    return _typed(frame.drop(columns="_src"))
-
-
-def _typed(rows: pd.DataFrame) -> pd.DataFrame:
-    """Rows typed (store/typed.py); no rows: untyped, as read_table gives them."""
-    return typed(rows, COLUMNS) if len(rows) else rows
+    return typed(frame.drop(columns="_src"), COLUMNS)
 
 
 def _write(path: Path, payload: dict) -> None:
@@ -119,4 +114,4 @@ def load_cached(inputs: list[str | os.PathLike], use_cache: bool = True) -> pd.D
     frames = [f for f in frames if not f.empty]
     if not frames:
         raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
-    return _typed(pd.concat(frames, ignore_index=True)).drop_duplicates(["run_id", "case_id", "repeat"])
+    return typed(pd.concat(frames, ignore_index=True), COLUMNS).drop_duplicates(["run_id", "case_id", "repeat"])

@@ -321,8 +321,8 @@ SAMPLE_COLUMNS = [c.name for c in SAMPLE_DECLARED]
 BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 READ_DEFAULTS = {c.name: c.default for c in COLUMNS if c.default is not None}
 # int columns the typed read leaves float64 for now, until their readers outside store/ take Int64:
-# image_size and seq_len are empty for the other kind of model, and analysis/gpus.py's case_label
-# compares them (`np.where(size > 0, ...)`); memory in bytes and FLOPs are divided into savings, rates
+# image_size and seq_len are empty for the other kind of model, and store/identity.py's case_label
+# compares them (`float(size) > 0`); memory in bytes and FLOPs are divided into savings, rates
 # and MFU, and an empty one would be pd.NA where report/data.py's verdict asks `np.isfinite(value)`.
 READ_AS_FLOAT = frozenset({"image_size", "seq_len", "flops_per_step",
                            *(c.name for c in COLUMNS if c.kind == INT and c.name.endswith("_bytes"))})

@@ -11,7 +11,8 @@ import math
 
 import pandas as pd
 
-EAGER = "eager"  # the compile_mode of an eager case (suite.schema's EAGER: the same word, one meaning)
+from amp_bench.store.columns import EAGER  # the compile_mode of an eager case (suite.schema's: one word)
+from amp_bench.store.flags import is_true
 # what makes a case, besides its precision; the value a row written before the axis existed meant
 CASE_AXES: dict[str, object] = {
     "model_label": None, "batch_size": None, "image_size": None, "seq_len": None, "channels_last": False,
@@ -45,7 +46,7 @@ def keyed(frame: pd.DataFrame) -> pd.DataFrame:
             out[axis] = out[axis].astype(object).where(out[axis].notna(), default)
     for size in ("image_size", "seq_len", "nproc_per_node"):  # nproc_per_node -1: a plain process, no DDP
         out[size] = pd.to_numeric(out[size], errors="coerce").fillna(_ABSENT)
-    out["channels_last"] = out["channels_last"].map(_is_true).astype(bool)
+    out["channels_last"] = out["channels_last"].map(is_true).astype(bool)
     out["world_size"] = pd.to_numeric(out["world_size"], errors="coerce").fillna(1)
     return out
 
@@ -67,7 +68,7 @@ def case_label(row, model: bool = True) -> str:
     parts = [f"{get('model_label')} bs {_int(get('batch_size'))}" if model else f"bs {_int(get('batch_size'))}"]
     words = {"image_size": lambda v: f"{_int(v)}px" if _positive(v) else "",
              "seq_len": lambda v: f"seq {_int(v)}" if _positive(v) else "",
-             "channels_last": lambda v: "channels_last" if _is_true(v) else "",
+             "channels_last": lambda v: "channels_last" if is_true(v) else "",
              "nproc_per_node": lambda v: "DDP" if _positive(v) else "",  # a plain process says nothing
              "world_size": lambda v: f"{_int(v)} process{'es' if float(v) > 1 else ''}" if _positive(v) and (
                  float(v) > 1 or _positive(get("nproc_per_node"))) else "",
@@ -86,11 +87,6 @@ def case_label(row, model: bool = True) -> str:
 
 def case_labels(frame: pd.DataFrame, model: bool = True) -> pd.Series:
     return pd.Series([case_label(row, model) for _, row in frame.iterrows()], index=frame.index, dtype=object)
-
-
-def _is_true(value) -> bool:
-    from amp_bench.store.flags import is_true
-    return is_true(value)
 
 
 def _positive(value) -> bool:

@@ -31,11 +31,11 @@ def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:
                          pytest_benchmark={"version": data.get("version"), "datetime": data.get("datetime"),
                                            "commit_info": data.get("commit_info")},
                          machine_info=machine)
+    machine_columns = {**fingerprint, "hostname": machine.get("node"), "torch_version": versions.get("torch_version")}
     for i, bench in enumerate(data["benchmarks"]):
         if "median" not in (bench.get("stats") or {}):
             raise UserError(f"{path}: benchmarks[{i}].stats.median: missing")
-        row, samples = _row(bench, i, store.run_id, data, amp, {**fingerprint, "hostname": machine.get("node"),
-                                                                "torch_version": versions.get("torch_version")})
+        row, samples = _row(bench, i, store.run_id, data, amp, machine_columns)
         store.add(row, samples)
     return store.dir
 

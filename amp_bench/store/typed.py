@@ -31,7 +31,10 @@ def read_kind(column: Column) -> str:
 def typed(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
     """The frame with every declared column in its kind and read default, and every name in `columns`
     (default: RESULT_COLUMNS) present, empty where no row had it. Other columns are kept as they are,
-    in their order; missing ones are added after them."""
+    in their order; missing ones are added after them. A frame without rows comes back as it is (the
+    readers join it with empty frames of their own)."""
+    if frame.empty:
+        return frame
     columns = RESULT_COLUMNS if columns is None else columns
     names = list(frame.columns) + [c for c in columns if c not in frame.columns]
     out = {}

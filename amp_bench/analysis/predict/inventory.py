@@ -15,12 +15,10 @@ events.nest_events (time containment per thread), the one nesting both readers u
 from __future__ import annotations
 
 from amp_bench.analysis.explain.categories import classify_kernel, classify_op
-from amp_bench.analysis.explain.events import EventNode, under_optimizer, nest_events
+from amp_bench.analysis.explain.events import GPU_CATS, EventNode, nest_events, under_optimizer
 from amp_bench.analysis.explain.trace import STEP_REGION, load_trace
 from amp_bench.analysis.predict.ops import OpCost, is_costed, op_cost
 from amp_bench.analysis.predict.scaling import HOST, HOST_COPY, Work
-
-GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 def _cost(node: EventNode) -> OpCost | None:
@@ -88,21 +86,13 @@ def inventory(source) -> list[Work]:
 
 
 def _foreach_parent(node: EventNode) -> EventNode | None:
-    parent = node.parent
-    while parent is not None:
-        if parent.name.startswith(("aten::_foreach_", "aten::_fused_")):
-            return parent
-        parent = parent.parent
-    return None
+    return next((a for a in node.ancestors() if a.name.startswith(("aten::_foreach_", "aten::_fused_"))), None)
 
 
 def _launching_op(launch: EventNode | None, roots: dict) -> tuple[EventNode, OpCost] | None:
-    node = launch
-    while node is not None:
-        if id(node) in roots:
-            return roots[id(node)]
-        node = node.parent
-    return None
+    if launch is None:
+        return None
+    return next((roots[id(n)] for n in (launch, *launch.ancestors()) if id(n) in roots), None)
 
 
 def _blocks(event: dict) -> int | None:

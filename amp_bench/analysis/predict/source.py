@@ -24,7 +24,6 @@ from amp_bench.store import identity
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import read_table
 
-CASE_KEYS = identity.case_axes()  # what makes one case (store/identity.py)
 SIXTEEN_BIT = ("fp16", "bf16")
 
 
@@ -54,10 +53,6 @@ class CaseSource:
     @property
     def is_gpu(self) -> bool:
         return self.spec is not None
-
-
-def _label(first: pd.Series) -> str:
-    return identity.case_label(first)
 
 
 def _usable(results: pd.DataFrame) -> pd.DataFrame:
@@ -100,7 +95,7 @@ def read_sources(run_dir, source_gpu: str | None = None) -> list[CaseSource]:
         if column not in results:
             raise UserError(f"{run_dir / 'results.csv'}: no {column!r} column")
     usable = _usable(results)
-    keys = [k for k in CASE_KEYS if k in usable]
+    keys = [k for k in identity.case_axes() if k in usable]  # what makes one case (store/identity.py)
     cases = []
     for _, rows in usable.groupby(keys, dropna=False, sort=False) if keys else []:
         first = rows.iloc[0]
@@ -108,7 +103,7 @@ def read_sources(run_dir, source_gpu: str | None = None) -> list[CaseSource]:
         gpu = str(first["device"]).startswith("cuda")
         spec = _spec_for(device_name, source_gpu, run_dir) if gpu else None
         by_mode = {str(p): _mode_source(r, run_dir) for p, r in rows.groupby("precision", sort=False)}
-        cases.append(CaseSource(_label(first), {k: first[k] for k in keys}, device_name, spec, by_mode))
+        cases.append(CaseSource(identity.case_label(first), {k: first[k] for k in keys}, device_name, spec, by_mode))
     return cases
 
 
