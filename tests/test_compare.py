@@ -389,10 +389,11 @@ def test_compare_and_nightly_write_junit_through_the_one_writer():
         assert "junit.to_junit(" in source and "<testcase" not in source, module.__name__
 
 
-def paired_run(root, name, levels, speedup=1.6, fp32_ms=100.0, noise=0.01, seed=0, stopped=()):
+def paired_run(root, name, levels, speedup=1.6, fp32_ms=100.0, noise=0.01, seed=0, stopped=(), bursts=None):
     """A run of one group in fp32 and amp_bf16, each repeat both modes back to back: the repeat's
     `level` (the machine at that moment) moves both alike; `speedup` is what bf16 buys; `stopped`: the
-    repeats whose rows a contention monitor stopped early (status contended)."""
+    repeats whose rows a contention monitor stopped early (status contended); `bursts`: repeat -> how
+    much slower a steal burst made that repeat's bf16 window alone (the pair straddled it)."""
     from amp_bench.store.results import RunStore
     from amp_bench.stats import Window
     rng = np.random.default_rng(seed)
@@ -407,7 +408,8 @@ def paired_run(root, name, levels, speedup=1.6, fp32_ms=100.0, noise=0.01, seed=
                 store.add({**row, "status": "contended", "contended": True, "reason": "3 other processes used 1.9 "
                            "of 2 cores for 6 s", "contention": "3 other processes used 1.9 of 2 cores for 6 s"}, [])
                 continue
-            times = rng.normal(ms * level, ms * level * noise, 20)
+            burst = (bursts or {}).get(r, 1.0) if precision == "amp_bf16" else 1.0
+            times = rng.normal(ms * level * burst, ms * level * burst * noise, 20)
             window = Window.from_steps(times, 4, seconds=sum(times) / 1e3)
             store.add({**row, "status": "ok", **window.to_columns()},
                       [{"run_id": store.run_id, "case_id": case_id, "precision": precision, "repeat": r,
@@ -471,3 +473,48 @@ def test_the_t_intervals_are_students_with_welchs_degrees_of_freedom():
     diff, half = cand.mean() - base.mean(), t.ppf(0.975, df) * np.sqrt(vb + vc)
     assert welch_log_interval(base, cand) == pytest.approx((np.exp(diff), np.exp(diff - half), np.exp(diff + half)),
                                                            rel=1e-12)
+
+
+def test_a_pair_that_straddled_a_steal_burst_does_not_decide_the_speedup_comparison(tmp_path):
+    """Same code, twelve pairs a side on a drifting VM, and in each run one pair whose bf16 window alone
+    sat in a steal burst (1.8x and 0.6x): the trimmed means leave the two speedups equal within a narrow
+    interval (exit 0), where the plain means' Welch interval would have been too wide to decide."""
+    from amp_bench.analysis.compare import EXIT_OK, compare
+    from amp_bench.analysis.intervals import welch_log_interval
+    from amp_bench.analysis.speedups import paired_log_ratios
+    levels = [1.0, 1.1, 0.95, 1.05, 0.9, 1.0, 1.2, 0.85, 1.0, 1.1, 0.95, 1.05]
+    base = paired_run(tmp_path, "base", levels, noise=0.03, bursts={4: 1.8})
+    cand = paired_run(tmp_path, "cand", levels[::-1], noise=0.03, seed=1, bursts={7: 0.6})
+    result = compare([base], [cand])
+    speedup = next(r for r in result.results if r.metric == "speedup")
+    assert speedup.verdict == "no change" and 0.95 < speedup.ci_low < 1 < speedup.ci_high < 1.05, speedup
+    assert speedup.baseline == pytest.approx(1.6, rel=0.02) and speedup.candidate == pytest.approx(1.6, rel=0.02)
+    assert result.exit_code == EXIT_OK
+    from amp_bench.store.results import find_run_dirs, read_table, RESULT_COLUMNS
+    logs = [paired_log_ratios(read_table(find_run_dirs([d]), "results", RESULT_COLUMNS), "fp32")
+            .query("precision == 'amp_bf16'")["_log"] for d in (base, cand)]
+    _, low, high = welch_log_interval(*logs)
+    assert high - low > 0.2  # the plain means: "unstable" at the 5% threshold
+
+
+def test_the_trimmed_intervals_are_yuens():
+    """Two runs' speedups compared: Yuen's interval as scipy's ttest_ind(trim=0.2) gives it; one run's:
+    the same standard error (the winsorized variance over h(h - 1)/(n - 1)) with h - 1 degrees of
+    freedom; below five values nothing is trimmed (the t test above)."""
+    from scipy.stats import mstats, t, trim_mean, ttest_ind
+
+    from amp_bench.analysis.intervals import TRIM, paired_log_interval, trimmed_log_interval
+    rng = np.random.default_rng(3)
+    for n in (6, 10, 16):
+        logs = np.log(1.6) + rng.standard_t(3, n) * 0.1
+        point, low, high = paired_log_interval(logs)
+        assert point == pytest.approx(np.exp(trim_mean(logs, TRIM)), rel=1e-12)
+        kept = n - 2 * int(TRIM * n)
+        winsorized = np.asarray(mstats.winsorize(logs, limits=(TRIM, TRIM)))
+        half = t.ppf(0.975, kept - 1) * np.sqrt((n - 1) * winsorized.var(ddof=1) / (kept * (kept - 1)))
+        assert (low, high) == pytest.approx((point * np.exp(-half), point * np.exp(half)), rel=1e-9)
+    base, cand = rng.normal(0.4, 0.1, 16), rng.normal(0.45, 0.2, 11)
+    expected = ttest_ind(cand, base, equal_var=False, trim=TRIM).confidence_interval()
+    ratio, low, high = trimmed_log_interval(base, cand)
+    assert ratio == pytest.approx(np.exp(trim_mean(cand, TRIM) - trim_mean(base, TRIM)), rel=1e-12)
+    assert (low, high) == pytest.approx((np.exp(expected.low), np.exp(expected.high)), rel=1e-9)

@@ -157,9 +157,9 @@ def test_speedup_spread_pairs_repeats_and_memory_metrics():
         row("amp_fp16", 40, 600, repeat=1, peak_mem_reserved_bytes=1500),
     ])
     amp = summarize(frame).set_index("precision").loc["amp_fp16"]
-    assert amp["speedup_vs_fp32"] == pytest.approx((2.0 * 3.0) ** 0.5)  # the geometric mean of the pairs' ratios
+    assert amp["speedup_vs_fp32"] == pytest.approx((2.0 * 3.0) ** 0.5)  # two pairs: nothing trimmed, the geometric mean of their ratios
     assert amp["speedup_vs_fp32_min"] == pytest.approx(2.0) and amp["speedup_vs_fp32_max"] == pytest.approx(3.0)
-    assert amp["speedup_vs_fp32_pairs"] == 2 and amp["speedup_vs_fp32_method"].startswith("paired t on log ratios")
+    assert amp["speedup_vs_fp32_pairs"] == 2 and amp["speedup_vs_fp32_method"].startswith("paired, trimmed t on log ratios")
     assert amp["mem_saving_allocated_vs_fp32"] == pytest.approx(0.4)
     assert amp["mem_saving_reserved_vs_fp32"] == pytest.approx(0.25)
     assert math.isnan(amp["speedup_vs_tf32"]) and math.isnan(amp["speedup_vs_tf32_min"])

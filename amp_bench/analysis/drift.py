@@ -12,7 +12,8 @@ then stay "unstable", honestly.
 
 What AMP buys is a ratio of two modes measured in the same repeat, so it survives the drift: the
 speedup comparison (metric `speedup`) takes each side's per-repeat paired log ratios
-(speedups.paired_log_ratios) and compares them with Welch's t. A change in the speedup is a finding
+(speedups.paired_log_ratios) and compares their trimmed means with Yuen's t (intervals.TRIM: a pair
+that straddled a steal burst does not decide it). A change in the speedup is a finding
 even when the step times cannot be compared.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import modes
-from amp_bench.analysis.intervals import MIN_REPEATS, judge, welch_log_interval
+from amp_bench.analysis.intervals import MIN_REPEATS, judge, trimmed_log_interval, trimmed_log_mean
 from amp_bench.analysis.speedups import clean_pairs, paired_log_ratios
 
 Z95 = 1.959964
@@ -59,8 +60,8 @@ def widen_for_wander(ratio: float, low: float, high: float, base: float | None, 
 
 def speedup_results(base_ok: pd.DataFrame, cand_ok: pd.DataFrame, threshold: float, result_type) -> list:
     """One `speedup` result per case (a mode other than the reference) with paired repeats on both
-    sides: candidate's speedup over the reference / baseline's, Welch's t on the two sets of per-repeat
-    log ratios. Lower is worse: AMP buys less. `result_type`: compare.MetricResult."""
+    sides: candidate's speedup over the reference / baseline's, Yuen's t on the two sets of per-repeat
+    log ratios (their trimmed means). Lower is worse: AMP buys less. `result_type`: compare.MetricResult."""
     ref = modes.reference()
     base_pairs = paired_log_ratios(base_ok, ref)
     cand_pairs = paired_log_ratios(cand_ok, ref)
@@ -76,11 +77,11 @@ def speedup_results(base_ok: pd.DataFrame, cand_ok: pd.DataFrame, threshold: flo
 
 
 def _speedup_result(case_id: str, base_logs: np.ndarray, cand_logs: np.ndarray, threshold: float, result_type):
-    base_speedup, cand_speedup = float(np.exp(base_logs.mean())), float(np.exp(cand_logs.mean()))
+    base_speedup, cand_speedup = trimmed_log_mean(base_logs), trimmed_log_mean(cand_logs)
     detail = f"{len(base_logs)} vs {len(cand_logs)} paired repeats over {modes.reference()}"
     if min(len(base_logs), len(cand_logs)) < MIN_REPEATS:
         return result_type(case_id, "speedup", base_speedup, cand_speedup, None, None, None, None, "not enough data",
                            detail + f" (need {MIN_REPEATS} each)")
-    ratio, low, high = welch_log_interval(base_logs, cand_logs)
+    ratio, low, high = trimmed_log_interval(base_logs, cand_logs)
     return result_type(case_id, "speedup", base_speedup, cand_speedup, ratio, low, high, None,
                        judge(low, high, threshold, worse_when_higher=False), detail)

@@ -3,9 +3,10 @@ device and run, and compute speedups and memory savings.
 
 A speedup is paired: the run's schedule runs every mode of a group once per repeat, back to back,
 rotating which goes first (studies/benchmark.schedule), so within a repeat the two modes saw the same
-machine. The speedup is the geometric mean of the per-repeat ratios of the two modes' median step
-times, its 95% interval Student's t on their logs (analysis/intervals.paired_log_interval): a VM
-whose speed drifts between repeats moves both sides of a pair alike, and the ratio cancels it.
+machine. The speedup is exp of the trimmed mean of the per-repeat log ratios of the two modes' median
+step times, its 95% interval t on them with Yuen's standard error (analysis/intervals.paired_log_interval,
+TRIM): a VM whose speed drifts between repeats moves both sides of a pair alike, and the ratio cancels
+it; a pair that straddled a steal burst is trimmed, not averaged in.
 Memory savings are from the medians across repeats.
 
 This is the plotting-free layer under the CLI table and the report: a precision is only ever
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import modes
-from amp_bench.analysis.intervals import paired_log_interval
+from amp_bench.analysis.intervals import paired_log_interval, trimmed_log_mean
 from amp_bench.store import identity
 from amp_bench.store.flags import is_true, true_rows
 from amp_bench.store.identity import EAGER, group_keys  # one comparison group: the run and the case's axes
@@ -245,7 +246,7 @@ def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:
         point, low, high, method = 1.0, 1.0, 1.0, "the baseline itself"
     elif found is not None:
         point, low, high = found
-        method = f"paired t on log ratios ({len(pairs)} repeats)"
+        method = f"paired, trimmed t on log ratios ({len(pairs)} repeats)"
     else:  # one pair
         one = pairs.iloc[0]
         point = float(ratios.iloc[0])
@@ -256,5 +257,5 @@ def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:
            f"{name}_max": float(ratios.max()), f"{name}_pairs": len(pairs), f"{name}_method": method}
     if throughput:
         logs = pairs["_tlog"].dropna()
-        row[f"throughput_{name}"] = float(np.exp(logs.mean())) if len(logs) else np.nan
+        row[f"throughput_{name}"] = trimmed_log_mean(logs)
     return row
