@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from amp_bench.measure.ddp import SCALING
-from amp_bench.launchers import torchrun
+from amp_bench.launchers import busy, torchrun
 from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
 from amp_bench.launchers.busy import ContentionWatch, cores_needed
 from amp_bench.launchers.forkserver import ForkServer, launch
@@ -22,16 +22,33 @@ from amp_bench.store.results import RunStore, utc_now
 from amp_bench.suite import Case
 
 
+def _stops_on_contention(case: Case) -> bool:
+    return (os.environ.get("AMP_BENCH_ON_CONTENTION") or case.on_contention) == "stop"
+
+
+def _cores_needed(case: Case, device: DeviceInfo) -> int:
+    threads = case.threads_per_rank or (int(os.environ["OMP_NUM_THREADS"])
+                                        if os.environ.get("OMP_NUM_THREADS", "").isdigit() else None)
+    return cores_needed(device.type, threads, case.nproc_per_node or 1)
+
+
 def contention_watch(case: Case, device: DeviceInfo):
     """The watch that stops a starved case early (on_contention: stop; AMP_BENCH_ON_CONTENTION overrides
     the suite, as the test suite's shared cores need), as a factory of the worker's pid, or None."""
-    policy = os.environ.get("AMP_BENCH_ON_CONTENTION") or case.on_contention
-    if policy != "stop":
+    if not _stops_on_contention(case):
         return None
-    threads = case.threads_per_rank or (int(os.environ["OMP_NUM_THREADS"])
-                                        if os.environ.get("OMP_NUM_THREADS", "").isdigit() else None)
-    needed = cores_needed(device.type, threads, case.nproc_per_node or 1)
+    needed = _cores_needed(case, device)
     return lambda pid: ContentionWatch(pid, needed)
+
+
+def still_busy(case: Case, device: DeviceInfo) -> str:
+    """Asked after a streak of contended cases (studies/benchmark.BUSY_STREAK): is the machine still too
+    busy to give this case its share, over one second of /proc/stat (busy.quiet_now)? The evidence, or ''
+    (quiet, or on_contention: flag, which measures anyway)."""
+    if not _stops_on_contention(case):
+        return ""
+    quiet, how = busy.quiet_now(_cores_needed(case, device), seconds=1.0)
+    return "" if quiet else how
 
 
 def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,

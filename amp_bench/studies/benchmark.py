@@ -19,12 +19,13 @@ import pandas as pd
 from amp_bench.analysis.explain.judge import explain_row
 from amp_bench.errors import UserError
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
+from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
 from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
 from amp_bench.studies.session import Session, probe, record_machine, running, server_for
 from amp_bench.suite import Case
 from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import base_row, run_one
+from amp_bench.launchers.launch import base_row, run_one, still_busy
 
 
 class Reporter:
@@ -119,31 +120,57 @@ class Machine:
     server: ForkServer | None = None  # the run's fork server: how its workers start (None: fresh interpreters)
 
 
+# After this many contended cases in a row, each next case first asks whether the machine is still busy
+# (one second of /proc/stat) and is saved as contended, not run, while it is: a worker started on a
+# machine that stays busy only waits out the watch's hold (3 s) to be stopped, and a 24-repeat smoke
+# suite beside three spinning processes would spend over 4 minutes saying so case by case.
+BUSY_STREAK = 4
+
+
 def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
               stop=None, heartbeat=None) -> None:
     """Run cases one after another, each in a fresh worker, and save each row as it finishes. `stop`
     (a job's StopSignals) ends the loop at a signal: the case it cut short, and those not started,
     get rows saying why (a died status); `heartbeat` is told which case runs. Cases stopped early as
-    `contended` are run once more at the end if the machine is quiet then (retry_contended)."""
+    `contended`, or not run while the machine stayed busy (BUSY_STREAK), are run once more at the end
+    if the machine is quiet then (retry_contended)."""
     info = machine.device
     # the hardware gate, decided once per planned case; the worker is handed the decision
     supports = {index: precision_support(case.precision, info) for index, case, _ in order}
     runnable = [index for index, case, _ in order if may_run(supports[index], case.allow_emulated)]
     planner = BudgetPlanner(order[0][1].budget_s if order else None, len(runnable))
-    starved = []
+    starved, streak = [], 0
     for position, (index, case, repeat) in enumerate(order):
         if stop is not None and stop.requested:
             _save_died(store, order[position:], machine, stop, started=False)
             return
-        row = _run_item(store, (index, case, repeat), machine, reporter, supports[index], index in runnable,
-                        planner, stop, heartbeat, position, len(order))
+        evidence = still_busy(case, info) if streak >= BUSY_STREAK and index in runnable else ""
+        if evidence:
+            row = _save_busy(store, (index, case, repeat), machine, reporter, evidence, streak)
+        else:
+            row = _run_item(store, (index, case, repeat), machine, reporter, supports[index], index in runnable,
+                            planner, stop, heartbeat, position, len(order))
         if row is None:  # a stop cut it short: it and the rest are saved as died
             _save_died(store, order[position:], machine, stop, started=True)
             return
         if row["status"] == "contended":
             starved.append((index, case, repeat))
+        if index in runnable:
+            streak = streak + 1 if row["status"] == "contended" or is_true(row.get("contended")) else 0
     if starved and not (stop is not None and stop.requested):
         retry_contended(store, starved, machine, reporter, supports, planner, heartbeat)
+
+
+def _save_busy(store: RunStore, item, machine: Machine, reporter: Reporter, evidence: str, streak: int) -> dict:
+    """The row of a case not run because the machine was still busy after `streak` contended cases."""
+    index, case, repeat = item
+    text = f"not run: the machine was still busy ({evidence} over 1 s, after {streak} contended cases in a row)"
+    row = base_row(case, repeat, machine.device, machine.versions, store.run_id)
+    row.update(status="contended", reason=text, contended=True, contention=text)
+    _stamp(row, machine)
+    store.add(row, [], key=part_key(index, case, repeat))
+    reporter.case_finished(case, row)
+    return row
 
 
 def _run_item(store, item, machine: Machine, reporter: Reporter, support, runs: bool, planner, stop, heartbeat,
