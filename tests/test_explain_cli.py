@@ -1,5 +1,6 @@
 """`explain SUITE` and `run --explain` through the CLI on this CPU: real workers, one profiled step per
 case after its window; a suite with nothing to explain says so per case and exits non-zero."""
+import re
 import subprocess
 import sys
 
@@ -41,7 +42,7 @@ def test_explain_smoke_on_cpu(tmp_path):
     # and its sentence must hold there too (named emulated), not only on a CPU with the instructions
     # the smoke suite's models at batch 2, 16 px, one warmup step: emulated bf16 costs ~10x a step
     suite = tmp_path / "small.yaml"
-    suite.write_text((ROOT / "suites" / "smoke.yaml").read_text().replace("warmup_steps: 3", "warmup_steps: 1")
+    suite.write_text((ROOT / "suites" / "smoke.yaml").read_text().replace("warmup_steps: 2", "warmup_steps: 1")
                      .replace("image_size: 32", "image_size: 16"))
     proc = amp_bench_cli("explain", str(suite), "--device", "cpu", "--precision", "fp32", "--precision",
                          "amp_bf16", "--steps", "3", "--batch-size", "2", "--allow-emulated", "--repeats", "1",
@@ -61,7 +62,9 @@ def test_explain_smoke_on_cpu(tmp_path):
     mode = "amp_bf16 (emulated)" if emulated else "amp_bf16"
     text = " ".join(proc.stdout.split())
     # a change is called only beyond its noise: either wording, never a category called changed inside it
-    assert f"resnet18 bs 2 16px: {mode} made" in text or f"resnet18 bs 2 16px: under {mode} GEMM+conv did not change" in text
+    # (ResNet-18's one GEMM, its classifier, is under 1% of a 16 px step at times: then "conv" alone)
+    assert re.search(rf"resnet18 bs 2 16px: ({re.escape(mode)} made|under {re.escape(mode)} (GEMM\+)?conv did not "
+                     "change)", text), text
     assert "ceiling" in text
     html = next((tmp_path / "reports").glob("*.html")).read_text()
     assert "chart-explain" in html and "Where the time goes" in html
