@@ -93,7 +93,8 @@ def write_suite(tmp_path):
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """One real CPU run of suites/smoke.yaml through the CLI (two of its 24 repeats: paired speedups
-    with an interval; 8 of its 20 steps: what the tests read is there either way), shared by the tests
+    with an interval; 8 steps a case instead of its quarter-second windows: what the tests read is there
+    either way), shared by the tests
     that read it. Shared across the xdist processes too: the
     first that needs it runs it under a file lock, the others wait and read what it left (each
     process running its own took 120-180 s of the test command's two cores)."""
