@@ -251,8 +251,8 @@ def _add_notes(comparison: Comparison, excluded: dict, wanders: tuple) -> None:
     if unstable:
         widest = max(unstable, key=lambda r: r.ci_high / r.ci_low)
         comparison.notes.append(
-            f"unstable: {len(unstable)} interval(s) wider than twice their -threshold..+threshold band, so a change of the threshold's "
-            f"size can be neither ruled in nor out (widest: {widest.case_id} {widest.metric} "
+            f"unstable: {len(unstable)} interval(s) wider than twice their -threshold..+threshold band, so a "
+            f"change of the threshold's size can be neither ruled in nor out (widest: {widest.case_id} {widest.metric} "
             f"{widest.ci_low:.3f}-{widest.ci_high:.3f}); more repeats, longer windows (--target-ci, "
             "--case-budget), a quieter machine or --history TREE (the series' own noise) decide it")
     for verdict in (LOST, NEW, NOT_RUN):

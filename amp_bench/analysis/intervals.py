@@ -1,6 +1,7 @@
 """The intervals and verdicts: the bootstrap ratio of medians, Welch's t on the repeats' medians, the
 paired speedup's trimmed-mean interval (speedups.py) and Yuen's for two runs' speedups (drift.py), the
-Mann-Whitney p-value, the night-noise widening, the thresholds and the judgement `compare` and drift.py apply.
+Mann-Whitney p-value, the night-noise widening, the thresholds and the judgement `compare` and drift.py
+apply.
 Torch-free; numpy, and scipy only where a test or a quantile needs it (never inside a measured window)."""
 from __future__ import annotations
 
@@ -70,13 +71,14 @@ def repeats_interval(base: list[np.ndarray], cand: list[np.ndarray], level: floa
     return found[1], found[2]
 
 
-# The paired speedup's estimator: the 20%-trimmed mean of the per-repeat log ratios with Yuen's standard
-# error (one run: t on h - 1 degrees of freedom; two runs: Yuen's test), the textbook robust choice (Wilcox, "Introduction to Robust
-# Estimation", ch. 4-5). On a shared VM a pair's two windows sometimes straddle a steal burst: recorded
-# on a 2-core EPYC, 16-pair smoke runs had log ratios clustered within +-0.1 and then single pairs at
-# +0.6 or -0.5 (3-5 SDs out). The plain mean's interval takes those in full; the trimmed one sets the
-# extreme 20% a side to the nearest kept value (docs/measuring.md has the figures). Below five pairs
-# nothing is trimmed: the same figures as the plain mean and Student's t.
+# The paired speedup's estimator: the 20%-trimmed mean of the per-repeat log ratios with Yuen's
+# standard error (one run: t on h - 1 degrees of freedom; two runs: Yuen's test), the textbook robust
+# choice (Wilcox, "Introduction to Robust Estimation and Hypothesis Testing", ch. 4-5). On a shared VM
+# a pair's two windows now and then straddle a slow spell: recorded on a 2-core EPYC, 16-pair smoke
+# runs had log ratios within about +-0.1 of their centre and then single pairs at +0.87, +0.77 or
+# -0.86. The plain mean's interval takes those in full; the trimmed one sets the extreme 20% a side to
+# the nearest kept value (docs/measuring.md has the figures, and the run where it was the wider).
+# Below five pairs nothing is trimmed: the same figures as the plain mean and Student's t.
 TRIM = 0.2
 
 
@@ -103,8 +105,8 @@ def paired_log_interval(log_ratios, level: float = 0.95) -> tuple[float, float, 
     """The paired speedup and its interval: each repeat ran every mode back to back (rotating which went
     first), so the ratio within a repeat cancels whatever the machine did between repeats (a VM drifting
     10-40% in an hour). Point: exp of the trimmed mean (TRIM) of the per-repeat log ratios; interval:
-    t with Yuen's standard error on h - 1 degrees of freedom (h: the values kept) (the repeats are the independent units).
-    None without two finite ratios."""
+    t with Yuen's standard error on h - 1 degrees of freedom (h: the values kept; the repeats are the
+    independent units). None without two finite ratios."""
     logs = np.asarray([x for x in log_ratios if np.isfinite(x)], dtype=float)
     if logs.size < 2:
         return None
