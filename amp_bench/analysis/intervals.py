@@ -95,9 +95,13 @@ def _trimmed(logs: np.ndarray, trim: float = TRIM) -> tuple[float, float, int]:
     return float(x[g:n - g].mean()), float((n - 1) * winsorized.var(ddof=1) / (kept * (kept - 1))), kept
 
 
+def _finite(logs) -> np.ndarray:
+    return np.asarray([x for x in logs if np.isfinite(x)], dtype=float)
+
+
 def trimmed_log_mean(logs) -> float:
     """The paired speedup's point: exp of the trimmed mean of the logs (NaN without a finite one)."""
-    finite = np.asarray([x for x in logs if np.isfinite(x)], dtype=float)
+    finite = _finite(logs)
     return float(np.exp(_trimmed(finite)[0])) if finite.size else float("nan")
 
 
@@ -107,7 +111,7 @@ def paired_log_interval(log_ratios, level: float = 0.95) -> tuple[float, float, 
     10-40% in an hour). Point: exp of the trimmed mean (TRIM) of the per-repeat log ratios; interval:
     t with Yuen's standard error on h - 1 degrees of freedom (h: the values kept; the repeats are the
     independent units). None without two finite ratios."""
-    logs = np.asarray([x for x in log_ratios if np.isfinite(x)], dtype=float)
+    logs = _finite(log_ratios)
     if logs.size < 2:
         return None
     mean, squared_error, kept = _trimmed(logs)
@@ -115,14 +119,15 @@ def paired_log_interval(log_ratios, level: float = 0.95) -> tuple[float, float, 
     return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
 
 
-def trimmed_log_interval(base_logs, cand_logs, level: float = 0.95) -> tuple[float, float, float] | None:
+def trimmed_log_interval(base_logs, cand_logs, level: float = 0.95, trim: float = TRIM
+                         ) -> tuple[float, float, float] | None:
     """Two runs' paired speedups compared: exp(trimmed mean(cand) - trimmed mean(base)) and Yuen's
     interval (Welch's t on trimmed means and winsorized variances; Welch's itself below five values a
-    side). None below two values a side."""
+    side, or with trim 0). None below two values a side."""
     lb, lc = np.asarray(base_logs, dtype=float), np.asarray(cand_logs, dtype=float)
     if min(lb.size, lc.size) < 2:
         return None
-    (mb, vb, hb), (mc, vc, hc) = _trimmed(lb), _trimmed(lc)
+    (mb, vb, hb), (mc, vc, hc) = _trimmed(lb, trim), _trimmed(lc, trim)
     diff = mc - mb
     if vb + vc <= 0:
         return float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff))
@@ -133,17 +138,9 @@ def trimmed_log_interval(base_logs, cand_logs, level: float = 0.95) -> tuple[flo
 
 def welch_log_interval(base_logs, cand_logs, level: float = 0.95) -> tuple[float, float, float] | None:
     """exp(mean(cand) - mean(base)) and Welch's t interval, both sides given as logs (one value per
-    independent unit: a repeat's median, a repeat's paired speedup). None below two values a side."""
-    lb, lc = np.asarray(base_logs, dtype=float), np.asarray(cand_logs, dtype=float)
-    if min(lb.size, lc.size) < 2:
-        return None
-    diff = lc.mean() - lb.mean()
-    vb, vc = lb.var(ddof=1) / lb.size, lc.var(ddof=1) / lc.size
-    if vb + vc <= 0:
-        return float(np.exp(diff)), float(np.exp(diff)), float(np.exp(diff))
-    df = (vb + vc) ** 2 / (vb ** 2 / (lb.size - 1) + vc ** 2 / (lc.size - 1))
-    half = _t_quantile(1 - (1 - level) / 2, df) * np.sqrt(vb + vc)
-    return float(np.exp(diff)), float(np.exp(diff - half)), float(np.exp(diff + half))
+    independent unit: a repeat's median, a repeat's paired speedup). None below two values a side.
+    Yuen's interval with nothing trimmed (the squared standard error is then s^2 / n)."""
+    return trimmed_log_interval(base_logs, cand_logs, level, trim=0.0)
 
 
 def _t_quantile(p: float, df: float) -> float:

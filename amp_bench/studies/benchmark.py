@@ -163,13 +163,9 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
 
 def _save_busy(store: RunStore, item, machine: Machine, reporter: Reporter, evidence: str, streak: int) -> dict:
     """The row of a case not run because the machine was still busy after `streak` contended cases."""
-    index, case, repeat = item
     text = f"not run: the machine was still busy ({evidence} over 1 s, after {streak} contended cases in a row)"
-    row = base_row(case, repeat, machine.device, machine.versions, store.run_id)
-    row.update(status="contended", reason=text, contended=True, contention=text)
-    _stamp(row, machine)
-    store.add(row, [], key=part_key(index, case, repeat))
-    reporter.case_finished(case, row)
+    row = _save_unrun(store, item, machine, status="contended", reason=text, contended=True, contention=text)
+    reporter.case_finished(item[1], row)
     return row
 
 
@@ -258,12 +254,20 @@ def _stamp(row: dict, machine: Machine) -> None:
 def _save_died(store: RunStore, rest, machine: Machine, stop, started: bool) -> None:
     """Rows for the case a stop cut short (started) and for those it never started."""
     status, reason = stop.status_and_reason()
-    for n, (index, case, repeat) in enumerate(rest):
-        row = base_row(case, repeat, machine.device, machine.versions, store.run_id)
+    for n, item in enumerate(rest):
         before = "while this case ran" if started and n == 0 else "before this case started"
-        row.update(status=status, reason=f"{reason} {before}")
-        _stamp(row, machine)
-        store.add(row, [], key=part_key(index, case, repeat))
+        _save_unrun(store, item, machine, status=status, reason=f"{reason} {before}")
+
+
+def _save_unrun(store: RunStore, item, machine: Machine, **columns) -> dict:
+    """A planned case's row without a worker's result (stopped, died, not run): its identity, the
+    machine's columns and `columns`, saved under its plan key."""
+    index, case, repeat = item
+    row = base_row(case, repeat, machine.device, machine.versions, store.run_id)
+    row.update(columns)
+    _stamp(row, machine)
+    store.add(row, [], key=part_key(index, case, repeat))
+    return row
 
 
 def run_suite(path, *, device: str | None = None, results_dir: str | Path = "results",
