@@ -518,3 +518,14 @@ def test_the_trimmed_intervals_are_yuens():
     ratio, low, high = trimmed_log_interval(base, cand)
     assert ratio == pytest.approx(np.exp(trim_mean(cand, TRIM) - trim_mean(base, TRIM)), rel=1e-12)
     assert (low, high) == pytest.approx((np.exp(expected.low), np.exp(expected.high)), rel=1e-9)
+
+
+@pytest.mark.parametrize("low, high, verdict", [(0.842, 1.018, "no change"), (0.922, 1.128, "unstable"),
+                                                (0.97, 1.03, "no change"), (0.80, 1.25, "unstable")])
+def test_an_intervals_width_is_judged_the_same_whichever_way_the_ratio_is_taken(low, high, verdict):
+    """An interval and its reciprocal are equally wide on the log scale, so both get one verdict (a
+    linear width called 0.842-1.018 narrow enough and its reciprocal 0.982-1.188 too wide)."""
+    from amp_bench.analysis.intervals import judge
+    assert judge(low, high, 0.05, worse_when_higher=True) == verdict
+    assert judge(1 / high, 1 / low, 0.05, worse_when_higher=True) == verdict
+    assert judge(low, high, 0.05, worse_when_higher=False) == verdict  # a speedup's, as compare prints it
