@@ -54,6 +54,38 @@ LONG_FILES = {"test_gpu_check.py": 181, "test_runner.py": 120, "test_distributed
               "test_history.py": 28, "test_report_browser.py": 27, "test_structure.py": 25}
 
 
+def pytest_configure(config):
+    """One shared fork server (a zygote, amp_bench/launchers/forkserver.py) for this test command: its
+    runs join it instead of each importing torch, torch._dynamo and the model libraries again (~3.5 s
+    of CPU a run, some 50 runs). Started once, in the process that starts the xdist ones (they, and
+    the CLI runs the tests start, inherit AMP_BENCH_FORK_ZYGOTE). A run whose import-time variables
+    differ (a test that hides the bf16 instructions) starts its own server; tests of a run's own
+    server's lifecycle leave the zygote (the `own_fork_server` fixture)."""
+    from amp_bench.launchers.forkserver import ZYGOTE_ENV, start_zygote
+    from amp_bench.suite.model_refs import preload_modules
+    if hasattr(config, "workerinput") or os.environ.get(ZYGOTE_ENV) is not None or not hasattr(os, "fork"):
+        return
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="amp-bench-zygote-"))
+    config.amp_bench_zygote = start_zygote(folder / "zygote.sock", preload_modules(
+        ["torchvision/resnet18", "transformers/gpt2"]), log_path=folder / "zygote.log")
+    os.environ[ZYGOTE_ENV] = str(folder / "zygote.sock")
+
+
+def pytest_unconfigure(config):
+    zygote = getattr(config, "amp_bench_zygote", None)
+    if zygote is not None:
+        zygote.kill()
+        zygote.wait()
+
+
+@pytest.fixture
+def own_fork_server(monkeypatch):
+    """Runs in this test start a fork server of their own (the run's lifecycle is what it checks)."""
+    from amp_bench.launchers.forkserver import ZYGOTE_ENV
+    monkeypatch.delenv(ZYGOTE_ENV, raising=False)
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -LONG_FILES.get(item.path.name, 0))  # stable: a file's tests keep their order
     import torch

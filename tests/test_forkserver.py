@@ -3,6 +3,7 @@ torch once; the server never touches CUDA or starts threads; children are apart 
 that crashes or hangs costs its own row only; where the server cannot be used, workers spawn as before."""
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_preloads_name_what_a_worker_imports_without_importing_it():
 
 
 @pytest.mark.slow
-def test_the_server_imports_without_touching_cuda_or_starting_threads_and_forks_probes(tmp_path):
+def test_the_server_imports_without_touching_cuda_or_starting_threads_and_forks_probes(tmp_path, own_fork_server):
     """After torch, torchvision and transformers are imported, the server checked itself: no CUDA
     initialised, no CUDA driver mapped, one thread (checked in the server); then each probe is a child."""
     server = ForkServer.start(preload_modules(["torchvision/resnet18", "transformers/gpt2"]))
@@ -96,3 +97,97 @@ explain: false
                         "precisions: [fp32]\nwarmup_steps: 1\nsteps: 3\nexplain: false\n", name="small.yaml")
     spawned = amp_bench.run_suite(small, device="cpu", results_dir=tmp_path / "spawned", isolation="spawn")
     assert list(spawned["worker_start"]) == ["spawn"] and list(spawned["status"]) == ["ok"]
+
+
+# ----------------------------------------------------------------------------- a shared server (zygote)
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (from /proc's parent links)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            parents[int(entry.name)] = int(fields[1])  # ppid; a zombie still counts until reaped
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+@pytest.fixture
+def zygote(tmp_path):
+    """A zygote of this test's own (a test of its lifecycle must not share the session's), preloading
+    nothing: each run's server imports what it asks for. Its socket in a short folder (a Unix socket's
+    path has at most 107 bytes)."""
+    import tempfile
+    path = Path(tempfile.mkdtemp(prefix="zygote-")) / "z.sock"
+    proc = forkserver.start_zygote(path, [], log_path=tmp_path / "zygote.log")
+    yield proc, str(path)
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.slow
+def test_runs_join_a_zygote_and_each_gets_a_server_of_its_own(zygote, tmp_path):
+    """Two runs at once: each joins (no process of its own, no imports left once the zygote has them),
+    and forks its cases through its own server; one run ending leaves the other's serving."""
+    proc, path = zygote
+    first, second = ForkServer.join(path, ["torch"]), ForkServer.join(path, ["torch", "amp_bench.measure.case"])
+    try:
+        for server in (first, second):
+            assert server is not None and server.proc is None and server.ready(), server and server.unusable
+            assert server.ready_info["zygote"] and server.ready_info["unsafe"] == ""
+        outcomes = []
+        for n, server in enumerate((first, second, first)):
+            if n == 2:
+                second.close()
+            result = tmp_path / f"probe{n}.json"
+            outcomes.append(launch(["probe", "cpu", str(result)], result, tmp_path / f"p{n}.log", 60, server=server))
+        assert all(o.started_by == "fork" and o.exit_code == 0 and o.result["device"]["type"] == "cpu"
+                   for o in outcomes), outcomes
+    finally:
+        first.close()
+        second.close()
+    assert proc.poll() is None  # the zygote serves on
+
+
+def test_a_run_the_zygote_would_start_differently_starts_its_own(zygote, monkeypatch, tmp_path):
+    """Import-time variables are kept by a fork: a run that hides the bf16 instructions cannot join a
+    zygote that imported without; neither can a run that finds nothing listening."""
+    _, path = zygote
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert ForkServer.join(path, ["torch"]) is None
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert ForkServer.join(str(tmp_path / "nobody.sock"), ["torch"]) is None
+    assert forkserver.what_a_fork_keeps({"OMP_WAIT_POLICY": "PASSIVE"})["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+@pytest.mark.slow
+def test_a_run_killed_outright_takes_its_case_with_it_and_the_zygote_serves_on(zygote, write_suite, tmp_path):
+    """SIGKILL of a run's parent: a run's own server dies with it (PR_SET_PDEATHSIG); a zygote's
+    server sees its parent hang up, kills the running case's session and ends."""
+    import os
+    import signal
+    import subprocess
+    import time
+    proc, path = zygote
+    suite = write_suite("models: [{ref: 'python:toy_models:sleeps', options: {seconds: 600}}]\nbatch_sizes: [4]\n"
+                        "precisions: [fp32]\nwarmup_steps: 1\nsteps: 3\ntimeout_s: 300\nexplain: false\n")
+    run = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(suite), "--device", "cpu", "--no-report",
+                            "--results-dir", str(tmp_path / "results")], env={**os.environ, forkserver.ZYGOTE_ENV: path},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (list((tmp_path / "results").glob("*/logs/*sleeps*"))
+                                               and len(_descendants(proc.pid)) >= 2):
+        time.sleep(0.2)  # the case's log is open and its child forked (the run's server, then the case)
+    assert len(_descendants(proc.pid)) >= 2, "the case never started"
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    deadline = time.monotonic() + 20
+    while _descendants(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _descendants(proc.pid) == [] and proc.poll() is None

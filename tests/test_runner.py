@@ -39,7 +39,7 @@ def _workers_alive(marker: str) -> list[int]:
     return processes_with("amp_bench.worker", marker) + processes_with("amp_bench.launchers.forkserver", marker)
 
 
-def test_every_status_is_recorded_and_the_run_goes_on(write_suite, tmp_path):
+def test_every_status_is_recorded_and_the_run_goes_on(write_suite, tmp_path, own_fork_server):
     results = amp_bench.run_suite(write_suite(STATUS_SUITE), device="cpu", results_dir=tmp_path / "results")
     status = {(r.model_label, r.precision): r for r in results.itertuples()}
     assert status["mlp", "fp32"].status == "ok"
@@ -202,7 +202,7 @@ def _sigint_as_from_a_terminal() -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-def test_an_interrupted_run_keeps_finished_cases(write_suite, tmp_path, sig):
+def test_an_interrupted_run_keeps_finished_cases(write_suite, tmp_path, sig, own_fork_server):
     results_dir = tmp_path / "results"
     proc = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(write_suite(INTERRUPT_SUITE)),
                              "--device", "cpu", "--results-dir", str(results_dir)],

@@ -19,9 +19,18 @@ cache, the explain trace path). This server forks, sets those up in the child, r
 `python -m amp_bench.worker ARGS` would run, reaps the child and sends the parent its pid, status and
 rusage over a Unix socket (fds travel with SCM_RIGHTS, as multiprocessing's forkserver does).
 
+A shared server (a zygote) serves many runs: `start_zygote(path, preload)` starts one listening on a
+Unix socket, and every run whose environment names it (AMP_BENCH_FORK_ZYGOTE=path) joins it instead of
+importing torch again: the zygote forks the run a server of its own (the same loop, a copy of a process
+that already imported), which imports what the run adds (the suite's own module) and forks its cases.
+The test suite starts one per command (tests/conftest.py): some 50 runs each spent ~3.5 s of CPU on the
+server's imports. A run whose import-time variables (IMPORT_TIME_ENV) differ from the zygote's starts
+its own server, as does a run that finds nothing listening.
+
 Parent side: ForkServer.start(...), launch(...) -> WorkerOutcome (a forked child, or a spawned
-interpreter where the server cannot take the case), ForkServer.close().
-Server side: `python -m amp_bench.launchers.forkserver` (the parent starts it).
+interpreter where the server cannot take the case), ForkServer.close(); start_zygote(...).
+Server side: `python -m amp_bench.launchers.forkserver` (the parent starts it; `--zygote PATH` for a
+shared one).
 """
 from __future__ import annotations
 
@@ -44,6 +53,7 @@ from amp_bench.launchers.process import WorkerOutcome
 # the kernels' ISA, the devices CUDA sees, the allocator's settings, the loader's paths)
 IMPORT_TIME_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "CUDA_VISIBLE_DEVICES", "LD_",
                    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCH_NUM_THREADS")
+ZYGOTE_ENV = "AMP_BENCH_FORK_ZYGOTE"  # a shared server's socket path: runs join it (start_zygote)
 READY_TIMEOUT_S = 180.0
 _MESSAGE = 65536
 _CUDA_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
@@ -65,13 +75,19 @@ class ForkServer:
     """Parent side. `start` launches the server, which imports in the background; the first `run`
     waits for it to be ready (or for the reason it cannot be used: `unusable`)."""
 
-    def __init__(self, proc: subprocess.Popen, sock: socket.socket, preload: list[str]):
-        self.proc, self.sock, self.preload = proc, sock, preload
+    def __init__(self, proc: subprocess.Popen | None, sock: socket.socket, preload: list[str]):
+        self.proc, self.sock, self.preload = proc, sock, preload  # proc: None for a zygote's server
         self.ready_info: dict | None = None
         self.unusable = ""  # why this server may not fork cases ('' while it may)
 
     @classmethod
     def start(cls, preload: list[str], search_dirs: tuple[str, ...] = (), log_path: Path | None = None) -> ForkServer:
+        """The run's server: forked by the shared zygote the environment names, when it takes this run,
+        else a process of its own that imports in the background."""
+        zygote = os.environ.get(ZYGOTE_ENV)
+        joined = cls.join(zygote, preload, search_dirs) if zygote else None
+        if joined is not None:
+            return joined
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = server_env(os.environ)
         log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
@@ -86,6 +102,28 @@ class ForkServer:
             if log_path:
                 log.close()
         return cls(proc, ours, preload)
+
+    @classmethod
+    def join(cls, path: str, preload: list[str], search_dirs: tuple[str, ...] = ()) -> ForkServer | None:
+        """A server forked for this run by the zygote listening at `path`, ready (it waits for the
+        zygote's imports); None when nothing answers there or it would not start a case as this process's
+        own server would (what_a_fork_keeps differs: another interpreter, another amp_bench, or another
+        OpenMP wait policy or oneDNN ISA cap, which are read as torch loads)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        server = cls(None, sock, preload)
+        try:
+            sock.connect(path)
+            sock.send(json.dumps({"preload": preload, "search_dirs": list(search_dirs),
+                                  "same": what_a_fork_keeps(os.environ)}).encode())
+            info = server._receive(READY_TIMEOUT_S)
+        except (OSError, ForkServerGone):
+            sock.close()
+            return None
+        if "mismatch" in info:
+            sock.close()
+            return None
+        server.ready_info, server.unusable = info, info.get("unsafe", "")
+        return server
 
     # ------------------------------------------------------------------ readiness
 
@@ -109,7 +147,7 @@ class ForkServer:
         except (socket.timeout, OSError) as exc:
             raise ForkServerGone(f"no answer: {exc}") from None
         if not data:
-            code = self.proc.poll()
+            code = self.proc.poll() if self.proc is not None else None
             raise ForkServerGone("it exited" + (f" with code {code}" if code is not None else ""))
         return json.loads(data)
 
@@ -176,7 +214,7 @@ class ForkServer:
             self.sock.close()
         except OSError:
             pass
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -201,6 +239,14 @@ def server_env(environ) -> dict[str, str]:
     env["OMP_NUM_THREADS"] = "1"
     env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # an import that asks is_available() must not initialise CUDA
     return env
+
+
+def what_a_fork_keeps(environ) -> dict:
+    """What a forked child inherits from its server and cannot change: the interpreter, the amp_bench
+    it imported, and the server environment's import-time variables (IMPORT_TIME_ENV)."""
+    env = server_env(environ)
+    return {"python": sys.executable, "amp_bench": process.package_pythonpath(),
+            "env": {key: value for key, value in env.items() if key.startswith(IMPORT_TIME_ENV)}}
 
 
 def forkable_env(extra_env: dict[str, str] | None) -> bool:
@@ -349,13 +395,129 @@ def _serve(sock: socket.socket) -> None:
         for fd in fds:
             os.close(fd)
         sock.send(json.dumps({"pid": pid}).encode())
-        _, status, usage = os.wait4(pid, 0)
-        sock.send(json.dumps({"exited": pid, "status": status, "maxrss_kib": usage.ru_maxrss}).encode())
+        status, usage = _reap(pid, sock)
+        try:
+            sock.send(json.dumps({"exited": pid, "status": status, "maxrss_kib": usage.ru_maxrss}).encode())
+        except OSError:
+            return
+
+
+def _reap(pid: int, sock: socket.socket):
+    """wait4 the child; a parent that hangs up meanwhile (killed) has its case's session killed first,
+    so nothing outlives the run (a zygote's server does not die with the run's parent, as a run's own
+    server does by PR_SET_PDEATHSIG)."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # before Linux 5.3: the parent's own sweep is what is left
+        return os.wait4(pid, 0)[1:]
+    with selectors.DefaultSelector() as selector:
+        selector.register(pidfd, selectors.EVENT_READ, "exited")
+        selector.register(sock, selectors.EVENT_READ, "parent")
+        while True:
+            events = {key.data for key, _ in selector.select()}
+            if "exited" in events:
+                break
+            try:
+                if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    selector.unregister(sock)  # a message mid-case is the protocol's error, not a hang-up
+                    continue
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass  # reset: hung up
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            break
+    os.close(pidfd)
+    return os.wait4(pid, 0)[1:]
+
+
+# --------------------------------------------------------------------------- a shared server (zygote)
+
+def start_zygote(path: str | Path, preload: list[str], log_path: Path | None = None) -> subprocess.Popen:
+    """Start a shared server listening at `path` (a Unix socket's path: at most 107 bytes); returns once
+    it listens (it accepts once its imports are done) or has died. Runs join it while
+    AMP_BENCH_FORK_ZYGOTE=path is in their environment. It ends with the process that started it, or
+    when killed."""
+    env = server_env(os.environ)
+    env["AMP_BENCH_PARENT_PID"] = str(os.getpid())
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "amp_bench.launchers.forkserver", "--zygote", str(path),
+                                 json.dumps({"preload": preload})], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    finally:
+        if log_path:
+            log.close()
+    listening_by = time.monotonic() + 30.0
+    while not os.path.exists(path) and proc.poll() is None and time.monotonic() < listening_by:
+        time.sleep(0.02)
+    return proc
+
+
+def _zygote(path: str, preload: list[str]) -> int:
+    """Listen at `path`; fork each run that connects a server of its own (_run_session)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)  # bound before the imports: a run that connects meanwhile waits for them
+    _preload(preload, [])
+    unsafe = unsafe_to_fork()
+    if unsafe:
+        print(f"fork zygote: not used: {unsafe}", flush=True)
+        return 1
+    listener.settimeout(1.0)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            conn = None
+        if conn is not None:
+            if os.fork() == 0:
+                listener.close()
+                exit_code = _run_session(conn)
+                from amp_bench.measure.channel import exit_without_teardown
+                exit_without_teardown(exit_code)
+            conn.close()
+        while _reaped_one():
+            pass
+
+
+def _reaped_one() -> bool:
+    try:
+        return os.waitpid(-1, os.WNOHANG)[0] > 0
+    except ChildProcessError:
+        return False
+
+
+def _run_session(conn: socket.socket) -> int:
+    """In a run's server forked by the zygote: check the run's import-time environment against this
+    one, import what the run adds, say ready, then serve it as a run's own server would."""
+    from amp_bench.measure.channel import die_with_parent
+    os.environ["AMP_BENCH_PARENT_PID"] = str(os.getppid())
+    die_with_parent()  # the zygote ended: so does this server (and, through theirs, its children)
+    conn.settimeout(None)
+    options = json.loads(conn.recv(_MESSAGE) or b"{}")
+    theirs, mine = options.get("same") or {}, what_a_fork_keeps(os.environ)
+    if theirs != mine:
+        conn.send(json.dumps({"mismatch": sorted(k for k in mine if theirs.get(k) != mine[k])}).encode())
+        return 0
+    started = time.monotonic()
+    imported, failed = _preload(options.get("preload", []), options.get("search_dirs", []))
+    unsafe = unsafe_to_fork()
+    conn.send(json.dumps({"imported": imported, "failed": failed, "unsafe": unsafe, "zygote": True,
+                          "seconds": round(time.monotonic() - started, 3)}).encode())
+    if not unsafe:
+        _serve(conn)
+    return 0
 
 
 def main(argv: list[str]) -> int:
     from amp_bench.measure.channel import die_with_parent
-    die_with_parent()  # AMP_BENCH_PARENT_PID: the run's parent
+    die_with_parent()  # AMP_BENCH_PARENT_PID: the run's parent (a zygote's: whoever started it)
+    if argv[0] == "--zygote":
+        return _zygote(argv[1], json.loads(argv[2])["preload"])
     sock = socket.socket(fileno=int(argv[0]))
     options = json.loads(argv[1])
     started = time.monotonic()

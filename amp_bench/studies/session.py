@@ -114,9 +114,9 @@ class Session:
             return {"mode": "spawn", "why": "isolation: spawn"}
         if self.server.unusable:
             return {"mode": "spawn", "why": self.server.unusable}
-        return {"mode": "fork", "preloaded": (self.server.ready_info or {}).get("imported", []),
-                "not_preloaded": (self.server.ready_info or {}).get("failed", {}),
-                "server_import_s": (self.server.ready_info or {}).get("seconds")}
+        info = self.server.ready_info or {}
+        return {"mode": "fork", "preloaded": info.get("imported", []), "not_preloaded": info.get("failed", {}),
+                "server_import_s": info.get("seconds"), "shared_zygote": bool(info.get("zygote"))}
 
 
 def start_server(suite: Suite, overrides: dict | None = None) -> ForkServer | None:
