@@ -185,7 +185,7 @@ class _AlwaysStarved(_StarvedOnce):
 @pytest.mark.parametrize("quiet_after", [False, True])
 def test_a_machine_that_stays_busy_is_asked_before_each_case_after_a_streak(write_suite, tmp_path, monkeypatch,
                                                                             quiet_after):
-    """Four cases stopped as contended in a row: each next case first reads one second of /proc/stat and,
+    """Four cases stopped as contended in a row: each next case first reads half a second of /proc/stat and,
     while the machine is still busy, is saved as contended without a worker (the busy smoke's 4 minutes);
     once it is quiet, cases run again."""
     import amp_bench
@@ -205,12 +205,12 @@ def test_a_machine_that_stays_busy_is_asked_before_each_case_after_a_streak(writ
     suite = write_suite(SLOW_SUITE.replace("steps: 4", "steps: 2\nrepeats: 6").replace("ms: 300", "ms: 50"))
     results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "results").sort_values("repeat")
     if quiet_after:
-        assert asked == [1.0] * 6 + [2.0]  # before every case, quiet each time; then the end's retry
+        assert asked == [0.5] * 6 + [2.0]  # before every case, quiet each time; then the end's retry
         assert list(results["status"]) == ["ok"] * 6  # the one starved case ran again at the end
         assert results["warnings"].str.contains("its first run was stopped as contended").sum() == 1
         return
     assert _AlwaysStarved.watched == 4 and list(results["status"]) == ["contended"] * 6
     skipped = results[results["reason"].str.startswith("not run: the machine was still busy")]
     assert list(skipped["repeat"]) == [4, 5] and skipped["contention"].equals(skipped["reason"])
-    assert "other processes used 1.70 of 2 cores over 1 s, after 4 contended cases in a row" in skipped["reason"].iloc[0]
-    assert asked == [1.0, 1.0, 2.0]  # one second before each skipped case; the end's retry asked for two
+    assert "other processes used 1.70 of 2 cores over 0.5 s, after 4 contended cases in a row" in skipped["reason"].iloc[0]
+    assert asked == [0.5, 0.5, 2.0]  # half a second before each skipped case; the end's retry asked for two

@@ -58,6 +58,23 @@ def test_a_writer_killed_between_its_part_and_the_tables_loses_no_row(tmp_path):
     assert sorted(load_cached([tmp_path]).case_id) == ["x", "x", "y", "z"]  # history's cached reader too
 
 
+def test_a_store_that_rewrites_its_tables_at_most_every_few_seconds_keeps_every_row(tmp_path):
+    """flush_every_s (a local run's): the first row reaches the tables at once, later ones with the next
+    due rewrite or the run's end; every part is on disk and in `rows` the moment it is added, and a
+    reader in between catches the tables up."""
+    store = RunStore(tmp_path, "run")
+    store.write_manifest(status="running")
+    store.flush_every_s = 3600.0
+    for n in range(3):
+        store.add({"run_id": "run", "case_id": f"c{n}", "status": "ok"}, [{"step": 0}], key=f"{n:05d}")
+    assert list(pd.read_csv(store.dir / "results.csv").case_id) == ["c0"] and store.saved == 1
+    assert [r["case_id"] for r in store.rows] == ["c0", "c1", "c2"]
+    assert len(list((store.dir / "parts").glob("*.json"))) == 3
+    assert list(load_results(store.dir).case_id) == ["c0", "c1", "c2"]  # a reader catches up
+    store.flush()
+    assert list(pd.read_csv(store.dir / "results.csv").case_id) == ["c0", "c1", "c2"] and store.saved == 3
+
+
 def test_load_results_errors(tmp_path):
     with pytest.raises(UserError, match="no such results directory"):
         load_results(tmp_path / "missing")

@@ -41,13 +41,19 @@ def contention_watch(case: Case, device: DeviceInfo):
     return lambda pid: ContentionWatch(pid, needed)
 
 
+# How long still_busy looks: /proc/stat counts in 10 ms ticks, so over half a second what others used is
+# known to about 0.08 of a core on 2 CPUs, within a third of the 15% share a case may lose (the watch's
+# own rule, launchers/busy.py). A smoke suite beside three spinners saves ~160 cases this way.
+BUSY_LOOK_S = 0.5
+
+
 def still_busy(case: Case, device: DeviceInfo) -> str:
     """Asked after a streak of contended cases (studies/benchmark.BUSY_STREAK): is the machine still too
-    busy to give this case its share, over one second of /proc/stat (busy.quiet_now)? The evidence, or ''
+    busy to give this case its share, over BUSY_LOOK_S of /proc/stat (busy.quiet_now)? The evidence, or ''
     (quiet, or on_contention: flag, which measures anyway)."""
     if not _stops_on_contention(case):
         return ""
-    quiet, how = busy.quiet_now(_cores_needed(case, device), seconds=1.0)
+    quiet, how = busy.quiet_now(_cores_needed(case, device), seconds=BUSY_LOOK_S)
     return "" if quiet else how
 
 

@@ -25,7 +25,7 @@ from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
 from amp_bench.studies.session import Session, probe, record_machine, running, server_for
 from amp_bench.suite import Case
 from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import base_row, run_one, still_busy
+from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, still_busy
 
 
 class Reporter:
@@ -121,10 +121,14 @@ class Machine:
 
 
 # After this many contended cases in a row, each next case first asks whether the machine is still busy
-# (one second of /proc/stat) and is saved as contended, not run, while it is: a worker started on a
-# machine that stays busy only waits out the watch's hold (3 s) to be stopped, and a 24-repeat smoke
-# suite beside three spinning processes would spend over 4 minutes saying so case by case.
+# (half a second of /proc/stat, BUSY_LOOK_S) and is saved as contended, not run, while it is: a worker
+# started on a machine that stays busy only waits out the watch's hold (3 s) to be stopped, and a
+# 40-repeat smoke suite beside three spinning processes would spend over 8 minutes saying so case by case.
 BUSY_STREAK = 4
+# A local run rewrites results.csv and samples.csv at most this often (RunStore.flush_every_s): each
+# rewrite builds the whole table, which on a 320-row smoke run had grown to ~0.1 s a case. Every row's
+# part is on disk when its case ends; the tables catch up at the run's end and for any reader.
+TABLES_EVERY_S = 2.0
 
 
 def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
@@ -163,7 +167,8 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
 
 def _save_busy(store: RunStore, item, machine: Machine, reporter: Reporter, evidence: str, streak: int) -> dict:
     """The row of a case not run because the machine was still busy after `streak` contended cases."""
-    text = f"not run: the machine was still busy ({evidence} over 1 s, after {streak} contended cases in a row)"
+    text = (f"not run: the machine was still busy ({evidence} over {BUSY_LOOK_S:g} s, after {streak} contended "
+            "cases in a row)")
     row = _save_unrun(store, item, machine, status="contended", reason=text, contended=True, contention=text)
     reporter.case_finished(item[1], row)
     return row
@@ -288,6 +293,7 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(order),
                                executor={"type": "local"}, workers=session.isolation_record())
     store.write_plan(make_plan(order, info.type, device or session.suite.device))
+    store.flush_every_s = TABLES_EVERY_S
     reporter.run_started(store, info, len(order))
     machine = Machine(info, session.versions, session.host["hostname"], session.fingerprint, server=session.server)
     with session.running(lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:

@@ -147,6 +147,7 @@ def running(store: RunStore, final_manifest):
         status = "complete"
     finally:
         restore()
+        store.flush()  # the rows added since its last rewrite of the tables (RunStore.flush_every_s)
         store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
 
 
