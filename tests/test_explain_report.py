@@ -82,11 +82,13 @@ def test_alignment_rows_keep_machines_and_compile_modes_apart_and_say_shares_in_
             "explain_misaligned_flop_share": 0.125, "explain_misaligned_layers": "head Linear(64 -> 100) 12.5%"}
     rows = pd.DataFrame([{**base, "device_name": "A100", "compile_mode": "eager"},
                          {**base, "device_name": "H100", "compile_mode": "eager"},
-                         {**base, "device_name": "H100", "compile_mode": "default"}])
-    cases = list(alignment_rows(rows)["case"])
-    assert cases == ["mlp bs 8 on A100", "mlp bs 8 on H100", "mlp bs 8 (default) on H100"]
+                         {**base, "device_name": "H100", "compile_mode": "default"},
+                         {**base, "device_name": "H100", "compile_mode": "eager", "channels_last": True}])
+    cases = list(alignment_rows(rows)["case"])  # a case differing only in its layout keeps a row of its own
+    assert cases == ["mlp bs 8 on A100", "mlp bs 8 on H100", "mlp bs 8 compiled on H100",
+                     "mlp bs 8 channels_last on H100"]
     shown = _alignment_display(alignment_rows(rows))
-    assert list(shown["share of the step's FLOPs"]) == ["12.5%"] * 3
+    assert list(shown["share of the step's FLOPs"]) == ["12.5%"] * 4
 
 
 def test_every_layer_with_its_alignment_is_in_the_layers_csv(tmp_path):

@@ -14,7 +14,7 @@ from rich.table import Table
 from amp_bench import modes
 from amp_bench.platform.provenance import tf32_override_notes
 from amp_bench.store.flags import is_true, peak_memory, true_rows
-from amp_bench.store.identity import EAGER
+from amp_bench.store.identity import EAGER, case_label
 
 
 def _fmt_bytes(value) -> str:
@@ -247,7 +247,7 @@ def _print_summary_notes(summary, console) -> None:
         console.print(f"[yellow]emulated[/]: {escape(reason)}", highlight=False)
     contended = summary[true_rows(summary["contended"])]
     for _, r in contended.iterrows():
-        console.print(f"[red]contended[/]: {escape(r['model_label'])} bs {int(r['batch_size'])} {r['precision']}: "
+        console.print(f"[red]contended[/]: {escape(case_label(r))} {r['precision']}: "
                       f"{escape(str(r['contention']))}; its figures are not trustworthy (rerun on a quiet machine)",
                       highlight=False, soft_wrap=True)
     not_run = summary[(summary["status"] == "unsupported")]

@@ -11,7 +11,7 @@ import pandas as pd
 from amp_bench.analysis.explain.categories import CATEGORIES, HOST, LABELS
 from amp_bench.analysis.explain.decompose import category_table, explain_results
 from amp_bench.analysis.explain.sentence import sentence
-from amp_bench.store.identity import EAGER
+from amp_bench.store.identity import case_labels
 
 SECTION = ("explain", "Where the time goes")
 HOW_TO = ("Each case ran 3-8 extra training steps under torch.profiler after its timed window (as many as the "
@@ -98,9 +98,7 @@ def alignment_rows(results: pd.DataFrame) -> pd.DataFrame:
     if "explain_misaligned_layers" not in results:
         return pd.DataFrame()
     frame = results[results["explain_status"].isin(["ok", "distorted"])].copy()
-    case = frame.get("model_label", frame.get("model")).astype(str) + " bs " + frame["batch_size"].astype(int).astype(str)
-    if "compile_mode" in frame:
-        case = case + frame["compile_mode"].map(lambda m: "" if pd.isna(m) or str(m) in (EAGER, "") else f" ({m})")
+    case = case_labels(frame)  # every axis (size, layout, processes, compile mode), as every table names a case
     if "device_name" in frame and frame["device_name"].nunique() > 1:
         case = case + " on " + frame["device_name"].astype(str)
     frame = frame.assign(case=case)
