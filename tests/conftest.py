@@ -66,17 +66,19 @@ def pytest_configure(config):
     if hasattr(config, "workerinput") or os.environ.get(ZYGOTE_ENV) is not None or not hasattr(os, "fork"):
         return
     import tempfile
-    folder = Path(tempfile.mkdtemp(prefix="amp-bench-zygote-"))
-    config.amp_bench_zygote = start_zygote(folder / "zygote.sock", preload_modules(
-        ["torchvision/resnet18", "transformers/gpt2"]), log_path=folder / "zygote.log")
+    folder = Path(tempfile.mkdtemp(prefix="amp-bench-zygote-"))  # short: a socket's path has at most 107 bytes
+    config.amp_bench_zygote = (start_zygote(folder / "zygote.sock", preload_modules(
+        ["torchvision/resnet18", "transformers/gpt2"]), log_path=folder / "zygote.log"), folder)
     os.environ[ZYGOTE_ENV] = str(folder / "zygote.sock")
 
 
 def pytest_unconfigure(config):
-    zygote = getattr(config, "amp_bench_zygote", None)
+    zygote, folder = getattr(config, "amp_bench_zygote", (None, None))
     if zygote is not None:
+        import shutil
         zygote.kill()
         zygote.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
