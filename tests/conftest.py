@@ -67,8 +67,13 @@ def pytest_configure(config):
         return
     import tempfile
     folder = Path(tempfile.mkdtemp(prefix="amp-bench-zygote-"))  # short: a socket's path has at most 107 bytes
-    config.amp_bench_zygote = (start_zygote(folder / "zygote.sock", preload_modules(
-        ["torchvision/resnet18", "transformers/gpt2"]), log_path=folder / "zygote.log"), folder)
+    zygote = start_zygote(folder / "zygote.sock", preload_modules(["torchvision/resnet18", "transformers/gpt2"]),
+                          log_path=folder / "zygote.log")
+    config.amp_bench_zygote = (zygote, folder)
+    if zygote.poll() is not None or not (folder / "zygote.sock").exists():
+        log = (folder / "zygote.log").read_text(errors="replace")[-2000:] if (folder / "zygote.log").exists() else ""
+        print(f"the tests' fork zygote did not start (every run starts its own server):\n{log}", file=sys.stderr)
+        return
     os.environ[ZYGOTE_ENV] = str(folder / "zygote.sock")
 
 

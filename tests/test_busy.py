@@ -186,7 +186,7 @@ class _AlwaysStarved(_StarvedOnce):
 def test_a_machine_that_stays_busy_is_asked_before_each_case_after_a_streak(write_suite, tmp_path, monkeypatch,
                                                                             quiet_after):
     """Four cases stopped as contended in a row: each next case first reads half a second of /proc/stat and,
-    while the machine is still busy, is saved as contended without a worker (the busy smoke's 4 minutes);
+    while the machine is still busy, is saved as contended without a worker (the busy smoke must end within 4 minutes);
     once it is quiet, cases run again."""
     import amp_bench
     from amp_bench.launchers import launch

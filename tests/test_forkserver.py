@@ -1,6 +1,7 @@
 """The fork server (amp_bench/launchers/forkserver.py): each case a fresh child of one process that imported
 torch once; the server never touches CUDA or starts threads; children are apart from each other; a child
 that crashes or hangs costs its own row only; where the server cannot be used, workers spawn as before."""
+import os
 import sys
 import types
 from pathlib import Path
@@ -123,12 +124,15 @@ def zygote(tmp_path):
     """A zygote of this test's own (a test of its lifecycle must not share the session's), preloading
     nothing: each run's server imports what it asks for. Its socket in a short folder (a Unix socket's
     path has at most 107 bytes)."""
+    import shutil
     import tempfile
     path = Path(tempfile.mkdtemp(prefix="zygote-")) / "z.sock"
     proc = forkserver.start_zygote(path, [], log_path=tmp_path / "zygote.log")
+    assert path.exists() and proc.poll() is None, (tmp_path / "zygote.log").read_text()  # listening
     yield proc, str(path)
     proc.kill()
     proc.wait()
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -137,9 +141,10 @@ def test_runs_join_a_zygote_and_each_gets_a_server_of_its_own(zygote, tmp_path):
     and forks its cases through its own server; one run ending leaves the other's serving."""
     proc, path = zygote
     first, second = ForkServer.join(path, ["torch"]), ForkServer.join(path, ["torch", "amp_bench.measure.case"])
+    assert first is not None and second is not None
     try:
         for server in (first, second):
-            assert server is not None and server.proc is None and server.ready(), server and server.unusable
+            assert server.proc is None and server.ready(), server.unusable
             assert server.ready_info["zygote"] and server.ready_info["unsafe"] == ""
         outcomes = []
         for n, server in enumerate((first, second, first)):
@@ -159,18 +164,28 @@ def test_a_run_the_zygote_would_start_differently_starts_its_own(zygote, monkeyp
     """Import-time variables are kept by a fork: a run that hides the bf16 instructions cannot join a
     zygote that imported without; neither can a run that finds nothing listening."""
     _, path = zygote
+    joined = ForkServer.join(path, [])  # the same environment: joined (so the Nones below are refusals)
+    assert joined is not None and joined.ready_info["zygote"]
+    joined.close()
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    assert ForkServer.join(path, ["torch"]) is None
+    assert ForkServer.join(path, []) is None
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    monkeypatch.setenv("TORCH_LOGS", "dynamo")  # read once as torch imports, like the ISA cap
+    assert ForkServer.join(path, []) is None
+    monkeypatch.delenv("TORCH_LOGS")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")  # what importing inductor sets: joined
+    again = ForkServer.join(path, [])
+    assert again is not None
+    again.close()
     assert ForkServer.join(str(tmp_path / "nobody.sock"), ["torch"]) is None
     assert forkserver.what_a_fork_keeps({"OMP_WAIT_POLICY": "PASSIVE"})["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="a zygote's server watches its run through a pidfd (Linux 5.3+)")
 def test_a_run_killed_outright_takes_its_case_with_it_and_the_zygote_serves_on(zygote, write_suite, tmp_path):
     """SIGKILL of a run's parent: a run's own server dies with it (PR_SET_PDEATHSIG); a zygote's
     server sees its parent hang up, kills the running case's session and ends."""
-    import os
     import signal
     import subprocess
     import time

@@ -23,9 +23,12 @@ A shared server (a zygote) serves many runs: `start_zygote(path, preload)` start
 Unix socket, and every run whose environment names it (AMP_BENCH_FORK_ZYGOTE=path) joins it instead of
 importing torch again: the zygote forks the run a server of its own (the same loop, a copy of a process
 that already imported), which imports what the run adds (the suite's own module) and forks its cases.
-The test suite starts one per command (tests/conftest.py): some 50 runs each spent ~3.5 s of CPU on the
-server's imports. A run whose import-time variables (IMPORT_TIME_ENV) differ from the zygote's starts
-its own server, as does a run that finds nothing listening.
+The test suite starts one per command (tests/conftest.py): some 45 runs each spent ~3.5 s of CPU on the
+server's imports. A zygote's children start with its imports resident, so a run that joined one
+(manifest: workers.shared_zygote) records a peak RSS that includes every library the zygote preloaded:
+compare peak RSS between runs started the same way. A run that would not get from it what its own
+server would give it (what_a_fork_keeps: the interpreter, amp_bench, the working folder, the variables
+read at import) starts its own server, as does a run that finds nothing listening.
 
 Parent side: ForkServer.start(...), launch(...) -> WorkerOutcome (a forked child, or a spawned
 interpreter where the server cannot take the case), ForkServer.close(); start_zygote(...).
@@ -241,12 +244,23 @@ def server_env(environ) -> dict[str, str]:
     return env
 
 
+# what a process that imported torch and the model libraries keeps of its environment besides
+# IMPORT_TIME_ENV: their settings read once at import (huggingface_hub's cache and offline switches,
+# torch's logs, dynamo's and inductor's config defaults) and where Python finds modules
+READ_AT_IMPORT_ENV = IMPORT_TIME_ENV + ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "PYTHONPATH")
+# set by torch itself as inductor loads (a process that imported torch has it, one that has not does
+# not) and read when a compile uses it; each case sets its own (launch.compile_cache_env)
+SET_BY_TORCH_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
 def what_a_fork_keeps(environ) -> dict:
     """What a forked child inherits from its server and cannot change: the interpreter, the amp_bench
-    it imported, and the server environment's import-time variables (IMPORT_TIME_ENV)."""
+    it imported, the folder its module search path starts from, and the server environment's variables
+    read at import (READ_AT_IMPORT_ENV). A zygote serves a run only when these are the run's own."""
     env = server_env(environ)
-    return {"python": sys.executable, "amp_bench": process.package_pythonpath(),
-            "env": {key: value for key, value in env.items() if key.startswith(IMPORT_TIME_ENV)}}
+    return {"python": sys.executable, "amp_bench": process.package_pythonpath(), "cwd": os.getcwd(),
+            "env": {key: value for key, value in env.items()
+                    if key.startswith(READ_AT_IMPORT_ENV) and key not in SET_BY_TORCH_ENV}}
 
 
 def forkable_env(extra_env: dict[str, str] | None) -> bool:
@@ -403,12 +417,13 @@ def _serve(sock: socket.socket) -> None:
 
 
 def _reap(pid: int, sock: socket.socket):
-    """wait4 the child; a parent that hangs up meanwhile (killed) has its case's session killed first,
-    so nothing outlives the run (a zygote's server does not die with the run's parent, as a run's own
-    server does by PR_SET_PDEATHSIG)."""
+    """wait4 the child; a parent that hangs up meanwhile (killed) has its case's session killed first
+    (a zygote's server does not die with the run's parent, as a run's own server does by
+    PR_SET_PDEATHSIG). A process the case started outside its session is the parent's to sweep, and a
+    killed parent sweeps nothing, as with a run's own server."""
     try:
         pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # before Linux 5.3: the parent's own sweep is what is left
+    except (AttributeError, OSError):  # before Linux 5.3: the case ends by itself or at its own deadline
         return os.wait4(pid, 0)[1:]
     with selectors.DefaultSelector() as selector:
         selector.register(pidfd, selectors.EVENT_READ, "exited")
@@ -427,8 +442,8 @@ def _reap(pid: int, sock: socket.socket):
                 pass  # reset: hung up
             try:
                 os.killpg(pid, signal.SIGKILL)
-            except OSError:
-                pass
+            except OSError:  # not yet its own session (the parent hung up before the child's setsid)
+                os.kill(pid, signal.SIGKILL)
             break
     os.close(pidfd)
     return os.wait4(pid, 0)[1:]
@@ -438,15 +453,16 @@ def _reap(pid: int, sock: socket.socket):
 
 def start_zygote(path: str | Path, preload: list[str], log_path: Path | None = None) -> subprocess.Popen:
     """Start a shared server listening at `path` (a Unix socket's path: at most 107 bytes); returns once
-    it listens (it accepts once its imports are done) or has died. Runs join it while
-    AMP_BENCH_FORK_ZYGOTE=path is in their environment. It ends with the process that started it, or
-    when killed."""
+    it listens (it accepts once its imports are done), has died, or 30 s passed: the caller checks
+    `os.path.exists(path)` and `poll()`. Runs join it while AMP_BENCH_FORK_ZYGOTE=path is in their
+    environment. It ends with the process that started it, or when killed."""
     env = server_env(os.environ)
     env["AMP_BENCH_PARENT_PID"] = str(os.getpid())
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
     try:
         proc = subprocess.Popen([sys.executable, "-m", "amp_bench.launchers.forkserver", "--zygote", str(path),
-                                 json.dumps({"preload": preload})], stdin=subprocess.DEVNULL, stdout=log,
+                                 json.dumps({"preload": preload, "same": what_a_fork_keeps(os.environ)})],
+                                stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
     finally:
         if log_path:
@@ -457,11 +473,13 @@ def start_zygote(path: str | Path, preload: list[str], log_path: Path | None = N
     return proc
 
 
-def _zygote(path: str, preload: list[str]) -> int:
-    """Listen at `path`; fork each run that connects a server of its own (_run_session)."""
+def _zygote(path: str, preload: list[str], same: dict) -> int:
+    """Listen at `path`; fork each run that connects a server of its own (_run_session), if it would get
+    there what its own server would give it: `same`, what_a_fork_keeps of the starter's environment."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path)
-    listener.listen(64)  # bound before the imports: a run that connects meanwhile waits for them
+    listener.bind(path + ".new")
+    listener.listen(64)  # listening before the imports: a run that connects meanwhile waits for them
+    os.rename(path + ".new", path)  # the path appears once it listens (start_zygote waits for it)
     _preload(preload, [])
     unsafe = unsafe_to_fork()
     if unsafe:
@@ -474,11 +492,10 @@ def _zygote(path: str, preload: list[str]) -> int:
         except socket.timeout:
             conn = None
         if conn is not None:
+            zygote_pid = os.getpid()
             if os.fork() == 0:
                 listener.close()
-                exit_code = _run_session(conn)
-                from amp_bench.measure.channel import exit_without_teardown
-                exit_without_teardown(exit_code)
+                _session_process(conn, zygote_pid, same)
             conn.close()
         while _reaped_one():
             pass
@@ -491,17 +508,31 @@ def _reaped_one() -> bool:
         return False
 
 
-def _run_session(conn: socket.socket) -> int:
-    """In a run's server forked by the zygote: check the run's import-time environment against this
-    one, import what the run adds, say ready, then serve it as a run's own server would."""
+def _session_process(conn: socket.socket, zygote_pid: int, same: dict) -> None:
+    """The forked copy of the zygote serving one run: never back into the accept loop, never torn down
+    (an error in it is its run's: in the log, and the run's join or next case says the server is gone)."""
+    from amp_bench.measure.channel import exit_without_teardown
+    code = 1
+    try:
+        code = _run_session(conn, zygote_pid, same)
+    except BaseException:  # noqa: BLE001 - a run that hung up mid-handshake, a malformed request
+        import traceback
+        traceback.print_exc()
+    finally:
+        exit_without_teardown(code)
+
+
+def _run_session(conn: socket.socket, zygote_pid: int, same: dict) -> int:
+    """In a run's server forked by the zygote: check the run would get what its own server would give
+    it (what_a_fork_keeps), import what the run adds, say ready, then serve it as its own server would."""
     from amp_bench.measure.channel import die_with_parent
-    os.environ["AMP_BENCH_PARENT_PID"] = str(os.getppid())
+    os.environ["AMP_BENCH_PARENT_PID"] = str(zygote_pid)
     die_with_parent()  # the zygote ended: so does this server (and, through theirs, its children)
     conn.settimeout(None)
     options = json.loads(conn.recv(_MESSAGE) or b"{}")
-    theirs, mine = options.get("same") or {}, what_a_fork_keeps(os.environ)
-    if theirs != mine:
-        conn.send(json.dumps({"mismatch": sorted(k for k in mine if theirs.get(k) != mine[k])}).encode())
+    theirs = options.get("same") or {}
+    if theirs != same:
+        conn.send(json.dumps({"mismatch": sorted(k for k in same if theirs.get(k) != same[k])}).encode())
         return 0
     started = time.monotonic()
     imported, failed = _preload(options.get("preload", []), options.get("search_dirs", []))
@@ -517,7 +548,8 @@ def main(argv: list[str]) -> int:
     from amp_bench.measure.channel import die_with_parent
     die_with_parent()  # AMP_BENCH_PARENT_PID: the run's parent (a zygote's: whoever started it)
     if argv[0] == "--zygote":
-        return _zygote(argv[1], json.loads(argv[2])["preload"])
+        options = json.loads(argv[2])
+        return _zygote(argv[1], options["preload"], options["same"])
     sock = socket.socket(fileno=int(argv[0]))
     options = json.loads(argv[1])
     started = time.monotonic()

@@ -125,7 +125,7 @@ class Machine:
 # started on a machine that stays busy only waits out the watch's hold (3 s) to be stopped, and a
 # 40-repeat smoke suite beside three spinning processes would spend over 8 minutes saying so case by case.
 BUSY_STREAK = 4
-# A local run rewrites results.csv and samples.csv at most this often (RunStore.flush_every_s): each
+# run_suite rewrites results.csv and samples.csv at most this often (RunStore.flush_every_s): each
 # rewrite builds the whole table, which on a 320-row smoke run had grown to ~0.1 s a case. Every row's
 # part is on disk when its case ends; the tables catch up at the run's end and for any reader.
 TABLES_EVERY_S = 2.0
@@ -312,6 +312,8 @@ def results_frame(store: RunStore) -> pd.DataFrame:
     """The run's rows as every later reader sees them: read back through the store's one reader (the
     in-memory records hold None where the table holds NaN, and a figure computed from one could
     differ from the same figure computed from the other)."""
+    if store.saved != len(store.rows):
+        store.flush()  # a killed run's last parts, not yet in the tables (RunStore.flush_every_s)
     frame = read_table([store.dir], "results", RESULT_COLUMNS) if store.rows else order_columns(pd.DataFrame())
     frame.attrs["run_dir"] = str(store.dir)
     return frame

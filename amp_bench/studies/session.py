@@ -147,8 +147,10 @@ def running(store: RunStore, final_manifest):
         status = "complete"
     finally:
         restore()
-        store.flush()  # the rows added since its last rewrite of the tables (RunStore.flush_every_s)
-        store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
+        try:
+            store.flush()  # the rows added since its last rewrite of the tables (RunStore.flush_every_s)
+        finally:
+            store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
 
 
 def open_store(suite, path, probed: dict, results_dir, overrides: dict, kind: str, **manifest) -> tuple:
