@@ -92,18 +92,11 @@ class ForkServer:
         if joined is not None:
             return joined
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = server_env(os.environ)
-        log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "amp_bench.launchers.forkserver", str(theirs.fileno()),
-                 json.dumps({"preload": preload, "search_dirs": list(search_dirs)})],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                pass_fds=(theirs.fileno(),), start_new_session=True)
+            proc = _server_process([str(theirs.fileno()), {"preload": preload, "search_dirs": list(search_dirs)}],
+                                   log_path, pass_fds=(theirs.fileno(),))
         finally:
             theirs.close()
-            if log_path:
-                log.close()
         return cls(proc, ours, preload)
 
     @classmethod
@@ -229,6 +222,20 @@ class ForkServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _server_process(args: list, log_path: Path | None, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
+    """`python -m amp_bench.launchers.forkserver ARGS` (a dict argument as JSON) in its own session, with
+    server_env (which names this process as the parent it dies with) and its output in `log_path`."""
+    argv = [json.dumps(a) if isinstance(a, dict) else a for a in args]
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
+    try:
+        return subprocess.Popen([sys.executable, "-m", "amp_bench.launchers.forkserver", *argv],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=server_env(os.environ), pass_fds=pass_fds, start_new_session=True)
+    finally:
+        if log_path:
+            log.close()
 
 
 def server_env(environ) -> dict[str, str]:
@@ -456,17 +463,8 @@ def start_zygote(path: str | Path, preload: list[str], log_path: Path | None = N
     it listens (it accepts once its imports are done), has died, or 30 s passed: the caller checks
     `os.path.exists(path)` and `poll()`. Runs join it while AMP_BENCH_FORK_ZYGOTE=path is in their
     environment. It ends with the process that started it, or when killed."""
-    env = server_env(os.environ)
-    env["AMP_BENCH_PARENT_PID"] = str(os.getpid())
-    log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
-    try:
-        proc = subprocess.Popen([sys.executable, "-m", "amp_bench.launchers.forkserver", "--zygote", str(path),
-                                 json.dumps({"preload": preload, "same": what_a_fork_keeps(os.environ)})],
-                                stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    finally:
-        if log_path:
-            log.close()
+    proc = _server_process(["--zygote", str(path), {"preload": preload, "same": what_a_fork_keeps(os.environ)}],
+                           log_path)
     listening_by = time.monotonic() + 30.0
     while not os.path.exists(path) and proc.poll() is None and time.monotonic() < listening_by:
         time.sleep(0.02)
