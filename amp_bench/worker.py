@@ -2,6 +2,7 @@
 
     python -m amp_bench.worker case     SPEC.json RESULT.json
     python -m amp_bench.worker fidelity SPEC.json RESULT.json
+    python -m amp_bench.worker lockstep SPEC.json RESULT.json   (the members' specs: measure/lockstep.py)
     python -m amp_bench.worker probe DEVICE    RESULT.json
 
 Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON lines, so whatever
@@ -26,11 +27,21 @@ def _case_job(spec: dict, events: EventChannel, rank) -> dict:
     from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import Case
     case, device = Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"])
+    from amp_bench.measure.baton import Baton
     support = Support(**spec["support"])  # the parent's gate decision: the worker does not decide again
-    record = run_case(case, device, events, rank, support=support)
+    baton = Baton.from_env()  # a lockstep member's (measure/lockstep.py)
+    record = run_case(case, device, events, rank, support=support, baton=baton)
     if rank is not None:  # every rank gets every record; each node's local rank 0 writes the row
         record = ddp.aggregate(rank.gather(record), case, rank.backend(case, device.type))
+    if baton is not None:  # what this case cost: its own turns, not its partners'
+        record["worker_seconds"] = baton.holding_s()
     return record
+
+
+def _lockstep_job(spec: dict, events: EventChannel, rank) -> dict:  # one process, never under torchrun
+    from amp_bench.measure.lockstep import conduct
+    return conduct(spec, events, lambda spec_path, result_path, member_events: _main_job(
+        _case_job, spec_path, result_path, member_events))
 
 
 def _fidelity_job(spec: dict, events: EventChannel, rank) -> dict:  # one process, never under torchrun
@@ -42,7 +53,7 @@ def _fidelity_job(spec: dict, events: EventChannel, rank) -> dict:  # one proces
                            DeviceInfo.from_json(spec["device"]), events, support)
 
 
-JOBS = {"case": _case_job, "fidelity": _fidelity_job}
+JOBS = {"case": _case_job, "fidelity": _fidelity_job, "lockstep": _lockstep_job}
 
 
 def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:
@@ -71,7 +82,7 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
             record.update(rank=rank.rank, failed_at=time.time())
             write_json_atomic(ddp.rank_result_path(result_path, rank.rank), record)
             exit_without_teardown(1)  # no interpreter teardown: it could wait on a collective that never ends
-    record["worker_seconds"] = time.time() - started
+    record.setdefault("worker_seconds", time.time() - started)
     if rank is None or rank.local_rank == 0:
         write_json_atomic(result_path, record)
     if rank is not None:

@@ -31,14 +31,13 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from amp_bench.measure.telemetry.contention import MIN_CPU_SHARE, read_host_times
+from amp_bench.measure.telemetry.contention import MIN_CPU_SHARE, parse_proc_stat, read_host_times
 
 TICK_S = 0.5
 SPAN_S = 1.0
 HOLD_S = 3.0
 SUMMARY_MIN_S = 0.5  # the shortest worker life judged as a whole (tick error 0.08 cores on 2 CPUs, a quarter
 #                      of a 2-thread worker's 0.3-core tolerance)
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(frozen=True)
@@ -61,10 +60,8 @@ def read_processes(proc: Path = Path("/proc")) -> dict:
                 text = fh.read()
         except OSError:
             continue
-        name, _, rest = text[text.index("(") + 1:].rpartition(")")
-        fields = rest.split()
-        try:  # after the name: state ppid ... utime(12) stime(13) cutime(14) cstime(15), 0-based from state
-            found[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / _TICKS_PER_S, name)
+        try:
+            found[int(entry.name)] = parse_proc_stat(text)
         except (IndexError, ValueError):
             continue
     return found
@@ -102,7 +99,10 @@ class ContentionWatch:
         self.done = False  # the measured window is over: nothing left to protect
 
     def on_event(self, event: dict) -> None:
-        if event.get("event") == "phase" and event.get("phase") == "after" and not self.done:
+        # a lockstep member's own events carry its place ("member"): the windows are over when the
+        # conductor says so, after every member's (launchers/lockstep.py)
+        if event.get("event") == "phase" and event.get("phase") == "after" and not self.done \
+                and "member" not in event:
             taken = self.read()  # the window's end closes the span a short worker is judged over (lifetime())
             if taken is not None:
                 self.history.append(taken)

@@ -82,17 +82,32 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     is the hardware gate's decision for the case, made once by whoever planned it; the worker gets it
     with the case and does not decide again. `server`: the run's fork server, if any."""
     row = base_row(case, repeat, device, versions, store.run_id)
-    if repeat > 0:  # FLOPs, per-phase memory and the explain profile do not change between repeats: once a case
-        case = dataclasses.replace(case, instrument=False, explain=False)
+    case = for_repeat(case, repeat)
     if not may_run(support, case.allow_emulated):
         row.update(status="unsupported", reason=not_run_reason(support), emulated=support.emulated)
         return row, []
     stem = stem or f"{case.case_id}-r{repeat}"
-    launcher, extra_env, cache_dir = _worker_setting(case, store, stem, row)
-    outcome = run_job(store, "case", stem, {"case": case.to_json(), "device": device.to_json(),
-                                            "support": dataclasses.asdict(support)}, case.timeout_s,
+    launcher, extra_env, cache_dir = worker_setting(case, store, stem, row)
+    outcome = run_job(store, "case", stem, case_spec(case, device, support), case.timeout_s,
                       on_event=on_event, launcher=launcher, extra_env=extra_env, server=server,
                       contention=contention_watch(case, device))
+    return finish(row, outcome, case, repeat, store, stem, cache_dir)
+
+
+def for_repeat(case: Case, repeat: int) -> Case:
+    """FLOPs, per-phase memory and the explain profile do not change between repeats: the first repeat
+    takes them."""
+    return dataclasses.replace(case, instrument=False, explain=False) if repeat > 0 else case
+
+
+def case_spec(case: Case, device: DeviceInfo, support: Support) -> dict:
+    return {"case": case.to_json(), "device": device.to_json(), "support": dataclasses.asdict(support)}
+
+
+def finish(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, store: RunStore, stem: str,
+           cache_dir) -> tuple[dict, list[dict]]:
+    """The worker's outcome into its row: (row, per-step samples); its result file and a cold compile
+    cache removed."""
     result_path = store.dir / "work" / f"{stem}.result.json"
     row.update(log_file=str(outcome.log_path.relative_to(store.dir)), worker_start=outcome.started_by,
                peak_rss_bytes=outcome.peak_rss_bytes,
@@ -108,7 +123,7 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     return row, samples
 
 
-def _worker_setting(case: Case, store: RunStore, stem: str, row: dict) -> tuple:
+def worker_setting(case: Case, store: RunStore, stem: str, row: dict) -> tuple:
     """(launcher, the case's own environment, compile cache folder): torchrun for a DDP case, the
     compile cache, where the explain trace goes."""
     launcher = extra_env = None

@@ -160,18 +160,29 @@ class _Setup:
     loss_values: list = None  # every step's loss, warmup's first
 
 
-def run_case(case, device, events: EventChannel, rank=None, *, support) -> dict:
+def run_case(case, device, events: EventChannel, rank=None, *, support, baton=None) -> dict:
     """Build, warm up and measure one case. Returns the record (status ok or nonfinite). `support`: the
     hardware gate's decision for it, made by the parent that planned it (platform.device.precision_support).
 
     Under torchrun `rank` (distributed.Rank) is this process's place in the job: the model is
-    wrapped in DDP and every rank runs this same function; the step itself is unchanged."""
+    wrapped in DDP and every rank runs this same function; the step itself is unchanged.
+    `baton` (measure/baton.py): a lockstep member's, on the CPU. It sets up and warms up in its first turn,
+    measures its window in turns taken with the other members, and instruments in its last."""
+    if baton is not None:
+        baton.take()
     setup = _set_up(case, device, rank, support)
     losses: list = []
-    warmup_steps = _warm_up(setup, losses, events)
-    (per_step_ms, window_s, setup.record["stop_reason"]), columns = _window(setup, losses, events, warmup_steps)
+    warmup_steps = _warm_up(setup, losses, events, baton)
+    if baton is not None:
+        baton.pass_turn()  # every member warms up before any window opens
+    (per_step_ms, window_s, setup.record["stop_reason"]), columns = _window(setup, losses, events, warmup_steps,
+                                                                            baton)
     events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
     median_ms = _record_window(setup, per_step_ms, window_s, columns, losses, warmup_steps)
+    if baton is not None:
+        from amp_bench.measure.baton import WINDOW_OVER
+        baton.give(WINDOW_OVER)
+        baton.take()  # the instrumented steps after every member's window
     _instrument(setup, median_ms)
     return _status(setup.record, setup.loss_values)
 
@@ -209,16 +220,18 @@ def _set_up(case, device, rank, support) -> _Setup:
                   baseline)
 
 
-def _warm_up(setup: _Setup, losses: list, events: EventChannel) -> int:
+def _warm_up(setup: _Setup, losses: list, events: EventChannel, baton=None) -> int:
     """Warmup (on until compilation settles for a compiled case), then the settle step; how many ran."""
     case, record = setup.case, setup.record
     total = case.warmup_steps + setup.rule.max_steps  # the most steps this case can take, for progress
     events.emit(event="phase", phase="warmup", total=total)
-    setup.watch = WindowWatch(setup.ops.host_threads(record["num_threads"]))
+    setup.watch = WindowWatch(setup.ops.host_threads(record["num_threads"]),
+                              partners=baton.partners if baton is not None else ())
     if not case.compiled:  # inductor's compile workers would count as other processes
         setup.watch.mark_warmup()  # a window too short for /proc/stat is judged with its warmup
     launched = os.environ.get("AMP_BENCH_LAUNCHED_AT")  # the parent's clock when it started this worker
-    record["worker_start_s"] = time.time() - float(launched) if launched else None  # launch -> first step
+    waited = baton.waited_s if baton is not None else 0.0  # a lockstep member's wait for its first turn
+    record["worker_start_s"] = time.time() - float(launched) - waited if launched else None  # launch -> first step
     compile_columns = compiling.warm_up(case, setup.step, setup.inputs, setup.target, losses,
                                         lambda i: events.emit(event="step", phase="warmup", step=i, total=total))
     compiling.log_summary(compile_columns)
@@ -227,7 +240,7 @@ def _warm_up(setup: _Setup, losses: list, events: EventChannel) -> int:
     return len(losses)  # a compiled case warms up until compilation settles: maybe more than asked
 
 
-def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int):
+def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int, baton=None):
     """The timed window with its trackers: ((per-step ms, window s, stop reason), the trackers' columns)."""
     from amp_bench.measure.trackers import (CompileTracker, ContentionTracker, MemoryTracker, NvmlTracker,
                                             run_window)
@@ -249,7 +262,7 @@ def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int
         events.emit(event="phase", phase=MEASURED_PHASE, total=total)
         return measure_window(lambda: losses.append(setup.step(setup.inputs, setup.target)), timer, rule,
                               lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i,
-                                                    total=total), before_end=halt)
+                                                    total=total), before_end=halt, baton=baton)
     return run_window(trackers, measure)
 
 

@@ -15,12 +15,19 @@ OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "c
 
 
 class EventChannel:
-    def __init__(self, fd: int | None):
+    """JSON lines on the parent's event pipe. `member`: a lockstep member's place in its set
+    (measure/lockstep.py); the members share their conductor's pipe, so each event says whose it is
+    (a line under PIPE_BUF is written whole)."""
+
+    def __init__(self, fd: int | None, member: int | None = None):
         if fd is not None:
             os.set_inheritable(fd, False)  # a process the model starts must not hold the pipe open
         self._file = os.fdopen(fd, "w", buffering=1) if fd is not None else None
+        self.member = member
 
     def emit(self, **event) -> None:
+        if self.member is not None:
+            event["member"] = self.member
         if self._file is not None:
             try:
                 self._file.write(json.dumps(event) + "\n")

@@ -71,15 +71,22 @@ def stop_rule(case, rank=None):
 
 
 def measure_window(run_step, timer, rule, on_step=lambda i: None,
-                   before_end=lambda: None) -> tuple[list[float], float, str]:
+                   before_end=lambda: None, baton=None) -> tuple[list[float], float, str]:
     """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
     The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
     at checkpoints, about ten times a window, so the GPU queue stays full in between. `before_end`
     runs after the last step is launched and before the closing synchronisation (the NVML sampler
-    stops there: once the queue drains the GPU idles, and a late sample would report gpu_idle)."""
+    stops there: once the queue drains the GPU idles, and a late sample would report gpu_idle).
+    `baton` (a lockstep member's, measure/baton.py; CPU only): between steps, once a turn is over, the
+    timer pauses while the other members take theirs; the window's seconds and the budget are this
+    member's own turns."""
     timer.begin_window()
     n, next_check, reason = 0, rule.min_steps, None
     while reason is None:
+        if baton is not None and n and baton.turn_over():
+            timer.pause()
+            baton.pass_turn()
+            timer.resume()
         timer.step_started()
         run_step()
         timer.step_ended()
@@ -109,9 +116,17 @@ class CpuStepTimer:
         self._starts: list[float] = []
         self._ends: list[float] = []
         self._window: tuple[float, float] | None = None
+        self._paused_s, self._paused_at = 0.0, None  # a lockstep member's time without the baton
 
     def begin_window(self) -> None:
         self._window = (self._clock(), math.nan)
+
+    def pause(self) -> None:
+        self._paused_at = self._clock()
+
+    def resume(self) -> None:
+        self._paused_s += self._clock() - self._paused_at
+        self._paused_at = None
 
     def step_started(self) -> None:
         self._starts.append(self._clock())
@@ -123,13 +138,13 @@ class CpuStepTimer:
         return [(e - s) * 1e3 for s, e in zip(self._starts, self._ends)]
 
     def elapsed_s(self) -> float:
-        return self._clock() - self._window[0]
+        return self._clock() - self._window[0] - self._paused_s
 
     def end_window(self) -> tuple[list[float], float]:
         end = self._clock()
         start = self._window[0]
         per_step = [(e - s) * 1e3 for s, e in zip(self._starts, self._ends)]
-        return per_step, end - start
+        return per_step, end - start - self._paused_s
 
 
 class CudaStepTimer:

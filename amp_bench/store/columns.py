@@ -298,9 +298,14 @@ COLUMNS: list[Column] = [
         ("cpu_bf16_isa", TEXT, "the CPU's bf16/fp16 instructions, comma-separated (avx512_bf16, amx_bf16, "
                                "avx512_fp16, amx_fp16), or none"),
         ("timestamp", TEXT, "when the row was made (UTC, ISO 8601)"),
-        ("worker_seconds", FLOAT, "the worker's wall time from its entry to its result, s"),
+        ("worker_seconds", FLOAT, "the worker's wall time from its entry to its result, s (a lockstep member's: "
+                                  "its own turns)"),
         ("worker_start", TEXT, "fork (a child of the run's fork server) or spawn (a fresh interpreter)"),
-        ("worker_start_s", FLOAT, "from the worker's launch to its first step, s"),
+        ("worker_start_s", FLOAT, "from the worker's launch to its first step, s (a lockstep member's: less its "
+                                  "wait for the first turn)"),
+        ("interleave", TEXT, "steps: the repeat's modes ran as a lockstep set, their workers alive together and "
+                             "taking turns of ~50 ms (window_s is this worker's own turns); repeats: one worker "
+                             "after another"),
         ("log_file", TEXT, "the worker's log, relative to the run directory"),
     ]),
     *_EXPLAIN,

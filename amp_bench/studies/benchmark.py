@@ -26,6 +26,7 @@ from amp_bench.studies.session import Session, probe, record_machine, running, s
 from amp_bench.suite import Case
 from amp_bench.launchers.forkserver import ForkServer
 from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, still_busy
+from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 
 
 class Reporter:
@@ -133,36 +134,66 @@ TABLES_EVERY_S = 2.0
 
 def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
               stop=None, heartbeat=None) -> None:
-    """Run cases one after another, each in a fresh worker, and save each row as it finishes. `stop`
-    (a job's StopSignals) ends the loop at a signal: the case it cut short, and those not started,
-    get rows saying why (a died status); `heartbeat` is told which case runs. Cases stopped early as
-    `contended`, or not run while the machine stayed busy (BUSY_STREAK), are run once more at the end
-    if the machine is quiet then (retry_contended)."""
+    """Run cases one after another, each in a fresh worker (a repeat's modes together as a lockstep set
+    where lockstep_sets says so), and save each row as it finishes. `stop` (a job's StopSignals) ends the
+    loop at a signal: the case it cut short, and those not started, get rows saying why (a died status);
+    `heartbeat` is told which case runs. Cases stopped early as `contended`, or not run while the machine
+    stayed busy (BUSY_STREAK), are run once more at the end if the machine is quiet then (retry_contended)."""
     info = machine.device
     # the hardware gate, decided once per planned case; the worker is handed the decision
     supports = {index: precision_support(case.precision, info) for index, case, _ in order}
-    runnable = [index for index, case, _ in order if may_run(supports[index], case.allow_emulated)]
-    planner = BudgetPlanner(order[0][1].budget_s if order else None, len(runnable))
-    starved, streak = [], 0
-    for position, (index, case, repeat) in enumerate(order):
+    runnable = {index for index, case, _ in order if may_run(supports[index], case.allow_emulated)}
+    run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(order[0][1].budget_s if order else None,
+                                                                           len(runnable)), stop, heartbeat, len(order))
+    starved, streak, position = [], 0, 0
+    for unit in lockstep_sets(order, machine, reporter):
         if stop is not None and stop.requested:
             _save_died(store, order[position:], machine, stop, started=False)
             return
-        evidence = still_busy(case, info) if streak >= BUSY_STREAK and index in runnable else ""
-        if evidence:
-            row = _save_busy(store, (index, case, repeat), machine, reporter, evidence, streak)
-        else:
-            row = _run_item(store, (index, case, repeat), machine, reporter, supports[index], index in runnable,
-                            planner, stop, heartbeat, position, len(order))
-        if row is None:  # a stop cut it short: it and the rest are saved as died
+        live = [item for item in unit if item[0] in runnable]
+        evidence = still_busy(live[0][1], info) if streak >= BUSY_STREAK and live else ""
+        rows = run.unit(unit, live, position, evidence, streak)
+        if rows is None:  # a stop cut it short: it and the rest are saved as died
             _save_died(store, order[position:], machine, stop, started=True)
             return
-        if row["status"] == "contended":
-            starved.append((index, case, repeat))
-        if index in runnable:
-            streak = streak + 1 if row["status"] == "contended" or is_true(row.get("contended")) else 0
+        for (index, case, repeat), row in zip(unit, rows):
+            if row["status"] == "contended":
+                starved.append((index, case, repeat))
+            if index in runnable:
+                streak = streak + 1 if row["status"] == "contended" or is_true(row.get("contended")) else 0
+        position += len(unit)
     if starved and not (stop is not None and stop.requested):
-        retry_contended(store, starved, machine, reporter, supports, planner, heartbeat)
+        retry_contended(store, starved, machine, reporter, supports, run.planner, heartbeat)
+
+
+def in_lockstep(case: Case, machine: Machine) -> bool:
+    """May this case's worker take turns with its repeat's other modes (launchers/lockstep.py)? On the CPU,
+    eager, one process, forked from the run's fork server, unless the suite says `interleave: repeats`."""
+    return (case.interleave != "repeats" and machine.device.type == "cpu" and machine.server is not None
+            and not case.distributed and not case.compiled)
+
+
+def lockstep_sets(order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter | None = None) -> list:
+    """The order cut into units: one repeat's modes of one group together where they may run in lockstep
+    (schedule() puts them next to each other), every other item alone. A suite asking for
+    `interleave: steps` where it cannot be had is told once why."""
+    units: list[list] = []
+    refused = ""
+    for item in order:
+        case, repeat = item[1], item[2]
+        together = in_lockstep(case, machine)
+        if case.interleave == "steps" and not together and not refused:
+            refused = (f"interleave: steps needs eager single-process cases on the CPU with forked workers; "
+                       f"{case.case_id} runs its repeats one worker after another")
+        last = units[-1][0] if units else None
+        if together and last is not None and in_lockstep(last[1], machine) and \
+                (last[1].group_id, last[2]) == (case.group_id, repeat):
+            units[-1].append(item)
+        else:
+            units.append([item])
+    if refused and reporter is not None:
+        reporter.note(refused)
+    return units
 
 
 def _save_busy(store: RunStore, item, machine: Machine, reporter: Reporter, evidence: str, streak: int) -> dict:
@@ -174,40 +205,102 @@ def _save_busy(store: RunStore, item, machine: Machine, reporter: Reporter, evid
     return row
 
 
-def _run_item(store, item, machine: Machine, reporter: Reporter, support, runs: bool, planner, stop, heartbeat,
-              position: int, total: int, note: str = "") -> dict | None:
-    """One planned case in its worker, judged and saved; None when a job's stop cut it short."""
-    index, case, repeat = item
-    case = planner.plan(case) if runs else case
-    reporter.case_started(case, repeat, position, total)
-    if heartbeat is not None:
-        heartbeat.set(case=f"{case.case_id} r{repeat}")
-    try:
-        if stop is not None:
-            stop.armed = runs
-        row, samples = run_one(case, repeat, machine.device, machine.versions, store, support,
-                               on_event=lambda event, case=case: reporter.worker_event(case, event),
-                               server=machine.server)
-    except KeyboardInterrupt:
-        if stop is None or not stop.requested:
-            raise  # Ctrl-C on a local run: finished cases are saved, this one has no row
-        return None
-    finally:
-        if stop is not None:
-            stop.armed = False
-    if stop is not None and stop.requested and runs and row["status"] != "ok":
-        return None  # the signal reached the worker first (SLURM signals the whole job): its death is the stop's
-    if case.explain and repeat == 0:  # the first repeat's worker saved its profiled steps (launch.run_one):
-        row.update(explain_row(row, store.dir))  # judged here, torch-free (issue 23)
-    if note:
-        row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
-    carry_flops(row, planner.flops)
-    _stamp(row, machine)
-    store.add(row, samples, key=part_key(index, case, repeat))
-    if runs:  # a gated case costs nothing: it is not in the budget's count
-        planner.finished(row)
-    reporter.case_finished(case, row)
-    return row
+@dataclass
+class _Run:
+    """What every unit of a run shares: where rows go, the machine, the gate's decisions, the budget."""
+    store: RunStore
+    machine: Machine
+    reporter: Reporter
+    supports: dict
+    runnable: set
+    planner: BudgetPlanner
+    stop: object
+    heartbeat: object
+    total: int
+
+    def unit(self, unit: list, live: list, position: int, evidence: str, streak: int) -> list[dict] | None:
+        """One unit's rows in plan order (None when a job's stop cut it short): not run while the machine
+        stays busy (`evidence`), a lockstep set, or its one item."""
+        if evidence:
+            return [_save_busy(self.store, item, self.machine, self.reporter, evidence, streak)
+                    if item in live else self.item(item, position + n) for n, item in enumerate(unit)]
+        if len(live) < 2:
+            rows = []
+            for n, item in enumerate(unit):
+                rows.append(self.item(item, position + n))
+                if rows[-1] is None:
+                    return None
+            return rows
+        measured = self.lockstep(unit, live, position)
+        if measured is None:
+            return None
+        return [self.save(item, *measured[item[0]]) if item in live else self.item(item, position + n)
+                for n, item in enumerate(unit)]
+
+    def item(self, item, position: int, note: str = "") -> dict | None:
+        """One planned case in its worker, judged and saved; None when a job's stop cut it short."""
+        index, case, repeat = item
+        runs = index in self.runnable
+        case = self.planner.plan(case) if runs else case
+        self.reporter.case_started(case, repeat, position, self.total)
+        if self.heartbeat is not None:
+            self.heartbeat.set(case=f"{case.case_id} r{repeat}")
+        measured = self._guarded(runs, lambda: run_one(
+            case, repeat, self.machine.device, self.machine.versions, self.store, self.supports[index],
+            on_event=lambda event, case=case: self.reporter.worker_event(case, event), server=self.machine.server))
+        if measured is None:
+            return None
+        row, samples = measured
+        if self.stop is not None and self.stop.requested and runs and row["status"] != "ok":
+            return None  # the signal reached the worker first (SLURM signals the whole job): its death is the stop's
+        row.setdefault(INTERLEAVE_COLUMN, "repeats" if runs else None)
+        return self.save((index, case, repeat), row, samples, note)
+
+    def lockstep(self, unit: list, live: list, position: int) -> dict | None:
+        """The live items of a unit as one lockstep set: {index: (row, samples)}, None on a job's stop."""
+        planned = [(index, self.planner.plan(case), repeat) for index, case, repeat in live]
+        for index, case, repeat in planned:
+            self.reporter.case_started(case, repeat, position + [i for i, _, _ in unit].index(index), self.total)
+        if self.heartbeat is not None:
+            self.heartbeat.set(case=", ".join(f"{case.case_id} r{repeat}" for _, case, repeat in planned))
+        measured = self._guarded(True, lambda: run_lockstep(
+            [(case, repeat, f"{case.case_id}-r{repeat}") for _, case, repeat in planned], self.machine.device,
+            self.machine.versions, self.store, [self.supports[index] for index, _, _ in planned],
+            on_event=self.reporter.worker_event, server=self.machine.server))
+        if measured is None:
+            return None
+        if self.stop is not None and self.stop.requested and any(row["status"] != "ok" for row, _ in measured):
+            return None
+        return {index: found for (index, _, _), found in zip(planned, measured)}
+
+    def _guarded(self, runs: bool, start):
+        """start() with a job's stop armed while it runs; None when the stop's signal interrupted it."""
+        try:
+            if self.stop is not None:
+                self.stop.armed = runs
+            return start()
+        except KeyboardInterrupt:
+            if self.stop is None or not self.stop.requested:
+                raise  # Ctrl-C on a local run: finished cases are saved, this one has no row
+            return None
+        finally:
+            if self.stop is not None:
+                self.stop.armed = False
+
+    def save(self, item, row: dict, samples: list, note: str = "") -> dict:
+        """A measured row judged (explain, carried FLOPs), stamped with the machine and saved."""
+        index, case, repeat = item
+        if case.explain and repeat == 0:  # the first repeat's worker saved its profiled steps (launch.run_one):
+            row.update(explain_row(row, self.store.dir))  # judged here, torch-free (issue 23)
+        if note:
+            row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
+        carry_flops(row, self.planner.flops)
+        _stamp(row, self.machine)
+        self.store.add(row, samples, key=part_key(index, case, repeat))
+        if index in self.runnable:  # a gated case costs nothing: it is not in the budget's count
+            self.planner.finished(row)
+        self.reporter.case_finished(case, row)
+        return row
 
 
 FLOP_COLUMNS = ("flops_per_step", "peak_tflops", "peak_tflops_source", "peak_tflops_bf16")
@@ -232,9 +325,9 @@ def carry_flops(row: dict, counted: dict) -> None:
 
 def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, supports: dict, planner,
                     heartbeat=None) -> None:
-    """Run each case stopped as contended once more, if the run's budget is not spent and the machine
-    is quiet now (busy.quiet_now over 2 s); its new row replaces the stopped one and says it was a
-    retry. A machine still busy gets no retry (each would be stopped again): the note says why."""
+    """Run each case stopped as contended once more (alone, not in lockstep), if the run's budget is not
+    spent and the machine is quiet now (busy.quiet_now over 2 s); its new row replaces the stopped one and
+    says it was a retry. A machine still busy gets no retry (each would be stopped again): the note says why."""
     from amp_bench.launchers.busy import cores_needed, quiet_now
     first = starved[0][1]
     spent = planner.budget_s is not None and planner.clock() - planner.started >= planner.budget_s
@@ -245,9 +338,10 @@ def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, 
         store.update_manifest(lambda m: m.update(contended_not_retried=f"{len(starved)} case(s): {how}"))
         return
     reporter.note(f"running the {len(starved)} case(s) stopped as contended once more ({how})")
-    for n, (index, case, repeat) in enumerate(starved):
-        _run_item(store, (index, case, repeat), machine, reporter, supports[index], True, planner, None, heartbeat,
-                  n, len(starved), note="run again at the end: its first run was stopped as contended")
+    run = _Run(store, machine, reporter, supports, {index for index, _, _ in starved}, planner, None, heartbeat,
+               len(starved))
+    for n, item in enumerate(starved):
+        run.item(item, n, note="run again at the end: its first run was stopped as contended")
 
 
 def _stamp(row: dict, machine: Machine) -> None:

@@ -64,6 +64,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # (launchers/busy.py), status contended with the evidence, retried once at the end if the machine
         # is quiet then; flag: it runs to the end and the row says contended (AMP_BENCH_ON_CONTENTION overrides)
         "on_contention": "stop",
+        # auto: on the CPU a repeat's modes run in lockstep (their workers alive together, taking turns of
+        # ~50 ms; launchers/lockstep.py), elsewhere one worker after another; repeats: always one after
+        # another; steps: lockstep, with a note where it cannot be had (GPU, DDP, compiled, spawn)
+        "interleave": "auto",
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)
         "fp8_recipe": "tensorwise",  # or rowwise (per-row scales: slower, more accurate)
         "fp8_skip_first_last": False,  # true: the first and last linear layers stay in bf16
@@ -205,6 +209,7 @@ class Case(TrainingSettings):
     peak_tflops: float | None = None  # the user's peak for MFU (one precision's), overriding the built-in table
     nvml_interval_ms: float = _SETTINGS["nvml_interval_ms"]
     on_contention: str = _SETTINGS["on_contention"]  # stop: a case the machine starves is stopped early
+    interleave: str = _SETTINGS["interleave"]  # auto/steps: a CPU repeat's modes in lockstep; repeats: one by one
     search_dirs: tuple[str, ...] = ()
     memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
     instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)

@@ -80,6 +80,22 @@ def read_host_times(stat_path: str = "/proc/stat", own_cpu_s: float | None = Non
     return HostTimes((user + nice + system + irq + softirq) / tick, steal / tick, own_cpu_s, cpus)
 
 
+def parse_proc_stat(text: str) -> tuple[int, float, str]:
+    """(ppid, user + system time in seconds with its reaped children's, comm) from /proc/PID/stat."""
+    name, _, rest = text[text.index("(") + 1:].rpartition(")")
+    fields = rest.split()  # after the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14), from state
+    return int(fields[1]), sum(int(f) for f in fields[11:15]) / _clock_ticks(), name
+
+
+def process_cpu_s(pid: int, proc: str = "/proc") -> float:
+    """A process's CPU seconds so far (0 once it is gone: a member that exited used no more)."""
+    try:
+        with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return parse_proc_stat(fh.read())[1]
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def read_loadavg(path: str = "/proc/loadavg") -> float | None:
     try:
         with open(path, encoding="ascii") as fh:
@@ -167,14 +183,23 @@ class WindowWatch:
     inductor's compile workers are other processes)."""
 
     def __init__(self, threads: int, stat_path: str = "/proc/stat", loadavg_path: str = "/proc/loadavg",
-                 clock=time.monotonic, read=None, ticks_per_s: float | None = None):
+                 clock=time.monotonic, read=None, ticks_per_s: float | None = None, partners=(),
+                 proc_path: str = "/proc"):
         self.threads = threads
         self.stat_path, self.loadavg_path, self.clock = stat_path, loadavg_path, clock
-        self.read = read or (lambda: read_host_times(self.stat_path))  # tests replay recorded readings
+        # a lockstep member's partners (measure/baton.py) take turns with it: their CPU time is its side's
+        self.partners, self.proc_path = tuple(partners), proc_path
+        self.read = read or (lambda: read_host_times(self.stat_path, self._own_cpu_s()))  # tests replay readings
         self.ticks_per_s = ticks_per_s
         self._before: HostTimes | None = None
         self._started = 0.0
         self._warmup: tuple[HostTimes | None, float] | None = None
+
+    def _own_cpu_s(self) -> float | None:
+        if not self.partners:
+            return None  # read_host_times takes this process's own
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime + sum(process_cpu_s(pid, self.proc_path) for pid in self.partners)
 
     def mark_warmup(self) -> None:
         self._warmup = (self.read(), self.clock())

@@ -1,0 +1,183 @@
+"""Lockstep sets: a repeat's modes measured by workers alive together, taking turns (measure/baton.py,
+measure/lockstep.py, launchers/lockstep.py, studies/benchmark.lockstep_sets)."""
+from types import SimpleNamespace
+
+import pytest
+
+import amp_bench
+from amp_bench.measure.baton import Baton
+from amp_bench.measure.telemetry.contention import WindowWatch
+from amp_bench.measure.window import CpuStepTimer, StopRule, measure_window
+from amp_bench.studies.benchmark import lockstep_sets
+from amp_bench.suite import load_suite
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeBaton:
+    """Turns of `turn_s`; while 'the partner' has the baton the clock moves on by `partner_s`."""
+
+    def __init__(self, clock: FakeClock, turn_s: float, partner_s: float):
+        self.clock, self.turn_s, self.partner_s = clock, turn_s, partner_s
+        self.turn_started, self.passes = clock(), 0
+
+    def turn_over(self):
+        return self.clock() - self.turn_started >= self.turn_s
+
+    def pass_turn(self):
+        self.passes += 1
+        self.clock.now += self.partner_s
+        self.turn_started = self.clock()
+
+
+def test_a_members_window_is_its_own_turns():
+    """10 ms steps in 50 ms turns while the partner holds the baton 70 ms each time: the window's seconds
+    and the budget the stop rule reads leave the partner's turns out; the steps are untouched."""
+    clock = FakeClock()
+    baton = FakeBaton(clock, turn_s=0.05, partner_s=0.07)
+
+    def step():
+        clock.now += 0.01
+    per_step, window_s, reason = measure_window(step, CpuStepTimer(clock), StopRule(min_steps=3, max_steps=100,
+                                                                                   budget_s=0.2), baton=baton)
+    assert reason == "budget" and len(per_step) == 20
+    assert per_step == pytest.approx([10.0] * 20)
+    assert window_s == pytest.approx(0.2)
+    assert baton.passes == 3  # after steps 5, 10 and 15; none after the last
+
+
+def test_a_member_counts_its_partners_cpu_as_its_own_side(tmp_path):
+    """The host was 2.0 CPU-seconds busier over a one-second window on 2 CPUs; 1.9 of them were the
+    partner's (its /proc/PID/stat): not contended. The same readings without the partner: contended."""
+    stat = tmp_path / "stat"
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+
+    def host(busy_ticks):
+        stat.write_text(f"cpu  {busy_ticks} 0 0 100000 0 0 0 0 0 0\ncpu0 0 0 0 0\ncpu1 0 0 0 0\n")
+
+    def partner(ticks):  # utime in the 14th field
+        (proc / "4242" / "stat").write_text(f"4242 (python3) S 1 1 1 0 -1 0 0 0 0 0 {ticks} 0 0 0 20 0 1 0\n")
+
+    found = {}
+    for partners in ((4242,), ()):
+        clock = FakeClock()
+        watch = WindowWatch(2, stat_path=str(stat), loadavg_path=str(tmp_path / "none"), clock=clock,
+                            ticks_per_s=100, partners=partners, proc_path=str(proc))
+        host(1000)
+        partner(500)
+        watch.start()
+        host(1200)
+        partner(690)
+        clock.now += 1.0
+        found[partners] = watch.stop()
+    assert found[(4242,)]["contended"] is False
+    assert found[(4242,)]["host_other_cpu_cores"] == pytest.approx(0.1, abs=0.05)
+    assert found[()]["contended"] is True
+
+
+def test_baton_reads_its_partners_then_takes_and_gives_turns():
+    import os
+    go_read, go_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    baton = Baton(go_read, reply_write)
+    os.write(go_write, f"{os.getpid()} 4242 4343\n".encode() + b"g")
+    baton.take()
+    assert baton.partners == [4242, 4343]
+    baton.give()
+    assert os.read(reply_read, 1) == b"m"
+    os.write(go_write, b"g")
+    baton.pass_turn()  # gives b"m", then waits for b"g"
+    assert os.read(reply_read, 1) == b"m"
+    os.close(go_write)
+    with pytest.raises(EOFError):
+        baton.take()
+    for fd in (go_read, reply_read, reply_write):
+        os.close(fd)
+
+
+def _machine(device="cpu", server=True):
+    return SimpleNamespace(device=SimpleNamespace(type=device), server=object() if server else None)
+
+
+def _order(write_suite, extra=""):
+    from amp_bench.studies.benchmark import schedule
+    suite = load_suite(write_suite(f"""
+models: [python:toy_models:mlp]
+batch_sizes: [4, 8]
+precisions: [fp32, amp_bf16]
+repeats: 2
+steps: 3
+{extra}
+"""))
+    return [(i, case, repeat) for i, (case, repeat) in enumerate(schedule(suite.cases("cpu")))]
+
+
+def test_a_repeats_modes_form_one_set_where_lockstep_can_be_had(write_suite):
+    order = _order(write_suite)
+    units = lockstep_sets(order, _machine())
+    assert [[(c.batch_size, c.precision, r) for _, c, r in unit] for unit in units] == [
+        [(4, "fp32", 0), (4, "amp_bf16", 0)], [(4, "amp_bf16", 1), (4, "fp32", 1)],
+        [(8, "fp32", 0), (8, "amp_bf16", 0)], [(8, "amp_bf16", 1), (8, "fp32", 1)]]
+    for machine in (_machine("cuda"), _machine(server=False)):
+        assert all(len(unit) == 1 for unit in lockstep_sets(order, machine))
+    assert all(len(unit) == 1 for unit in lockstep_sets(_order(write_suite, "interleave: repeats"), _machine()))
+    notes = []
+    reporter = SimpleNamespace(note=notes.append)
+    lockstep_sets(_order(write_suite, "interleave: steps"), _machine("cuda"), reporter)
+    assert len(notes) == 1 and "interleave: steps needs" in notes[0]
+
+
+def _stamps(path):
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return sorted((float(start), float(end), int(pid)) for pid, start, end in rows)
+
+
+def test_members_take_turns_and_never_overlap(write_suite, tmp_path):
+    """Two repeats of fp32 and amp_bf16 (emulated or not: the toy model is tiny) as lockstep sets: no two
+    steps of any worker ever overlap in time, each set's two workers hand over several times, and a
+    window's seconds are its own steps (the partner's turns are not in it)."""
+    stamps = tmp_path / "stamps.txt"
+    suite = write_suite(f"""
+models: [{{ref: "python:toy_models:stamped", options: {{path: "{stamps}", ms: 20}}}}]
+batch_sizes: [4]
+precisions: [fp32, amp_bf16]
+allow_emulated: true
+explain: false
+warmup_steps: 1
+steps: 8
+repeats: 2
+""")
+    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "results")
+    assert list(results.status) == ["ok"] * 4 and set(results.interleave) == {"steps"}
+    assert (results.window_gap_fraction < 0.25).all()  # ~0.5 if the partner's turns were in the window
+    found = _stamps(stamps)
+    for (_, end, _), (start, _, _) in zip(found, found[1:]):
+        assert start >= end - 1e-4  # one step at a time, across every worker of the run
+    pids = [pid for _, _, pid in found]
+    assert len(set(pids)) == 4
+    handovers = sum(1 for a, b in zip(pids, pids[1:]) if a != b)
+    assert handovers >= 2 * 4  # each set: warmups, then at least three window turns a side
+
+
+def test_one_member_dying_leaves_the_other_measured(write_suite, tmp_path):
+    suite = write_suite("""
+models: [python:toy_models:dies_under_autocast]
+batch_sizes: [4]
+precisions: [fp32, amp_bf16]
+allow_emulated: true
+explain: false
+warmup_steps: 1
+steps: 5
+""")
+    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "results").set_index("precision")
+    assert results.loc["fp32", "status"] == "ok" and results.loc["fp32", "steps"] == 5
+    assert results.loc["amp_bf16", "status"] == "error"
+    assert "exited with code 3" in results.loc["amp_bf16", "reason"]
+    assert set(results.interleave) == {"steps"}
