@@ -81,7 +81,24 @@ def smoke_pair(tmp: Path) -> Path:
         if r["metric"] in ("speedup", "step_time"):
             print(f"  {r['case_id']} {r['metric']}: {r['verdict']} ({r['ci_low'] or 0:.3f}-{r['ci_high'] or 0:.3f})")
     worker_start(dirs[0])
+    for run_dir in dirs:
+        pair_scatter(run_dir)
     return dirs[0]
+
+
+def pair_scatter(run_dir: Path) -> None:
+    """Each model's per-repeat log ratio fp32 / amp_bf16: its standard deviation, how the pairs ran."""
+    import numpy as np
+
+    import amp_bench
+    rows = amp_bench.load_results(run_dir)
+    ok = rows[(rows["status"] == "ok") & rows["precision"].isin(["fp32", "amp_bf16"])]
+    for model, group in ok.groupby("model_label"):
+        medians = group.pivot_table(index="repeat", columns="precision", values="step_time_ms_median").dropna()
+        if {"fp32", "amp_bf16"} <= set(medians.columns) and len(medians) > 2:
+            logs = np.log(medians["fp32"] / medians["amp_bf16"])
+            print(f"  {run_dir.name} {model}: {len(logs)} pairs ({', '.join(group['interleave'].dropna().unique())}), "
+                  f"log-ratio SD {logs.std(ddof=1):.3f}")
 
 
 def worker_start(run_dir: Path) -> None:

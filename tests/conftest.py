@@ -131,7 +131,7 @@ def write_suite(tmp_path):
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    """One real CPU run of suites/smoke.yaml through the CLI (two of its 40 repeats: paired speedups
+    """One real CPU run of suites/smoke.yaml through the CLI (two of its 24 repeats: paired speedups
     with an interval; 8 steps a case instead of its quarter-second windows: what the tests read is there
     either way), shared by the tests
     that read it. Shared across the xdist processes too: the
