@@ -164,6 +164,9 @@ repeats: 2
     assert len(set(pids)) == 4
     handovers = sum(1 for a, b in zip(pids, pids[1:]) if a != b)
     assert handovers >= 2 * 4  # each set: warmups, then at least three window turns a side
+    from amp_bench.analysis.speedups import summarize
+    method = summarize(results).set_index("precision").loc["amp_bf16", "speedup_vs_fp32_method"]
+    assert method == "paired, trimmed t on log ratios (2 repeats, in lockstep)"
 
 
 def test_one_member_dying_leaves_the_other_measured(write_suite, tmp_path):

@@ -238,6 +238,12 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
     return pd.DataFrame(list(rows.values()), index=index, columns=columns)
 
 
+def _how_paired(pairs: pd.DataFrame) -> str:
+    """', in lockstep' when every pair's row says its repeat's modes took turns (launchers/lockstep.py)."""
+    found = pairs["interleave"] if "interleave" in pairs else pd.Series(dtype=object)
+    return ", in lockstep" if len(found) and (found == "steps").all() else ""
+
+
 def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:
     name = f"speedup_vs_{base}"
     ratios = np.exp(pairs["_log"])
@@ -246,7 +252,7 @@ def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:
         point, low, high, method = 1.0, 1.0, 1.0, "the baseline itself"
     elif found is not None:
         point, low, high = found
-        method = f"paired, trimmed t on log ratios ({len(pairs)} repeats)"
+        method = f"paired, trimmed t on log ratios ({len(pairs)} repeats{_how_paired(pairs)})"
     else:  # one pair
         one = pairs.iloc[0]
         point = float(ratios.iloc[0])

@@ -205,7 +205,10 @@ def summary_table(table, title: str) -> Table:
     show_layout = table["channels_last"].any()  # the summary's keys are typed (store.identity.keyed)
     later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
     show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != EAGER).any()
-    out = Table(title=f"{title}: medians across repeats; speedups paired per repeat, with their 95% interval",
+    methods = table.get(f"speedup_vs_{ref}_method")
+    lockstep = " (in lockstep)" if methods is not None and methods.astype(str).str.contains("in lockstep").any() else ""
+    out = Table(title=f"{title}: medians across repeats; speedups paired per repeat{lockstep}, with their 95% "
+                      "interval",
                 title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
         ["precision", "ms/step", "samples/s", f"vs {ref}"] + [f"vs {b}" for b in later] + \

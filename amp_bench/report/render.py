@@ -199,7 +199,8 @@ def _opening_html(data: ReportData, summary: pd.DataFrame) -> list[str]:
              f"<p class='note'>{len(data.run_dirs)} run(s), {len(data.results)} case runs, "
              f"{machine_count(data)} machine(s); written {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
              "by amp_bench. Speedups are paired: each repeat's ratio of median step times (the two modes ran back "
-             "to back), their 20%-trimmed mean on the log scale; error bars are their 95% intervals.</p>"]
+             "to back, or on the CPU in lockstep, their workers taking turns), their 20%-trimmed mean on the log "
+             "scale; error bars are their 95% intervals.</p>"]
     if data.has_benchmarks:
         sentences = headlines(summary)
         if sentences:
@@ -259,7 +260,8 @@ def _claims_html(claims: pd.DataFrame) -> list[str]:
 def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, missing: pd.DataFrame) -> str:
     lines = ["# amp_bench report", "",
              f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = the 20%-trimmed "
-             f"mean (log scale) of each repeat's ratio of median step times (the modes ran back to back), with its "
+             f"mean (log scale) of each repeat's ratio of median step times (the modes ran back to back, or on the "
+             f"CPU in lockstep, their workers taking turns), with its "
              f"95% interval; memory "
              f"saving = peak allocated (CUDA) or peak RSS (CPU) against {modes.reference()}.", ""]
     if data.has_benchmarks:
