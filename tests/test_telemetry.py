@@ -70,6 +70,15 @@ def test_cpu_phase_memory_for_real():
     assert all(columns[f"peak_mem_{p}_bytes"] > 10e6 for p in PHASES)
 
 
+def test_one_counted_step_also_serves_the_phase_probe():
+    """The FLOP count and the per-phase memory share one step after the window: the count is the same as
+    an unmarked step's, and every phase got its peak."""
+    step, x, y = mlp_step()
+    marked = []
+    assert count_step_flops(step, x, y, marks=marked.append) == count_step_flops(step, x, y)
+    assert marked[0] == "forward" and set(PHASES) <= set(marked)
+
+
 def test_cpu_phase_probe_sees_a_big_allocation_in_its_phase():
     probe = CpuPhaseProbe()
     if not probe.available():

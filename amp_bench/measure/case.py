@@ -39,16 +39,20 @@ def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: 
 
 
 def _after_window(case, device, ops, step, inputs, target, median_ms: float) -> dict:
-    """Outside the timed window: one instrumented step for per-phase memory, one counted for FLOPs."""
+    """Outside the timed window: one step counted for FLOPs, instrumented for per-phase memory too (the
+    counter allocates nothing). A compiled case's counted step runs its eager module, so its memory gets
+    a step of its own, compiled."""
     from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
     from amp_bench.measure.telemetry.phase_memory import phase_columns
 
     out: dict = {}
     probe = ops.phase_probe()
-    if probe is not None:
+    apart = probe is not None and hasattr(step.model, "_orig_mod")
+    if apart:
         step(inputs, target, marks=probe.mark)
+    flops = count_step_flops(step, inputs, target, marks=probe.mark if probe is not None and not apart else None)
+    if probe is not None:
         out.update(phase_columns(probe))
-    flops = count_step_flops(step, inputs, target)
     peak, source, bf16_peak = ops.peak_rates(device.name, case.precision)
     if case.peak_tflops:
         peak, source = case.peak_tflops, "given by the user"

@@ -3,17 +3,18 @@ achieved rate and MFU derived from them."""
 from __future__ import annotations
 
 
-def count_step_flops(step, inputs, target) -> int:
+def count_step_flops(step, inputs, target, marks=None) -> int:
     """FLOPs of forward + backward as torch's FlopCounterMode counts them (matmul, conv, attention at
     2 FLOPs per multiply-add; elementwise ops and the optimizer are not counted). A compiled model is
     counted on its original module (`_orig_mod`), run eagerly for this one step: the compiled graph's
-    kernels (Triton GEMM templates under max-autotune) are invisible to the counter."""
+    kernels (Triton GEMM templates under max-autotune) are invisible to the counter. `marks`: the
+    step's phase marks (a per-phase memory probe's), for one step that serves both."""
     from torch.utils.flop_counter import FlopCounterMode
     compiled = step.model
     step.model = getattr(compiled, "_orig_mod", compiled)
     try:
         with FlopCounterMode(display=False) as counter:
-            step(inputs, target)
+            step(inputs, target, marks=marks) if marks is not None else step(inputs, target)
     finally:
         step.model = compiled
     return int(counter.get_total_flops())
