@@ -21,13 +21,14 @@ import traceback
 
 from amp_bench.measure.channel import EventChannel, die_with_parent, exit_without_teardown, is_oom, write_json_atomic
 
+
 def _case_job(spec: dict, events: EventChannel, rank) -> dict:
     from amp_bench.measure import ddp
+    from amp_bench.measure.baton import Baton
     from amp_bench.measure.case import run_case
     from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import Case
     case, device = Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"])
-    from amp_bench.measure.baton import Baton
     support = Support(**spec["support"])  # the parent's gate decision: the worker does not decide again
     baton = Baton.from_env()  # a lockstep member's (measure/lockstep.py)
     record = run_case(case, device, events, rank, support=support, baton=baton)
@@ -39,7 +40,14 @@ def _case_job(spec: dict, events: EventChannel, rank) -> dict:
 
 
 def _lockstep_job(spec: dict, events: EventChannel, rank) -> dict:  # one process, never under torchrun
+    from amp_bench.platform.forking import unsafe_to_fork
     from amp_bench.measure.lockstep import conduct
+    # CUDA only: the thread count a fork server's child sets (torch.set_num_threads) starts torch's
+    # pthreadpool, which torch itself re-creates in a forked child (pthread_atfork); OpenMP's pool starts
+    # at the first parallel op, and the conductor runs none
+    unsafe = unsafe_to_fork("the lockstep conductor", count_threads=False)
+    if unsafe:  # the parent runs the members one after another instead (launchers/lockstep.py)
+        return {"status": "refused", "reason": f"lockstep set not conducted: {unsafe}"}
     return conduct(spec, events, lambda spec_path, result_path, member_events: _main_job(
         _case_job, spec_path, result_path, member_events))
 

@@ -12,6 +12,7 @@ import amp_bench
 from amp_bench.suite.model_refs import preload_modules
 from amp_bench.launchers import forkserver
 from amp_bench.launchers.forkserver import ForkServer, launch
+from amp_bench.platform.forking import unsafe_to_fork
 
 
 def test_a_server_that_could_not_fork_safely_says_why():
@@ -20,7 +21,9 @@ def test_a_server_that_could_not_fork_safely_says_why():
     saved = sys.modules.get("torch")
     sys.modules["torch"] = initialised
     try:
-        assert forkserver.unsafe_to_fork() == "an import initialised CUDA in the fork server"
+        assert unsafe_to_fork() == "an import initialised CUDA in the fork server"
+        assert unsafe_to_fork("the lockstep conductor", count_threads=False) == \
+            "an import initialised CUDA in the lockstep conductor"
     finally:
         sys.modules["torch"] = saved
     assert forkserver.forkable_env({"TORCHINDUCTOR_CACHE_DIR": "/x", "AMP_BENCH_EXPLAIN_TRACE": "/t"})

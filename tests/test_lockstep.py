@@ -184,3 +184,144 @@ steps: 5
     assert results.loc["amp_bf16", "status"] == "error"
     assert "exited with code 3" in results.loc["amp_bf16", "reason"]
     assert set(results.interleave) == {"steps"}
+
+
+def test_a_hung_member_is_killed_at_its_own_timeout_and_its_partner_goes_on(write_suite, tmp_path):
+    """amp_bf16's first step hangs: the conductor kills it once its own turns outlast timeout_s (the
+    parent's deadline for the set is far later), and fp32, its partner, keeps its row."""
+    suite = write_suite("""
+models: [python:toy_models:hangs_under_autocast]
+batch_sizes: [4]
+precisions: [fp32, amp_bf16]
+allow_emulated: true
+explain: false
+warmup_steps: 1
+steps: 5
+timeout_s: 3
+""")
+    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "results").set_index("precision")
+    assert results.loc["fp32", "status"] == "ok" and results.loc["fp32", "steps"] == 5
+    assert results.loc["amp_bf16", "status"] == "timeout"
+    assert "timeout_s=3 of its own turns in a lockstep set; killed, its partners went on" in \
+        results.loc["amp_bf16", "reason"]
+    assert set(results.interleave) == {"steps"}
+
+
+def _conductor(tmp_path, **fields):
+    from amp_bench.launchers.process import WorkerOutcome
+    log = tmp_path / "conductor.log"
+    log.write_text("Traceback (most recent call last):\nRuntimeError: the conductor broke\n")
+    return WorkerOutcome(**{"result": None, "exit_code": 1, "timed_out": False, "peak_rss_bytes": None,
+                            "wall_s": 1.0, "log_path": log, "started_by": "fork", **fields})
+
+
+def _member_spec(tmp_path, n):
+    (tmp_path / f"m{n}.log").write_text("")
+    return {"result": str(tmp_path / f"m{n}.result.json"), "log": str(tmp_path / f"m{n}.log"), "timeout_s": 60}
+
+
+def test_members_the_conductor_never_reaped_take_its_ending(tmp_path):
+    """A conductor that died says so in its members' rows (its reason, its log); a member it had
+    reaped keeps its own exit even when the set was then stopped as contended."""
+    from amp_bench.launchers.lockstep import _member_outcome, _set_ending
+    died = _conductor(tmp_path)
+    found = _member_outcome(died, None, _member_spec(tmp_path, 0), 0.0, _set_ending(died, "g-r0-lockstep", 150, 2))
+    assert found.result["status"] == "error"
+    assert found.result["reason"] == ("the lockstep set's conductor failed: conductor exited with code 1 without a "
+                                      "result: RuntimeError: the conductor broke (logs/g-r0-lockstep.log)")
+    hung = _conductor(tmp_path, exit_code=-9, timed_out=True)
+    found = _member_outcome(hung, None, _member_spec(tmp_path, 0), 0.0, _set_ending(hung, "g-r0-lockstep", 150, 2))
+    assert found.result["status"] == "timeout" and "deadline (150 s" in found.result["reason"]
+    stopped = _conductor(tmp_path, exit_code=-9, contention="3 other processes used 1.9 of 2 cores for 4 s")
+    ending = _set_ending(stopped, "g-r0-lockstep", 150, 2)
+    crashed = _member_outcome(stopped, {"pid": 1, "exit_code": 3, "timed_out": False}, _member_spec(tmp_path, 0),
+                              0.0, ending)
+    running = _member_outcome(stopped, None, _member_spec(tmp_path, 1), 0.0, ending)
+    assert crashed.result is None and crashed.exit_code == 3 and crashed.contention == ""
+    assert running.result is None and running.contention.startswith("3 other processes")
+
+
+def test_a_stop_during_a_set_cuts_short_every_member_and_keeps_saved_rows(write_suite, tmp_path, monkeypatch):
+    """A job's stop arrives while the second lockstep set runs: the first set's rows stay as measured,
+    both members of the second say the stop came while they ran, the rest that it came before."""
+    import signal
+    from amp_bench.executors.job_env import StopSignals
+    from amp_bench.launchers.launch import base_row
+    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.store.results import RunStore
+    from amp_bench.studies import benchmark
+    order = _order(write_suite, "allow_emulated: true\nexplain: false")
+    stop, sets = StopSignals(None), []
+
+    def fake_lockstep(members, device, versions, store, supports, **_):
+        sets.append(members)
+        if len(sets) == 2:
+            stop.signum = signal.SIGTERM
+            raise KeyboardInterrupt
+        return [({**base_row(case, repeat, device, versions, store.run_id), "status": "ok"}, [])
+                for case, repeat, _ in members]
+    monkeypatch.setattr(benchmark, "run_lockstep", fake_lockstep)
+    store = RunStore(tmp_path, "20261203T000000Z-host-cpu")
+    machine = benchmark.Machine(DeviceInfo(type="cpu", name="cpu"), {}, "host", {}, server=object())
+    benchmark.run_cases(store, order, machine, benchmark.Reporter(), stop=stop)
+    reasons = {(r["batch_size"], r["precision"], r["repeat"]): (r["status"], r.get("reason") or "")
+               for r in store.rows}
+    assert len(reasons) == 8 and len(sets) == 2
+    assert reasons[(4, "fp32", 0)] == ("ok", "") and reasons[(4, "amp_bf16", 0)] == ("ok", "")
+    for key in [(4, "fp32", 1), (4, "amp_bf16", 1)]:
+        assert reasons[key][0] == "cancelled" and reasons[key][1].endswith("while this case ran")
+    for key in [(8, "fp32", 0), (8, "amp_bf16", 0), (8, "fp32", 1), (8, "amp_bf16", 1)]:
+        assert reasons[key][1].endswith("before this case started")
+
+
+def test_a_refusing_conductor_has_its_members_run_one_after_another(write_suite, tmp_path, monkeypatch):
+    """A conductor that may not fork (CUDA initialised in it) refuses: each member then runs alone, in
+    order, and its row says why and that it ran one worker after another."""
+    from amp_bench.launchers import lockstep
+    from amp_bench.launchers.process import WorkerOutcome
+    from amp_bench.platform.device import DeviceInfo, Support
+    from amp_bench.store.results import RunStore
+    order = _order(write_suite, "allow_emulated: true\nexplain: false")
+    refused = WorkerOutcome({"status": "refused", "reason": "lockstep set not conducted: an import initialised CUDA"},
+                            0, False, None, 0.1, tmp_path / "c.log", "fork")
+    monkeypatch.setattr(lockstep, "run_job", lambda *args, **kwargs: refused)
+    alone = []
+    monkeypatch.setattr(lockstep, "run_one", lambda case, repeat, *args, stem, **kwargs: (
+        alone.append(stem) or ({"status": "ok", "precision": case.precision}, [])))
+    store = RunStore(tmp_path, "20261203T000000Z-host-cpu")
+    members = [(case, repeat, f"{case.case_id}-r{repeat}") for _, case, repeat in order[:2]]
+    rows = lockstep.run_lockstep(members, DeviceInfo(type="cpu", name="cpu"), {}, store,
+                                 [Support(True)] * 2)
+    assert alone == [stem for _, _, stem in members]
+    assert [row["interleave"] for row, _ in rows] == ["repeats", "repeats"]
+    assert all(row["warnings"] == "lockstep set not conducted: an import initialised CUDA; run alone"
+               for row, _ in rows)
+
+
+def test_the_run_table_says_how_its_pairs_ran():
+    import pandas as pd
+    from amp_bench.cli.console import lockstep_note
+    lockstep = "paired, trimmed t on log ratios (6 repeats, in lockstep)"
+    alone = "paired, trimmed t on log ratios (6 repeats)"
+    assert lockstep_note(pd.Series(["the baseline itself", lockstep, lockstep])) == " (in lockstep)"
+    assert lockstep_note(pd.Series(["the baseline itself", lockstep, alone])) == " (some in lockstep)"
+    assert lockstep_note(pd.Series(["the baseline itself", alone, None])) == ""
+    assert lockstep_note(None) == ""
+
+
+def test_a_pair_is_in_lockstep_only_when_both_its_rows_are():
+    import pandas as pd
+    from amp_bench.analysis.speedups import paired_speedups
+    rows = []
+    for repeat in range(3):
+        for precision, ms in (("fp32", 100.0), ("amp_bf16", 60.0)):
+            rows.append({"run_id": "r", "group_id": "g", "model": "m", "batch_size": 8, "precision": precision,
+                         "repeat": repeat, "step_time_ms_median": ms + repeat, "interleave": "steps"})
+    frame = pd.DataFrame(rows)
+    from amp_bench.analysis.speedups import group_keys
+    for key in group_keys():
+        frame[key] = frame.get(key, "x")
+    method = lambda f: paired_speedups(f, "fp32")["speedup_vs_fp32_method"].dropna().tolist()
+    assert "paired, trimmed t on log ratios (3 repeats, in lockstep)" in method(frame)
+    frame.loc[(frame.precision == "fp32") & (frame.repeat == 1), "interleave"] = "repeats"
+    assert "paired, trimmed t on log ratios (3 repeats)" in method(frame)

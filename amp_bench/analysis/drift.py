@@ -4,7 +4,7 @@ the paired speedups of two runs compared.
 Two runs of the same code, minutes apart on a shared VM, differ by whatever the machine did between
 them (same-code processes 6-15% apart, the VM 10-40% within an hour). Nothing inside either run
 shows that level shift directly, but each run shows how much the machine wandered while it ran: in
-every repeat, all the modes of a group ran back to back, so what they share (the repeat's common
+every repeat, all the modes of a group ran one after the other or in lockstep, so what they share (the repeat's common
 factor, their mean log step time about each mode's own mean) is the machine's level at that moment.
 Its spread across the repeats, `wander`, is added to the step-time and throughput intervals: a change
 smaller than the machine's own wander is not called a regression; on a drifting VM the step times

@@ -1,10 +1,10 @@
 """Pair every precision with the fp32 (and tf32) baseline of the same model, batch size, layout,
 device and run, and compute speedups and memory savings.
 
-A speedup is paired: the run's schedule runs every mode of a group once per repeat, back to back,
-rotating which goes first (studies/benchmark.schedule), so within a repeat the two modes saw the same
-machine. The speedup is exp of the trimmed mean of the per-repeat log ratios of the two modes' median
-step times, its 95% interval t on them with Yuen's standard error (analysis/intervals.paired_log_interval,
+A speedup is paired: the run's schedule runs every mode of a group once per repeat, one after the
+other rotating which goes first (studies/benchmark.schedule), or, on the CPU, as a lockstep set whose
+workers take turns (launchers/lockstep.py), so within a repeat the two modes saw the same machine.
+The speedup is exp of the trimmed mean of the per-repeat log ratios of the two modes' median step times, its 95% interval t on them with Yuen's standard error (analysis/intervals.paired_log_interval,
 TRIM): a VM whose speed drifts between repeats moves both sides of a pair alike, and the ratio cancels
 it; a pair that straddled a steal burst is trimmed, not averaged in.
 Memory savings are from the medians across repeats.
@@ -194,9 +194,10 @@ def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
     """Per ok row that has its repeat's `base` row beside it: the log of the pair's step-time ratio
     (`_log`: base median / this median), of its throughput ratio (`_tlog`), whether either side was
     contended (`_busy`), and the base side's interval columns (`_base_*`). group_keys() + precision +
-    repeat identify a pair: the two modes ran back to back in that repeat (studies/benchmark.schedule)."""
+    repeat identify a pair: the two modes ran in that repeat, one after the other or in lockstep."""
     keys = pair_keys(ok) + ["repeat"]
-    sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended"]
+    sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended",
+             "interleave"]
     ok = ok.assign(**{c: ok[c] if c in ok else np.nan for c in sides})
     base_side = ok[ok["precision"] == base].set_index(keys)[sides].rename(columns=lambda c: f"_base_{c}")
     paired = ok.join(base_side, on=keys)
@@ -239,9 +240,9 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
 
 
 def _how_paired(pairs: pd.DataFrame) -> str:
-    """', in lockstep' when every pair's row says its repeat's modes took turns (launchers/lockstep.py)."""
-    found = pairs["interleave"] if "interleave" in pairs else pd.Series(dtype=object)
-    return ", in lockstep" if len(found) and (found == "steps").all() else ""
+    """', in lockstep' when both rows of every pair say their repeat's modes took turns (launchers/lockstep.py)."""
+    sides = pd.concat([pairs["interleave"], pairs["_base_interleave"]])
+    return ", in lockstep" if len(sides) and (sides == "steps").all() else ""
 
 
 def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:

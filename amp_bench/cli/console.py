@@ -196,6 +196,16 @@ def print_summary(results, console) -> None:
             console.print(f"[bold]{escape(sentence)}[/]", highlight=False, soft_wrap=True)
 
 
+def lockstep_note(methods) -> str:
+    """' (in lockstep)' when every paired speedup's method says its pairs ran in lockstep, ' (some in
+    lockstep)' when only some do, else '' (a baseline's own row reads "the baseline itself")."""
+    if methods is None:
+        return ""
+    paired = methods.dropna().astype(str)
+    said = paired[paired.str.startswith("paired")].str.contains("in lockstep")
+    return " (in lockstep)" if len(said) and said.all() else " (some in lockstep)" if said.any() else ""
+
+
 def summary_table(table, title: str) -> Table:
     """Each precision's step time, its paired speedup (with its interval) over every baseline the registry
     names (fp32, and tf32 where it ran) and its memory saving against the reference (fp32)."""
@@ -205,8 +215,7 @@ def summary_table(table, title: str) -> Table:
     show_layout = table["channels_last"].any()  # the summary's keys are typed (store.identity.keyed)
     later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
     show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != EAGER).any()
-    methods = table.get(f"speedup_vs_{ref}_method")
-    lockstep = " (in lockstep)" if methods is not None and methods.astype(str).str.contains("in lockstep").any() else ""
+    lockstep = lockstep_note(table.get(f"speedup_vs_{ref}_method"))
     out = Table(title=f"{title}: medians across repeats; speedups paired per repeat{lockstep}, with their 95% "
                       "interval",
                 title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)

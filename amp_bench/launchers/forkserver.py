@@ -51,6 +51,7 @@ from pathlib import Path
 
 from amp_bench.launchers import process
 from amp_bench.launchers.process import WorkerOutcome
+from amp_bench.platform.forking import unsafe_to_fork
 
 # variables a fork cannot change for a child: read when torch and its libraries load (thread pools,
 # the kernels' ISA, the devices CUDA sees, the allocator's settings, the loader's paths)
@@ -59,7 +60,6 @@ IMPORT_TIME_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "CUDA_VI
 ZYGOTE_ENV = "AMP_BENCH_FORK_ZYGOTE"  # a shared server's socket path: runs join it (start_zygote)
 READY_TIMEOUT_S = 180.0
 _MESSAGE = 65536
-_CUDA_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
 
 
 @dataclass
@@ -338,24 +338,6 @@ def _preload(names: list[str], search_dirs: list[str]) -> tuple[list[str], dict[
         except Exception as exc:  # noqa: BLE001 - a worker that needs it will fail in its own row
             failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return imported, failed
-
-
-def unsafe_to_fork() -> str:
-    """Why this process must not fork case workers ('' when it may): CUDA touched, or threads running."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return "an import initialised CUDA in the fork server"
-    try:
-        maps = Path("/proc/self/maps").read_text(errors="replace")
-    except OSError:
-        maps = ""
-    touched = [lib for lib in _CUDA_LIBRARIES if lib in maps]
-    if touched:
-        return f"an import loaded the CUDA driver ({', '.join(touched)}) in the fork server"
-    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
-    if threads > 1:
-        return f"the fork server runs {threads} threads after its imports (a fork keeps only one)"
-    return ""
 
 
 def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:

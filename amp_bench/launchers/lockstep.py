@@ -5,6 +5,12 @@ worker job (`lockstep`) whose members each leave the result file, log and row a 
 Used on the CPU only, for eager single-process cases whose workers fork from the run's fork server
 (studies/benchmark.lockstep_sets decides): two CUDA processes would share one device's memory and
 NVML counters, and a DDP case is a torchrun job of its own.
+
+Each member keeps its own ending: the conductor tells of every member it reaps as soon as it ends
+(`member_end`), so a member that crashed, or that the conductor killed when its own turns outlasted its
+case's timeout_s, is told apart from its partners; only members the conductor never reaped take the
+set's ending (a contention stop, the set's deadline, the conductor's own failure, with its log named).
+A conductor that may not fork refuses, and the members run one after another instead.
 """
 from __future__ import annotations
 
@@ -15,13 +21,16 @@ from typing import Callable
 
 from amp_bench.launchers import process
 from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import (base_row, case_spec, contention_watch, finish, for_repeat, run_job,
-                                        worker_setting)
+from amp_bench.launchers.launch import (base_row, case_spec, contention_watch, death_reason, finish, for_repeat,
+                                        run_job, run_one, worker_setting)
 from amp_bench.platform.device import DeviceInfo, Support
 from amp_bench.store.results import RunStore
 from amp_bench.suite import Case
 
 INTERLEAVE_COLUMN = "interleave"  # steps: measured in a lockstep set; repeats: one worker after another
+# The parent's deadline for the whole set, past its members' timeouts together: the conductor kills a
+# member whose own turns outlast its case's timeout_s, so this one only fires when the conductor hangs.
+SET_SLACK_S = 30.0
 
 
 def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versions: dict, store: RunStore,
@@ -34,46 +43,93 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
         row = base_row(case, repeat, device, versions, store.run_id)
         case = for_repeat(case, repeat)
         _, extra_env, cache_dir = worker_setting(case, store, stem, row)
-        spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
+        spec_path = store.dir / "work" / f"{stem}.json"
         spec_path.write_text(json.dumps(case_spec(case, device, support)), encoding="utf-8")
-        result_path.unlink(missing_ok=True)
-        specs.append({"spec": str(spec_path), "result": str(result_path),
-                      "log": str(store.dir / "logs" / f"{stem}.log"), "env": extra_env or {}})
+        specs.append({"spec": str(spec_path), "result": str(store.dir / "work" / f"{stem}.result.json"),
+                      "log": str(store.dir / "logs" / f"{stem}.log"), "env": extra_env or {},
+                      "timeout_s": case.timeout_s})
+        Path(specs[-1]["result"]).unlink(missing_ok=True)
         prepared.append((row, case, repeat, stem, cache_dir))
+    ended: dict[int, dict] = {}  # member place -> what the conductor reaped (member_end events)
 
     def each_member(event: dict) -> None:
         place = event.get("member")
-        if on_event is not None and isinstance(place, int) and 0 <= place < len(prepared):
+        if not (isinstance(place, int) and 0 <= place < len(prepared)):
+            return
+        if event.get("event") == "member_end":
+            ended[place] = event
+        elif on_event is not None:
             on_event(prepared[place][1], event)
 
     first = prepared[0][1]
     stem = f"{first.group_id}-r{prepared[0][2]}-lockstep"
     started = time.monotonic()
+    deadline_s = sum(p[1].timeout_s for p in prepared) + SET_SLACK_S
     try:
-        outcome = run_job(store, "lockstep", stem, {"members": specs}, sum(p[1].timeout_s for p in prepared),
-                          on_event=each_member, server=server, contention=contention_watch(first, device))
+        outcome = run_job(store, "lockstep", stem, {"members": specs}, deadline_s, on_event=each_member,
+                          server=server, contention=contention_watch(first, device))
     finally:
         for spec in specs:
             Path(spec["spec"]).unlink(missing_ok=True)
-    reaped = (outcome.result or {}).get("members") or []
     (store.dir / "work" / f"{stem}.result.json").unlink(missing_ok=True)
+    conductor = outcome.result or {}
+    if conductor.get("status") == "refused":
+        return _one_after_another(members, device, versions, store, supports, on_event, server, conductor["reason"])
+    for n, reaped in enumerate(conductor.get("members") or []):
+        ended[n] = reaped  # the full record (with peak RSS) over the member_end event
+    unreaped = _set_ending(outcome, stem, deadline_s, len(prepared))
     rows = []
     for n, (row, case, repeat, member_stem, cache_dir) in enumerate(prepared):
-        found = _member_outcome(outcome, reaped[n] if n < len(reaped) else None, specs[n], started, case.timeout_s)
+        found = _member_outcome(outcome, ended.get(n), specs[n], started, unreaped)
         row[INTERLEAVE_COLUMN] = "steps"
         rows.append(finish(row, found, case, repeat, store, member_stem, cache_dir))
     return rows
 
 
+def _one_after_another(members, device, versions, store, supports, on_event, server, why: str) -> list:
+    """The set's members each in a worker of its own, one after another (the conductor refused)."""
+    rows = []
+    for (case, repeat, stem), support in zip(members, supports):
+        row, samples = run_one(case, repeat, device, versions, store, support, stem=stem, server=server,
+                               on_event=None if on_event is None else (lambda event, case=case: on_event(case, event)))
+        row[INTERLEAVE_COLUMN] = "repeats"
+        row["warnings"] = " | ".join(w for w in (row.get("warnings"), f"{why}; run alone") if w)
+        rows.append((row, samples))
+    return rows
+
+
+def _set_ending(conductor: process.WorkerOutcome, stem: str, deadline_s: float, size: int) -> dict | None:
+    """The record a member the conductor never reaped takes: None when the set was stopped as contended
+    (the member takes that stop), else the set's deadline or the conductor's failure, its log named."""
+    if conductor.contention:
+        return None
+    log = f"logs/{stem}.log"
+    if conductor.timed_out:
+        return {"status": "timeout", "reason": f"the lockstep set ({size} members) had no end within its deadline "
+                                               f"({deadline_s:g} s: their timeout_s together and {SET_SLACK_S:g}); "
+                                               f"killed with its conductor ({log})"}
+    failed = conductor.result or {}
+    why = failed.get("reason") or death_reason(conductor, deadline_s).replace("worker", "conductor", 1)
+    return {"status": "error", "reason": f"the lockstep set's conductor failed: {why} ({log})"}
+
+
 def _member_outcome(conductor: process.WorkerOutcome, reaped: dict | None, spec: dict, started: float,
-                    timeout_s: float) -> process.WorkerOutcome:
-    """A member's outcome as if it had been a worker of its own: its result file, its exit and peak RSS
-    (as its conductor reaped it), else the conductor's ending (a deadline, a contention stop, a death)."""
+                    unreaped: dict | None) -> process.WorkerOutcome:
+    """A member's outcome as if it had been a worker of its own: its result file, its exit, peak RSS and
+    deadline as its conductor reaped it; a member never reaped (it was still running) takes the set's
+    ending (`unreaped`, or the contention stop)."""
     exit_code = reaped["exit_code"] if reaped else conductor.exit_code
-    maxrss = reaped["maxrss_kib"] if reaped else None
-    found = process.outcome(Path(spec["result"]), exit_code, conductor.timed_out, maxrss, started,
-                            Path(spec["log"]), timeout_s, started_by=conductor.started_by)
-    if found.result is None:
-        found.contention = conductor.contention
+    maxrss = reaped.get("maxrss_kib") if reaped else None  # not in a member_end event
+    timed_out = bool(reaped.get("timed_out")) if reaped else False
+    found = process.outcome(Path(spec["result"]), exit_code, timed_out, maxrss, started, Path(spec["log"]),
+                            spec["timeout_s"], started_by=conductor.started_by)
+    if found.result is None and timed_out:
+        found.result = {"status": "timeout", "reason": f"no result within timeout_s={spec['timeout_s']:g} of its own "
+                                                       "turns in a lockstep set; killed, its partners went on"}
+    if found.result is None and reaped is None:
+        if unreaped is None:
+            found.contention = conductor.contention
+        else:
+            found.result = dict(unreaped)
     found.contention_seen = conductor.contention_seen
     return found

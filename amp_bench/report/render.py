@@ -260,7 +260,7 @@ def _claims_html(claims: pd.DataFrame) -> list[str]:
 def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, missing: pd.DataFrame) -> str:
     lines = ["# amp_bench report", "",
              f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = the 20%-trimmed "
-             f"mean (log scale) of each repeat's ratio of median step times (the modes ran back to back, or on the "
+             f"mean (log scale) of each repeat's ratio of median step times (the modes ran one after the other, or on the "
              f"CPU in lockstep, their workers taking turns), with its "
              f"95% interval; memory "
              f"saving = peak allocated (CUDA) or peak RSS (CPU) against {modes.reference()}.", ""]

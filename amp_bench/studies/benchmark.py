@@ -148,13 +148,14 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     starved, streak, position = [], 0, 0
     for unit in lockstep_sets(order, machine, reporter):
         if stop is not None and stop.requested:
-            _save_died(store, order[position:], machine, stop, started=False)
+            _save_died(store, order[position:], machine, stop)
             return
         live = [item for item in unit if item[0] in runnable]
         evidence = still_busy(live[0][1], info) if streak >= BUSY_STREAK and live else ""
         rows = run.unit(unit, live, position, evidence, streak)
-        if rows is None:  # a stop cut it short: it and the rest are saved as died
-            _save_died(store, order[position:], machine, stop, started=True)
+        if rows is None:  # a stop cut it short: what it had not saved, and the rest, are saved as died
+            _save_died(store, [item for item in order[position:] if item[0] not in run.saved], machine, stop,
+                       running=run.running)
             return
         for (index, case, repeat), row in zip(unit, rows):
             if row["status"] == "contended":
@@ -217,6 +218,8 @@ class _Run:
     stop: object
     heartbeat: object
     total: int
+    running: set = field(default_factory=set)  # plan indexes whose workers run now
+    saved: set = field(default_factory=set)  # plan indexes whose rows are saved
 
     def unit(self, unit: list, live: list, position: int, evidence: str, streak: int) -> list[dict] | None:
         """One unit's rows in plan order (None when a job's stop cut it short): not run while the machine
@@ -245,6 +248,7 @@ class _Run:
         self.reporter.case_started(case, repeat, position, self.total)
         if self.heartbeat is not None:
             self.heartbeat.set(case=f"{case.case_id} r{repeat}")
+        self.running = {index} if runs else set()
         measured = self._guarded(runs, lambda: run_one(
             case, repeat, self.machine.device, self.machine.versions, self.store, self.supports[index],
             on_event=lambda event, case=case: self.reporter.worker_event(case, event), server=self.machine.server))
@@ -263,6 +267,7 @@ class _Run:
             self.reporter.case_started(case, repeat, position + [i for i, _, _ in unit].index(index), self.total)
         if self.heartbeat is not None:
             self.heartbeat.set(case=", ".join(f"{case.case_id} r{repeat}" for _, case, repeat in planned))
+        self.running = {index for index, _, _ in planned}
         measured = self._guarded(True, lambda: run_lockstep(
             [(case, repeat, f"{case.case_id}-r{repeat}") for _, case, repeat in planned], self.machine.device,
             self.machine.versions, self.store, [self.supports[index] for index, _, _ in planned],
@@ -297,6 +302,8 @@ class _Run:
         carry_flops(row, self.planner.flops)
         _stamp(row, self.machine)
         self.store.add(row, samples, key=part_key(index, case, repeat))
+        self.saved.add(index)
+        self.running.discard(index)
         if index in self.runnable:  # a gated case costs nothing: it is not in the budget's count
             self.planner.finished(row)
         self.reporter.case_finished(case, row)
@@ -350,11 +357,12 @@ def _stamp(row: dict, machine: Machine) -> None:
     row.update(machine.columns)
 
 
-def _save_died(store: RunStore, rest, machine: Machine, stop, started: bool) -> None:
-    """Rows for the case a stop cut short (started) and for those it never started."""
+def _save_died(store: RunStore, rest, machine: Machine, stop, running: set = frozenset()) -> None:
+    """Rows for the cases a stop cut short (their plan indexes in `running`: a lockstep set's members
+    run together) and for those it never started."""
     status, reason = stop.status_and_reason()
-    for n, item in enumerate(rest):
-        before = "while this case ran" if started and n == 0 else "before this case started"
+    for item in rest:
+        before = "while this case ran" if item[0] in running else "before this case started"
         _save_unrun(store, item, machine, status=status, reason=f"{reason} {before}")
 
 

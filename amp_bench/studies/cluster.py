@@ -1,7 +1,8 @@
 """A suite on a SLURM cluster's partitions: one run directory per partition in one results root, its
 cases shared out among SLURM jobs (an array of `tasks` jobs), each job running its share on its
-node exactly as a local run does (a fresh worker per case, rows written by the job itself,
-atomically: studies/benchmark.run_cases). The parent is optional: it watches and can cancel, but a
+node as a local run does (a fresh worker per case, rows written by the job itself, atomically:
+studies/benchmark.run_cases), except that a job starts no fork server: its workers are fresh
+interpreters, and on the CPU its repeats' modes run one after another, not in lockstep. The parent is optional: it watches and can cancel, but a
 detached run finishes without it, and `run --resume` picks up what is missing.
 
 A model-and-batch group (its precisions and repeats) always stays in one job, so every speedup is

@@ -95,7 +95,9 @@ FIELDS: dict[str, Callable] = {
 class ExecutorSpec:
     """Where and how a study's cases run. `local`: here, one after another (today's runs). `slurm`: as
     SLURM jobs through submitit, `tasks` jobs (an array) per partition, each running its share of the
-    cases one after another in fresh worker processes, exactly as a local run does."""
+    cases one after another in fresh worker processes as a local run does, but each started as a fresh
+    interpreter (a job starts no fork server), so a CPU job runs its repeats' modes one after another,
+    not in lockstep (docs/measuring.md)."""
     type: str = _DEFAULTS["type"]
     partitions: tuple[str, ...] = ()
     cluster: str = _DEFAULTS["cluster"]
