@@ -25,6 +25,7 @@ def test_smoke_suite_end_to_end_on_cpu(smoke_run):
     table = pd.read_csv(run_dir / "results.csv")
     assert list(table.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS
     by_case = table.set_index(["model_label", "precision"]).status.to_dict()
+    assert set(table.loc[table.status == "ok", "cpu_allocator"]) == {"system"}  # --cpu-allocator system
     bf16 = native_on_this_cpu("amp_bf16")  # without AVX512-BF16/AMX the gate leaves emulated bf16 out
     for model in ("resnet18", "gpt2-tiny"):
         assert by_case[model, "fp32"] == "ok" and by_case[model, "amp_bf16"] == ("ok" if bf16 else "unsupported")

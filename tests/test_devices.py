@@ -176,6 +176,70 @@ def test_the_cpu_caps_the_address_space_above_the_rehearsed_process(monkeypatch)
                        "memory_cap_baseline_bytes": 3 * GiB}
 
 
+class FakeLibc:
+    """glibc's mallopt as keep_freed_memory calls it: every (param, value) kept, `accept` answered."""
+
+    def __init__(self, accept=1):
+        self.calls, self.accept = [], accept
+
+    def mallopt(self, param, value):
+        self.calls.append((param, value))
+        return self.accept
+
+
+def test_cpu_keeps_freed_memory_unless_told_or_the_allocator_is_not_glibcs(monkeypatch):
+    from amp_bench.measure.devices import cpu
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    libc = FakeLibc()
+    case = SimpleNamespace(cpu_allocator="keep", memory_cap_bytes=None)
+    assert cpu.keep_freed_memory(case, lambda: libc) == "keep"
+    assert libc.calls == [(cpu.M_MMAP_THRESHOLD, 32 << 20), (cpu.M_TRIM_THRESHOLD, 2**31 - 1)]
+    untouched = FakeLibc()
+    assert cpu.keep_freed_memory(SimpleNamespace(cpu_allocator="system"), lambda: untouched) == "system"
+    assert cpu.keep_freed_memory(case, lambda: None) == "system (not glibc)"
+    assert cpu.keep_freed_memory(case, lambda: FakeLibc(accept=0)) == "system (glibc refused mallopt)"
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    assert cpu.keep_freed_memory(case, lambda: untouched) == "system (LD_PRELOAD libjemalloc.so.2)"
+    assert untouched.calls == []
+    monkeypatch.setattr(cpu, "keep_freed_memory", lambda case: "keep")  # a capped case keeps cap_memory's malloc
+    assert CpuOps("cpu").tune_allocator(SimpleNamespace(memory_cap_bytes=GiB))["cpu_allocator"].startswith("memory cap")
+    assert CpuOps("cpu").tune_allocator(case) == {"cpu_allocator": "keep"}
+
+
+PAGE_FAULTS_PER_ROUND = """
+import ctypes, resource, sys
+from types import SimpleNamespace
+from amp_bench.measure.devices.cpu import keep_freed_memory
+print(keep_freed_memory(SimpleNamespace(cpu_allocator=sys.argv[1])))
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+for _ in range(4):  # a step's activations: eight 8 MiB blocks written, then all freed
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    blocks = [libc.malloc(8 << 20) for _ in range(8)]
+    for block in blocks:
+        ctypes.memset(block, 1, 8 << 20)
+    for block in blocks:
+        libc.free(block)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and minor-fault counts: Linux")
+def test_kept_memory_is_written_again_without_page_faults():
+    """Real glibc, no timing: 64 MiB of blocks freed and taken again fault in again under glibc's
+    defaults (16384 pages a round) and not at all once the worker keeps freed memory."""
+    faults = {}
+    for setting in ("keep", "system"):
+        out = subprocess.run([sys.executable, "-c", PAGE_FAULTS_PER_ROUND, setting], cwd=ROOT, check=True,
+                             capture_output=True, text=True, env={k: v for k, v in os.environ.items()
+                                                                  if k != "LD_PRELOAD"}).stdout.split()
+        assert out[0] == setting
+        faults[setting] = [int(n) for n in out[1:]]
+    pages = (64 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert all(n > pages // 2 for n in faults["system"]), faults  # every round pages its blocks in again
+    assert faults["keep"][0] > pages // 2 and max(faults["keep"][1:]) < pages // 20, faults
+
+
 # --------------------------------------------------------------------------- CUDA, through a fake torch.cuda
 
 def test_cuda_caps_the_allocator_at_its_fraction_of_the_device():

@@ -92,6 +92,7 @@ explain: false
     rows = results.set_index("model_label")
     assert list(rows["status"]) == ["ok", "error", "timeout", "ok"], rows[["status", "reason"]]
     assert set(rows["worker_start"]) == {"fork"}
+    assert rows.loc["small", "cpu_allocator"] == "keep"  # the default, set in the forked child
     assert "code 3" in rows.loc["dies", "reason"]
     mib = 2**20
     # the training steps' high-water mark (VmHWM): the small child does not carry the ballast's 256 MiB

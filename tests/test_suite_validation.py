@@ -54,6 +54,8 @@ def test_cpu_block_overrides_top_level_on_cpu_only(write_suite):
     cpu, cuda = suite.cases("cpu"), suite.cases("cuda")
     assert {c.batch_size for c in cpu} == {1} and {c.steps for c in cpu} == {3}
     assert {c.batch_size for c in cuda} == {2, 4} and {c.steps for c in cuda} == {50}
+    assert {c.cpu_allocator for c in cpu} == {"keep"}  # the default
+    assert {c.cpu_allocator for c in load_suite(write_suite(GOOD + "cpu_allocator: system\n")).cases("cpu")} == {"system"}
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -64,6 +66,7 @@ def test_cpu_block_overrides_top_level_on_cpu_only(write_suite):
     (GOOD + "channels_last: 1\n", "channels_last: expected true or false, got 1 (int)"),
     (GOOD + "repeats: 2.5\n", "repeats: expected an integer between 1 and 1000, got 2.5 (float)"),
     (GOOD + "timeout_s: -1\n", "timeout_s: expected a number > 0"),
+    (GOOD + "cpu:\n  cpu_allocator: jemalloc\n", "cpu.cpu_allocator: expected one of keep, system, got 'jemalloc'"),
     (GOOD.replace("[2, 4]", "[2, 0]"), "batch_sizes[1]: expected a batch size between 1 and 65536, got 0"),
     (GOOD.replace("[2, 4]", "[-8]"), "batch_sizes[0]: expected a batch size between 1 and 65536, got -8"),
     (GOOD.replace("[2, 4]", "[10000000]"), "batch_sizes[0]: expected a batch size between 1 and 65536, got 10000000"),

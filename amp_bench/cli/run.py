@@ -55,6 +55,9 @@ def add_parsers(sub) -> None:
     run.add_argument("--on-contention", choices=("stop", "flag"), help="stop (default): a case whose worker other "
                      "processes hold under 85%% of its cores for 3 s is stopped as contended, with the evidence, "
                      "and retried once at the end if the machine is quiet then; flag: it runs on, its row says so")
+    run.add_argument("--cpu-allocator", choices=("keep", "system"), help="keep (default): a CPU case's worker "
+                     "keeps the memory it frees for reuse, so its steps do not page-fault their activations in "
+                     "again; system: glibc's defaults, as a plain training script has them")
     run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
                      "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
@@ -131,7 +134,7 @@ def cmd_run(args, console) -> int:
                  "compile": args.compile, "compile_backend": args.compile_backend,
                  "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
                  "compile_cache": args.compile_cache, "explain": args.explain, "isolation": args.isolation,
-                 "on_contention": args.on_contention}
+                 "on_contention": args.on_contention, "cpu_allocator": args.cpu_allocator}
     overrides = {k: v for k, v in overrides.items() if v is not None}
     spec = _executor(args)
     if spec.remote:

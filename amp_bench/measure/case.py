@@ -210,6 +210,7 @@ def _set_up(case, device, rank, support) -> _Setup:
         ops = ops.for_rank(rank, device)
         record["threads_per_rank"] = record["num_threads"]
     ops.make_current()
+    record.update(ops.tune_allocator(case))
     mode = prepare_case(case, device, record, support)
     if case.memory_cap_bytes:
         record.update(apply_memory_cap(case, ops))

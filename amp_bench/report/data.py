@@ -168,8 +168,8 @@ def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozens
 
 
 ENV_COLUMNS = ["device_name", "architecture", "hostname", "torch_version", "cuda_version", "cudnn_version",
-               "driver_version", "python_version", "transformers_version", "cpu_model", "num_threads", "optimizer",
-               "optimizer_impl", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn", "power_limit_w", "fingerprint"]
+               "driver_version", "python_version", "transformers_version", "cpu_model", "num_threads", "cpu_allocator",
+               "optimizer", "optimizer_impl", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn", "power_limit_w", "fingerprint"]
 
 
 def environment_table(data: ReportData) -> pd.DataFrame:

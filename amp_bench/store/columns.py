@@ -267,6 +267,8 @@ COLUMNS: list[Column] = [
         ("seed", INT, "the seed"),
         ("num_threads", INT, "torch's intra-op threads in the worker"),
         ("omp_wait_policy", TEXT, "OMP_WAIT_POLICY as the worker had it (amp_bench leaves it as the user has it)"),
+        ("cpu_allocator", TEXT, "a CPU case's host allocator: keep (freed memory kept for reuse, the default), "
+         "system (glibc's defaults, or the LD_PRELOAD allocator named), or memory cap"),
     ]),
     *_cols("distributed", [
         ("threads_per_rank", INT, "CPU threads per rank"),

@@ -249,6 +249,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "isolation": _choice(ISOLATIONS),
         "on_contention": _choice(("stop", "flag")),
         "interleave": _choice(("auto", "steps", "repeats")),
+        "cpu_allocator": _choice(("keep", "system")),
         "compile_cache": _choice(COMPILE_CACHES),
         "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
         "compile_timeout_s": _optional(_number(0, 7 * 24 * 3600)),

@@ -81,7 +81,7 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 case_budget_s=settings["case_budget_s"], budget_s=settings["budget_s"],
                 peak_tflops=(settings["peak_tflops"] or {}).get(precision),
                 nvml_interval_ms=settings["nvml_interval_ms"], on_contention=settings["on_contention"],
-                interleave=settings["interleave"],
+                interleave=settings["interleave"], cpu_allocator=settings["cpu_allocator"],
                 search_dirs=(str(suite.path.resolve().parent),),
                 nproc_per_node=nproc, nnodes=settings["nnodes"], dist_backend=settings["dist_backend"],
                 threads_per_rank=settings["threads_per_rank"], rdzv_endpoint=settings["rdzv_endpoint"],

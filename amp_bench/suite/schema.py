@@ -68,6 +68,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # ~50 ms; launchers/lockstep.py), elsewhere one worker after another; repeats: always one after
         # another; steps: lockstep, with a note where it cannot be had (GPU, DDP, compiled, spawn)
         "interleave": "auto",
+        # keep: a CPU case's worker keeps the memory it frees for reuse (glibc's mmap threshold at its 32 MiB
+        # ceiling, no trimming; measure/devices/cpu.py), as CUDA's caching allocator does, so a step does not
+        # page-fault its activations in again; system: glibc's defaults (what a plain training script gets)
+        "cpu_allocator": "keep",
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)
         "fp8_recipe": "tensorwise",  # or rowwise (per-row scales: slower, more accurate)
         "fp8_skip_first_last": False,  # true: the first and last linear layers stay in bf16
@@ -210,6 +214,7 @@ class Case(TrainingSettings):
     nvml_interval_ms: float = _SETTINGS["nvml_interval_ms"]
     on_contention: str = _SETTINGS["on_contention"]  # stop: a case the machine starves is stopped early
     interleave: str = _SETTINGS["interleave"]  # auto/steps: a CPU repeat's modes in lockstep; repeats: one by one
+    cpu_allocator: str = _SETTINGS["cpu_allocator"]  # keep: freed memory kept for reuse; system: glibc's defaults
     search_dirs: tuple[str, ...] = ()
     memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
     instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)

@@ -46,6 +46,11 @@ class DeviceOps(ABC):
 
     # ------------------------------------------------------------------ memory
 
+    def tune_allocator(self, case) -> dict:
+        """Set this process's host allocator for the case before anything is built; returns the columns
+        that say how (none where the host allocator does not hold the measured tensors)."""
+        return {}
+
     @abstractmethod
     def cap_memory(self, case) -> dict:
         """Cap this process's memory at case.memory_cap_bytes (running out is an ordinary OOM);
