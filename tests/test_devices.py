@@ -18,6 +18,7 @@ from amp_bench.platform.device import DeviceInfo
 from conftest import ROOT
 
 GiB = 2**30
+MiB = 2**20
 H100_TOTAL = 85_045_231_616  # torch.cuda.get_device_properties(0).total_memory on an H100 80GB HBM3
 
 
@@ -238,6 +239,47 @@ def test_kept_memory_is_written_again_without_page_faults():
     pages = (64 << 20) // os.sysconf("SC_PAGE_SIZE")
     assert all(n > pages // 2 for n in faults["system"]), faults  # every round pages its blocks in again
     assert faults["keep"][0] > pages // 2 and max(faults["keep"][1:]) < pages // 20, faults
+
+
+def test_cpu_settles_with_one_untimed_step_only_where_freed_memory_is_kept(monkeypatch):
+    from amp_bench.measure.devices import cpu
+    faulted = iter([10 * MiB, 130 * MiB])  # before and after the untimed step: it faulted in 120 MiB
+    monkeypatch.setattr("amp_bench.measure.channel.faulted_bytes", lambda: next(faulted))
+    steps = []
+    step = SimpleNamespace(untimed_step=lambda inputs, target: steps.append((inputs, target)))
+    kept = {"cpu_allocator": "keep"}
+    CpuOps("cpu").settle(step, "x", "y", None, kept)
+    assert steps == [("x", "y")]
+    assert kept == {"cpu_allocator": "keep", "settle_steps": 1, "settle_faulted_bytes": 120 * MiB}
+    for allocator in ("system", "system (not glibc)", "memory cap (large blocks from mmap, returned on free)"):
+        record = {"cpu_allocator": allocator}  # every step faults there: the window opens at once, as before
+        CpuOps("cpu").settle(step, "x", "y", None, record)
+        assert record == {"cpu_allocator": allocator} and len(steps) == 1
+    assert cpu.settle_memory(lambda: None, faulted=iter([0, 4096]).__next__) == {
+        "settle_steps": 1, "settle_faulted_bytes": 4096}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="minor-fault counts: Linux")
+def test_faulted_bytes_counts_the_pages_a_process_touches_for_the_first_time():
+    from amp_bench.measure.channel import faulted_bytes
+    before = faulted_bytes()
+    block = bytearray(32 * MiB)  # calloc'd: the kernel's zero pages, faulted in as they are written
+    block[::4096] = b"\1" * len(block[::4096])
+    assert faulted_bytes() - before >= 30 * MiB
+    before = faulted_bytes()
+    block[::4096] = b"\2" * len(block[::4096])  # written again: nothing new
+    assert faulted_bytes() - before < 2 * MiB
+
+
+def test_the_memory_tracker_reports_what_the_window_faulted_in_per_step(monkeypatch):
+    from amp_bench.measure.trackers import MemoryTracker
+    faulted = iter([100 * MiB, 106 * MiB])
+    monkeypatch.setattr("amp_bench.measure.channel.faulted_bytes", lambda: next(faulted))
+    tracker = MemoryTracker(CpuOps("cpu"))
+    tracker.start()
+    columns = tracker.stop(3, {})
+    assert columns["window_faulted_bytes_per_step"] == 2 * MiB
+    assert columns["rss_hwm_bytes"] > 0
 
 
 # --------------------------------------------------------------------------- CUDA, through a fake torch.cuda

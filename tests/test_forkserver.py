@@ -93,6 +93,8 @@ explain: false
     assert list(rows["status"]) == ["ok", "error", "timeout", "ok"], rows[["status", "reason"]]
     assert set(rows["worker_start"]) == {"fork"}
     assert rows.loc["small", "cpu_allocator"] == "keep"  # the default, set in the forked child
+    assert rows.loc["small", "settle_steps"] == 1 and rows.loc["small", "settle_faulted_bytes"] >= 0
+    assert rows.loc["small", "window_faulted_bytes_per_step"] >= 0
     assert "code 3" in rows.loc["dies", "reason"]
     mib = 2**20
     # the training steps' high-water mark (VmHWM): the small child does not carry the ballast's 256 MiB

@@ -66,6 +66,16 @@ def read_rss_bytes() -> int | None:
     return read_status_bytes("VmRSS:")
 
 
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def faulted_bytes() -> int:
+    """Memory this process has faulted in so far: its minor page faults (getrusage) times the page size.
+    A fault is a page touched for the first time (or again, after the allocator handed it back)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt * PAGE_BYTES
+
+
 def die_with_parent() -> None:
     """Linux: have the kernel kill this worker if the orchestrating parent dies (even by SIGKILL),
     so no orphaned worker keeps a GPU or CPU busy."""

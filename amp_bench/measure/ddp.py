@@ -20,6 +20,7 @@ MAX_COLUMNS = (
     "nvml_mem_used_baseline_bytes", "nvml_mem_used_peak_bytes", "nvml_mem_used_delta_bytes",
     "nvml_mem_v2_used_peak_bytes", "nvml_mem_v2_reserved_bytes", "nvml_process_mem_peak_bytes",
     "temperature_c_max", "power_avg_w", "scaler_skipped_steps", "scaler_skipped_warmup_steps",
+    "window_faulted_bytes_per_step", "settle_faulted_bytes",
 )
 
 

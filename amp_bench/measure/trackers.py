@@ -26,18 +26,24 @@ class Tracker:
 
 class MemoryTracker(Tracker):
     """The device's peak memory over the window (the CUDA allocator's, reset as it opens; nothing more on a
-    CPU, whose peak RSS the process's high-water mark gives), and that high-water mark."""
+    CPU, whose peak RSS the process's high-water mark gives), that high-water mark, and the host memory the
+    process faulted in per measured step (a steady step touches no new pages; one that faults pays for it)."""
 
     def __init__(self, ops):
         self.ops = ops
+        self._faulted_at_start = 0
 
     def start(self) -> None:
+        from amp_bench.measure.channel import faulted_bytes
         self.ops.reset_peak_memory()
+        self._faulted_at_start = faulted_bytes()
 
     def stop(self, steps: int, columns: dict) -> dict:
-        from amp_bench.measure.channel import read_status_bytes
+        from amp_bench.measure.channel import faulted_bytes, read_status_bytes
+        faulted = (faulted_bytes() - self._faulted_at_start) // steps if steps else None
         # the process's peak RSS so far: the phase probe after the window resets the kernel's high-water mark
-        return {**self.ops.peak_memory_columns(), "rss_hwm_bytes": read_status_bytes("VmHWM:")}
+        return {**self.ops.peak_memory_columns(), "rss_hwm_bytes": read_status_bytes("VmHWM:"),
+                "window_faulted_bytes_per_step": faulted}
 
 
 class NvmlTracker(Tracker):

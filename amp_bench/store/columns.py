@@ -194,6 +194,11 @@ COLUMNS: list[Column] = [
         ("peak_rss_lifetime_bytes", INT, "the parent's wait4 figure for the whole worker"),
         ("rss_before_model_bytes", INT, "the worker's RSS before the model was built (torch's own footprint)"),
         ("rss_hwm_bytes", INT, "the worker's VmHWM right after the window (what peak_rss_bytes is taken from)"),
+        ("window_faulted_bytes_per_step", INT, "host memory the worker faulted in per measured step (minor page "
+                                               "faults x page size): near 0 once the allocator keeps what it frees"),
+        ("settle_steps", INT, "untimed steps between warmup and the window: CUDA one (cudnn.benchmark's workspaces "
+                              "dropped), a CPU with freed memory kept one (its memory still faulting in)"),
+        ("settle_faulted_bytes", INT, "the memory that CPU settle step faulted in"),
         ("cuda_num_alloc_retries", INT, "the CUDA allocator's retries over the measured steps"),
         ("peak_mem_forward_bytes", INT, "peak in the forward pass of one instrumented step after the window"),
         ("peak_mem_backward_bytes", INT, "peak in its backward pass"),

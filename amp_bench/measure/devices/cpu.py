@@ -81,6 +81,23 @@ def keep_freed_memory(case, libc_of=_glibc) -> str:
     return "keep"
 
 
+def settle_memory(run_step, faulted=None) -> dict:
+    """One untimed step after warmup, its faulted-in memory recorded. The first step after warmup still
+    touches new pages (the optimizer state made in warmup's first update moves where the next step's
+    activations land): on the 2-core EPYC VM (2026-12-04) ResNet-50 bs 8's first measured step faulted
+    in 60-270 MB, and in a lockstep set it ran 7-26% slower than the steps after it (a median 1.16x for
+    fp32, 1.26x for bf16 in one main job; 1.02-1.05x one worker at a time), which faulted next to
+    nothing. With that step out of the window, the windows' step-time CV fell to 1-5%. More untimed
+    steps until one faulted in under 1% of the RSS cost 2.4 a worker (a third more time) for little:
+    the second step after warmup is the one that faults little (window_faulted_bytes_per_step shows
+    how steady a window was). Returns the row's settle columns."""
+    from amp_bench.measure.channel import faulted_bytes
+    faulted = faulted or faulted_bytes
+    before = faulted()
+    run_step()
+    return {"settle_steps": 1, "settle_faulted_bytes": faulted() - before}
+
+
 class CpuOps(DeviceOps):
     type = "cpu"
     dist_backend = "gloo"
@@ -95,6 +112,13 @@ class CpuOps(DeviceOps):
         if case.memory_cap_bytes:
             return {"cpu_allocator": "memory cap (large blocks from mmap, returned on free)"}
         return {"cpu_allocator": keep_freed_memory(case)}
+
+    def settle(self, step, inputs, target, reader, record: dict) -> None:
+        """With freed memory kept, one untimed step (settle_memory; under DDP every rank takes it, as on
+        CUDA). Under glibc's defaults (or a capped case's malloc) every step faults, settled or not: those
+        windows open at once, as they always did."""
+        if record.get("cpu_allocator") == "keep":
+            record.update(settle_memory(lambda: step.untimed_step(inputs, target)))
 
     def cap_memory(self, case) -> dict:
         """An address-space limit (RLIMIT_AS) of the process as it stands after a rehearsal step, plus
