@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from timings_page import machine, write_row  # noqa: E402  (benchmarks/, this script's folder)
+
+
+HEADLINE = re.compile(r"^\S+ bs \d+ .* on [^:]+: ")
 
 
 def run(label: str, env_extra: dict[str, str], burner: bool, write: bool = False) -> None:
@@ -45,8 +49,9 @@ def run(label: str, env_extra: dict[str, str], burner: bool, write: bool = False
         if neighbour is not None:
             neighbour.kill()
             neighbour.wait()
-    headline = [line for line in proc.stdout.splitlines() if " on " in line and ("faster" in line or "slower" in line
-                                                                                  or "not measured" in line)]
+    # the run's closing sentence per model ("resnet50 bs 8 224px on AMD EPYC: bf16 autocast is ..."); a case
+    # line or a not-run note may also say "slower than", and is not one
+    headline = [line for line in proc.stdout.splitlines() if HEADLINE.match(line)]
     print(f"{label}: exit {proc.returncode}, {wall:.0f} s wall ({wall / 60:.1f} min)"
           + (" beside one busy-looping process" if burner else ""))
     for line in headline:

@@ -143,8 +143,8 @@ def test_the_cpu_times_with_the_host_clock_and_keeps_no_device_counters():
     assert isinstance(ops.step_timer(5), CpuStepTimer)
     assert ops.open_telemetry(DeviceInfo("cpu", "cpu"), {}) == (None, None)
     record = {}
-    ops.settle(None, None, None, None, record)  # nothing to settle: no extra step
-    assert record == {}
+    ops.settle(None, None, None, None, record)  # no allocator tuned: nothing to settle, no extra step
+    assert record == {"settle_steps": 0}
     assert ops.for_rank(SimpleNamespace(local_rank=1), DeviceInfo("cpu", "cpu")) is ops
     assert ops.check_ranks(DeviceInfo("cpu", "cpu"), 4) is None and ops.ddp_kwargs() == {}
     assert ops.peak_rates("AMD EPYC", "amp_bf16") == (
@@ -203,7 +203,7 @@ def test_cpu_keeps_freed_memory_unless_told_or_the_allocator_is_not_glibcs(monke
     assert cpu.keep_freed_memory(case, lambda: untouched) == "system (LD_PRELOAD libjemalloc.so.2)"
     assert untouched.calls == []
     monkeypatch.setattr(cpu, "keep_freed_memory", lambda case: "keep")  # a capped case keeps cap_memory's malloc
-    assert CpuOps("cpu").tune_allocator(SimpleNamespace(memory_cap_bytes=GiB))["cpu_allocator"].startswith("memory cap")
+    assert CpuOps("cpu").tune_allocator(SimpleNamespace(cpu_allocator="keep", memory_cap_bytes=GiB))["cpu_allocator"].startswith("memory cap")
     assert CpuOps("cpu").tune_allocator(case) == {"cpu_allocator": "keep"}
 
 
@@ -241,22 +241,31 @@ def test_kept_memory_is_written_again_without_page_faults():
     assert faults["keep"][0] > pages // 2 and max(faults["keep"][1:]) < pages // 20, faults
 
 
-def test_cpu_settles_with_one_untimed_step_only_where_freed_memory_is_kept(monkeypatch):
+def test_cpu_settles_until_two_steps_were_taken_only_where_the_case_keeps_freed_memory(monkeypatch):
     from amp_bench.measure.devices import cpu
     faulted = iter([10 * MiB, 130 * MiB])  # before and after the untimed step: it faulted in 120 MiB
     monkeypatch.setattr("amp_bench.measure.channel.faulted_bytes", lambda: next(faulted))
+    monkeypatch.setattr(cpu, "keep_freed_memory", lambda case: "system (not glibc)")  # what mallopt answered
     steps = []
     step = SimpleNamespace(untimed_step=lambda inputs, target: steps.append((inputs, target)))
-    kept = {"cpu_allocator": "keep"}
-    CpuOps("cpu").settle(step, "x", "y", None, kept)
+    keep = SimpleNamespace(cpu_allocator="keep", memory_cap_bytes=None)
+    ops = CpuOps("cpu")
+    record = ops.tune_allocator(keep)
+    ops.settle(step, "x", "y", None, record, steps_taken=1)  # one warmup step: the second is still faulting
     assert steps == [("x", "y")]
-    assert kept == {"cpu_allocator": "keep", "settle_steps": 1, "settle_faulted_bytes": 120 * MiB}
-    for allocator in ("system", "system (not glibc)", "memory cap (large blocks from mmap, returned on free)"):
-        record = {"cpu_allocator": allocator}  # every step faults there: the window opens at once, as before
-        CpuOps("cpu").settle(step, "x", "y", None, record)
-        assert record == {"cpu_allocator": allocator} and len(steps) == 1
-    assert cpu.settle_memory(lambda: None, faulted=iter([0, 4096]).__next__) == {
-        "settle_steps": 1, "settle_faulted_bytes": 4096}
+    # decided from the case (every DDP rank has it), not from what this node's libc did
+    assert record == {"cpu_allocator": "system (not glibc)", "settle_steps": 1, "settle_faulted_bytes": 120 * MiB}
+    record = {}
+    ops.settle(step, "x", "y", None, record, steps_taken=2)  # two warmup steps already: the window opens
+    assert record == {"settle_steps": 0} and len(steps) == 1
+    for case in (SimpleNamespace(cpu_allocator="system", memory_cap_bytes=None),
+                 SimpleNamespace(cpu_allocator="keep", memory_cap_bytes=GiB)):
+        other, record = CpuOps("cpu"), {}  # every step faults there: the window opens at once, as before
+        other.tune_allocator(case)
+        other.settle(step, "x", "y", None, record, steps_taken=0)
+        assert record == {"settle_steps": 0} and len(steps) == 1
+    assert cpu.settle_memory(lambda: None, 2, faulted=iter([0, 8192, 8192, 12288]).__next__) == {
+        "settle_steps": 2, "settle_faulted_bytes": 4096}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="minor-fault counts: Linux")

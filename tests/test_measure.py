@@ -69,7 +69,7 @@ def strict_flags():
 def test_settle_drops_the_autotuning_cache_then_steps_then_resets_peaks_then_reads_nvml():
     calls, record = [], {}
     measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None,
-                                 CudaOps("cuda:0", cuda=FakeCuda(calls)), FakeReader(calls), record)
+                                 CudaOps("cuda:0", cuda=FakeCuda(calls)), FakeReader(calls), record, 1)
     assert calls == ["synchronize", "empty_cache", "untimed_step", "synchronize", "reset_peak_memory_stats",
                      "nvml_used"]
     assert record == {"settle_steps": 1, "nvml_mem_used_settled_bytes": 7 * 2**30}
@@ -78,11 +78,11 @@ def test_settle_drops_the_autotuning_cache_then_steps_then_resets_peaks_then_rea
 def test_settle_on_the_cpu_takes_no_extra_step_but_rechecks_the_fp32_math():
     import torch
     calls = []
-    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, CpuOps("cpu"), None, {})
-    assert calls == []
+    measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, CpuOps("cpu"), None, {}, 1)
+    assert calls == []  # no allocator tuned for a kept-memory case: no settle step
     torch.backends.cudnn.allow_tf32 = True  # as if building the model had turned cuDNN's TF32 back on
     with pytest.raises(Fp32MathError, match="fp32 needs strict IEEE FP32 outside autocast, but cuDNN"):
-        measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, CpuOps("cpu"), None, {})
+        measure._settle_after_warmup(_case(), get_mode("fp32"), FakeStep(calls), None, None, CpuOps("cpu"), None, {}, 1)
 
 
 class FakeRank:
@@ -150,3 +150,24 @@ def test_run_case_on_the_cpu_settles_between_warmup_and_window_and_records_the_s
     before = seen[0]
     assert sum(1 for phase, kind in before if (phase, kind) == ("warmup", "step")) == 2  # all warmup steps ran
     assert ("measure", "phase") not in before  # and the window had not opened
+
+
+def test_a_kept_memory_cpu_case_settles_one_untimed_step_outside_the_samples_and_the_losses():
+    """warmup_steps 1: the second step, whose memory still faults in, is taken untimed; the row's samples
+    and losses are warmup's one step and the window's three, numbered as before."""
+    from amp_bench.platform.device import precision_support
+
+    class Events:
+        def emit(self, **event):
+            pass
+
+    cpu = DeviceInfo("cpu", "cpu")
+    from dataclasses import replace
+    case = replace(_case("fp32"), warmup_steps=1)
+    record = measure.run_case(case, cpu, Events(), support=precision_support("fp32", cpu))
+    assert record["status"] == "ok" and record["cpu_allocator"] in ("keep", "system (not glibc)")
+    assert record["settle_steps"] == 1 and record["settle_faulted_bytes"] >= 0
+    assert record["window_faulted_bytes_per_step"] >= 0
+    assert [(s["phase"], s["step"]) for s in record["samples"]] == [("warmup", 0), ("measure", 1), ("measure", 2),
+                                                                     ("measure", 3)]
+    assert record["steps"] == 3 and all(s["loss"] is not None for s in record["samples"])

@@ -26,6 +26,7 @@ TEST_FILE = """
 def test_sleepy_fp32(amp_benchmark):
     extra = amp_benchmark("suite.yaml", "sleepy-bs4-fp32", device="cpu")
     assert extra["output_dtype"] == "float32"
+    assert extra["cpu_allocator"] in ("keep", "system (not glibc)")  # the worker's default, here too
 
 def test_sleepy_bf16(amp_benchmark):
     extra = amp_benchmark("suite.yaml", "sleepy-bs4-amp_bf16", device="cpu")

@@ -28,14 +28,14 @@ def apply_memory_cap(case, ops) -> dict:
     return ops.cap_memory(case)
 
 
-def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: dict) -> None:
+def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: dict, steps_taken: int) -> None:
     """Between warmup and the window. Every device: the FP32 math checked again as it resolves now
     (building the model, or a library it imported, may have changed the flags). Then the device's
     own settling (DeviceOps.settle; CUDA: cudnn.benchmark's cached workspaces dropped, one untimed
     step, the peaks reset, NVML `used` read as the window opens)."""
     from amp_bench.measure.precision import check_fp32_math, read_fp32_math_flags
     check_fp32_math(mode.name, mode.fp32_math, read_fp32_math_flags(), ops.fp32_math_env())
-    ops.settle(step, inputs, target, reader, record)
+    ops.settle(step, inputs, target, reader, record, steps_taken)
 
 
 def _after_window(case, device, ops, step, inputs, target, median_ms: float) -> dict:
@@ -241,7 +241,8 @@ def _warm_up(setup: _Setup, losses: list, events: EventChannel, baton=None) -> i
                                         lambda i: events.emit(event="step", phase="warmup", step=i, total=total))
     compiling.log_summary(compile_columns)
     record.update(compile_columns)
-    _settle_after_warmup(case, setup.mode, setup.step, setup.inputs, setup.target, setup.ops, setup.reader, record)
+    _settle_after_warmup(case, setup.mode, setup.step, setup.inputs, setup.target, setup.ops, setup.reader, record,
+                         len(losses))
     return len(losses)  # a compiled case warms up until compilation settles: maybe more than asked
 
 

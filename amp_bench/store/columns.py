@@ -197,8 +197,11 @@ COLUMNS: list[Column] = [
         ("window_faulted_bytes_per_step", INT, "host memory the worker faulted in per measured step (minor page "
                                                "faults x page size): near 0 once the allocator keeps what it frees"),
         ("settle_steps", INT, "untimed steps between warmup and the window: CUDA one (cudnn.benchmark's workspaces "
-                              "dropped), a CPU with freed memory kept one (its memory still faulting in)"),
-        ("settle_faulted_bytes", INT, "the memory that CPU settle step faulted in"),
+                              "dropped); a CPU case that keeps freed memory, what warmup left of two steps (the "
+                              "second still faults its memory in)"),
+        ("settle_faulted_bytes", INT, "the memory the last CPU settle step faulted in"),
+        ("nvml_mem_used_settled_bytes", INT, "NVML's device memory used after the CUDA settle step, as the window "
+                                             "opens"),
         ("cuda_num_alloc_retries", INT, "the CUDA allocator's retries over the measured steps"),
         ("peak_mem_forward_bytes", INT, "peak in the forward pass of one instrumented step after the window"),
         ("peak_mem_backward_bytes", INT, "peak in its backward pass"),

@@ -4,7 +4,8 @@
         amp_benchmark("suites/smoke.yaml", "resnet18-bs4-32px-amp_bf16", device="cpu")
 
 runs that case's real training step through `benchmark.pedantic` (warmup rounds = the suite's
-warmup steps, rounds = its steps). On CUDA each timed call ends with a device synchronise, so the
+warmup steps, rounds = its steps; the worker's host allocator setting, `cpu_allocator`, but not its
+settle step: pytest-benchmark's warmup rounds are the suite's). On CUDA each timed call ends with a device synchronise, so the
 wall clock pytest-benchmark reads is the step's real duration. The GPU and environment go into
 `machine_info`, the case, per-step times and memory into `extra_info`; `--benchmark-autosave` and
 `--benchmark-compare-fail` then work as for any benchmark.
@@ -51,7 +52,9 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
     torch_device = torch.device(info.torch_device)
     ops = for_device(torch_device)
     ops.make_current()
-    record: dict = {}
+    # the worker's host allocator (a CPU keeps freed memory unless the suite says system); it stays set for
+    # the rest of this pytest process, as the worker keeps it for its life
+    record: dict = ops.tune_allocator(case)
     try:  # the worker's own set-up: the gate (decided here: this process plans the case), math flags,
         # cuDNN autotuning and the autocast proof
         prepare_case(case, info, record, precision_support(case.precision, info))
@@ -69,7 +72,8 @@ def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "au
     extra = {"amp_bench_case": case.to_json(), "case_id": case_id, "suite": suite.name,
              "precision": case.precision, "batch_size": case.batch_size, "device": info.type,
              "device_name": info.name, "output_dtype": str(step.output_dtype).replace("torch.", ""),
-             **{k: record[k] for k in ("emulated", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn") if k in record}}
+             **{k: record[k] for k in ("emulated", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn", "cpu_allocator")
+                if k in record}}
     extra.update({k: v for k, v in ops.peak_memory_columns().items() if k.startswith("peak_mem_")})
     if step.scaler.is_enabled():
         extra["scaler_skipped_steps"] = len(step.skipped_steps(first=case.warmup_steps))

@@ -91,9 +91,9 @@ class DeviceOps(ABC):
         Under DDP every rank calls it after the process group exists."""
         return None, None
 
-    def settle(self, step, inputs, target, reader, record: dict) -> None:
-        """Between warmup and the window, what the device needs so that the window's memory readings
-        are the step's own (the FP32 math re-check is every device's, in case.py)."""
+    def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:
+        """Between warmup (`steps_taken` steps) and the window, what the device needs so that the window's
+        steps and memory readings are the step's own (the FP32 math re-check is every device's, in case.py)."""
 
     @abstractmethod
     def step_timer(self, max_steps: int):

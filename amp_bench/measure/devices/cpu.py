@@ -64,7 +64,7 @@ def keep_freed_memory(case, libc_of=_glibc) -> str:
     top), so the next step faults it in again, zeroed page by page; on a VM that reports free pages to
     its host each such page may also cost the host a fault. On the 2-core EPYC VM (2026-12-04) ResNet-50
     bs 8 faulted 5-90 thousand pages a step under glibc's defaults and none after its second step with
-    freed memory kept; the median within-window CV of its main-job steps fell from 5-21% to 3-4% and
+    freed memory kept; the median within-window CV of its main-job steps fell from 5-21% to 2-4% and
     its steps were ~9% faster, peak RSS unchanged. Keeping what was freed is what CUDA's caching
     allocator does on a GPU. Returns what the row records (the cpu_allocator column)."""
     if case.cpu_allocator == "system":
@@ -81,21 +81,27 @@ def keep_freed_memory(case, libc_of=_glibc) -> str:
     return "keep"
 
 
-def settle_memory(run_step, faulted=None) -> dict:
-    """One untimed step after warmup, its faulted-in memory recorded. The first step after warmup still
-    touches new pages (the optimizer state made in warmup's first update moves where the next step's
-    activations land): on the 2-core EPYC VM (2026-12-04) ResNet-50 bs 8's first measured step faulted
-    in 60-270 MB, and in a lockstep set it ran 7-26% slower than the steps after it (a median 1.16x for
-    fp32, 1.26x for bf16 in one main job; 1.02-1.05x one worker at a time), which faulted next to
-    nothing. With that step out of the window, the windows' step-time CV fell to 1-5%. More untimed
-    steps until one faulted in under 1% of the RSS cost 2.4 a worker (a third more time) for little:
-    the second step after warmup is the one that faults little (window_faulted_bytes_per_step shows
-    how steady a window was). Returns the row's settle columns."""
+# The window opens after this many steps in all: the second step is the last whose memory still faults in
+STEPS_BEFORE_WINDOW = 2
+
+
+def settle_memory(run_step, steps: int, faulted=None) -> dict:
+    """`steps` untimed steps (those warmup left of STEPS_BEFORE_WINDOW), the last one's faulted-in memory
+    recorded. The second step of a worker still touches new pages (the optimizer state made in the first
+    update moves where the next step's activations land); the steps after it touch next to none. On the
+    2-core EPYC VM (2026-12-04) ResNet-50 bs 8's second step faulted in 60-270 MB and, as the first step
+    of a lockstep window (warmup_steps: 1), ran 7-26% slower than the window's other steps (a median 1.16x
+    for fp32, 1.26x for bf16 in one main job; 1.02-1.05x one worker at a time); with it out of the window
+    the windows' step-time CV fell to 0.3-5% (one 10.7%). Settling on until a step faulted in under 1% of
+    the RSS took 2.4 steps a worker and a third more time for little. Returns the row's settle columns."""
     from amp_bench.measure.channel import faulted_bytes
     faulted = faulted or faulted_bytes
-    before = faulted()
-    run_step()
-    return {"settle_steps": 1, "settle_faulted_bytes": faulted() - before}
+    new_bytes = None
+    for _ in range(steps):
+        before = faulted()
+        run_step()
+        new_bytes = faulted() - before
+    return {"settle_steps": steps, **({"settle_faulted_bytes": new_bytes} if steps else {})}
 
 
 class CpuOps(DeviceOps):
@@ -107,18 +113,23 @@ class CpuOps(DeviceOps):
     def synchronize(self) -> None:
         pass  # CPU work is done when the call returns
 
+    _case_keeps_memory = False  # the case asked for cpu_allocator: keep, uncapped (tune_allocator)
+
     def tune_allocator(self, case) -> dict:
         """A capped case keeps cap_memory's predictable malloc instead (its blocks go back on free)."""
+        self._case_keeps_memory = case.cpu_allocator == "keep" and not case.memory_cap_bytes
         if case.memory_cap_bytes:
             return {"cpu_allocator": "memory cap (large blocks from mmap, returned on free)"}
         return {"cpu_allocator": keep_freed_memory(case)}
 
-    def settle(self, step, inputs, target, reader, record: dict) -> None:
-        """With freed memory kept, one untimed step (settle_memory; under DDP every rank takes it, as on
-        CUDA). Under glibc's defaults (or a capped case's malloc) every step faults, settled or not: those
-        windows open at once, as they always did."""
-        if record.get("cpu_allocator") == "keep":
-            record.update(settle_memory(lambda: step.untimed_step(inputs, target)))
+    def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:
+        """With freed memory kept, untimed steps until the worker has taken STEPS_BEFORE_WINDOW (none after
+        a warmup of two or more). Decided from the case, never from what mallopt answered: DDP ranks on
+        differently set-up nodes still take the same steps (each all-reduces). Under glibc's defaults
+        (or a capped case's malloc) every step faults: those windows open at once, as they always did."""
+        keep = self._case_keeps_memory
+        record.update(settle_memory(lambda: step.untimed_step(inputs, target),
+                                    max(0, STEPS_BEFORE_WINDOW - steps_taken) if keep else 0))
 
     def cap_memory(self, case) -> dict:
         """An address-space limit (RLIMIT_AS) of the process as it stands after a rehearsal step, plus

@@ -151,7 +151,7 @@ class CudaOps(DeviceOps):
         self.cuda.empty_cache()  # the warm-up's tensors back to the driver: the baseline holds none
         return reader.memory_used() if reader is not None else None
 
-    def settle(self, step, inputs, target, reader, record: dict) -> None:
+    def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:
         """cudnn.benchmark's search left its workspaces cached, so the reserved peak and NVML `used`
         would report the search's high-water mark: synchronize, empty_cache(), one untimed step (the
         allocator reserves what the step itself needs), synchronize, reset the peaks, then NVML
