@@ -68,8 +68,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         # ~50 ms; launchers/lockstep.py), elsewhere one worker after another; repeats: always one after
         # another; steps: lockstep, with a note where it cannot be had (GPU, DDP, compiled, spawn)
         "interleave": "auto",
-        # keep: a CPU case's worker keeps the memory it frees for reuse (glibc's mmap threshold at its 32 MiB
-        # ceiling, no trimming; measure/devices/cpu.py), as CUDA's caching allocator does, so a step does not
+        # keep: a CPU case's worker keeps the memory it frees for reuse (no block from glibc's mmap, no
+        # trimming; measure/devices/cpu.py), as CUDA's caching allocator does, so a step does not
         # page-fault its activations in again; system: glibc's defaults (what a plain training script gets)
         "cpu_allocator": "keep",
         # fp8 (torchao float8 on the linear layers; docs/fp8.md)
