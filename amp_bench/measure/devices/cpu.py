@@ -125,9 +125,9 @@ class CpuOps(DeviceOps):
 
     def tune_allocator(self, case) -> dict:
         """A capped case keeps cap_memory's predictable malloc instead (its blocks go back on free)."""
-        self._case_keeps_memory = case.cpu_allocator == "keep" and not case.memory_cap_bytes
         if case.memory_cap_bytes:
             return {"cpu_allocator": "memory cap (large blocks from mmap, returned on free)"}
+        self._case_keeps_memory = case.cpu_allocator == "keep"
         return {"cpu_allocator": keep_freed_memory(case)}
 
     def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:
@@ -135,9 +135,8 @@ class CpuOps(DeviceOps):
         a warmup of two or more). Decided from the case, never from what mallopt answered: DDP ranks on
         differently set-up nodes still take the same steps (each all-reduces). Under glibc's defaults
         (or a capped case's malloc) every step faults: those windows open at once, as they always did."""
-        keep = self._case_keeps_memory
-        record.update(settle_memory(lambda: step.untimed_step(inputs, target),
-                                    max(0, STEPS_BEFORE_WINDOW - steps_taken) if keep else 0))
+        steps = max(0, STEPS_BEFORE_WINDOW - steps_taken) if self._case_keeps_memory else 0
+        record.update(settle_memory(lambda: step.untimed_step(inputs, target), steps))
 
     def cap_memory(self, case) -> dict:
         """An address-space limit (RLIMIT_AS) of the process as it stands after a rehearsal step, plus
