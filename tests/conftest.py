@@ -42,16 +42,20 @@ def native_on_this_cpu(precision: str) -> bool:
     return precision_support(precision, probe_device("cpu")).supported
 
 
-# Seconds each of the longest test files took on the 2-core EPYC (the sum of `pytest --durations=0`'s
-# lines per file, 2026-12-02). xdist's loadfile hands files to its processes in collection order; in
-# alphabetical order three of the longest (test_runner, test_slurm, the gpu_check tests' neighbours)
-# came last and one process ran on alone for about a minute. Longest first, the short files fill the
-# end. A file not listed keeps its place after these; a stale figure costs only some of that minute.
-LONG_FILES = {"test_gpu_check.py": 181, "test_runner.py": 120, "test_distributed.py": 119, "test_predict.py": 91,
-              "test_cluster.py": 91, "test_compare.py": 87, "test_compile.py": 80, "test_slurm.py": 61,
-              "test_explain_cli.py": 59, "test_cli_e2e.py": 56, "test_nightly.py": 42, "test_headroom.py": 42,
-              "test_forkserver.py": 37, "test_fidelity.py": 35, "test_fp8.py": 32, "test_pytest_plugin.py": 31,
-              "test_history.py": 28, "test_report_browser.py": 27, "test_structure.py": 25}
+# Seconds each of the longest test files took on the 2-core EPYC (wall time per file in two runs of the
+# test command, three and four xdist processes, 2026-12-04). loadfile hands a process one file at a time
+# as it runs dry; handed out longest first, the short files fill the end. xdist itself would order the
+# files by how many tests they hold (its --loadscope-reorder, on by default), which put test_slurm and
+# test_pytest_plugin last and left one process running alone for 45 s of a 315 s part: pytest_configure
+# turns that off. A file not listed keeps its place after these; a stale figure costs only some of that.
+LONG_FILES = {"test_gpu_check.py": 115, "test_distributed.py": 89, "test_runner.py": 61, "test_compare.py": 58,
+              "test_slurm.py": 54, "test_predict.py": 52, "test_cluster.py": 38, "test_explain_cli.py": 37,
+              "test_compile.py": 36, "test_nightly.py": 35, "test_forkserver.py": 32, "test_report_browser.py": 29,
+              "test_structure.py": 23, "test_fidelity.py": 21, "test_cli_e2e.py": 18, "test_headroom.py": 18,
+              "test_pytest_plugin.py": 15, "test_explain_report.py": 13, "test_lockstep.py": 13,
+              "test_history.py": 12, "test_busy.py": 12, "test_gpus_and_exports.py": 11,
+              "test_suite_validation.py": 10, "test_predict_report.py": 10, "test_fp8.py": 10,
+              "test_report_data.py": 10, "test_predict_browser.py": 9, "test_explain_traces.py": 8}
 
 
 def pytest_configure(config):
@@ -63,6 +67,8 @@ def pytest_configure(config):
     server's lifecycle leave the zygote (the `own_fork_server` fixture)."""
     from amp_bench.launchers.forkserver import ZYGOTE_ENV, start_zygote
     from amp_bench.suite.model_refs import preload_modules
+    if hasattr(config.option, "loadscopereorder"):  # xdist: hand files out in LONG_FILES' order
+        config.option.loadscopereorder = False
     if hasattr(config, "workerinput") or os.environ.get(ZYGOTE_ENV) is not None or not hasattr(os, "fork"):
         return
     import tempfile
