@@ -56,3 +56,11 @@ def test_top_level_layout():
     for name in ("pyproject.toml", "environment.yml", "amp_bench", "suites", "results", "reports", "tests",
                  "README.md", ".ci/run"):
         assert (ROOT / name).exists(), name
+
+
+def test_long_files_name_real_test_files_longest_first():
+    """conftest hands the files out in LONG_FILES' order: a renamed file would silently fall to the end."""
+    from conftest import LONG_FILES
+    missing = [name for name in LONG_FILES if not (ROOT / "tests" / name).is_file()]
+    assert not missing, f"LONG_FILES names files that are gone: {missing}"
+    assert list(LONG_FILES.values()) == sorted(LONG_FILES.values(), reverse=True)
