@@ -5,10 +5,10 @@
 
 runs that case's real training step through `benchmark.pedantic` (warmup rounds = the suite's
 warmup steps, rounds = its steps; the worker's host allocator setting, `cpu_allocator`, but not its
-settle step: pytest-benchmark's warmup rounds are the suite's). On CUDA each timed call ends with a device synchronise, so the
-wall clock pytest-benchmark reads is the step's real duration. The GPU and environment go into
-`machine_info`, the case, per-step times and memory into `extra_info`; `--benchmark-autosave` and
-`--benchmark-compare-fail` then work as for any benchmark.
+settle step: pytest-benchmark's warmup rounds are the suite's). On CUDA each timed call ends with a
+device synchronise, so the wall clock pytest-benchmark reads is the step's real duration. The GPU and
+environment go into `machine_info`, the case, per-step times and memory into `extra_info`;
+`--benchmark-autosave` and `--benchmark-compare-fail` then work as for any benchmark.
 """
 from __future__ import annotations
 
