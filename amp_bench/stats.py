@@ -170,3 +170,34 @@ def achieved_rate(flops_per_step: float | None, step_time_ms: float | None, peak
     plain worker and for a DDP job (per-rank FLOPs at the job's step time: per-GPU MFU)."""
     achieved = flops_per_step / (step_time_ms / 1e3) / 1e12 if flops_per_step and step_time_ms else None
     return {"achieved_tflops": achieved, "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None}
+
+
+# Where a case's worker spends its wall time, from its launch to the parent's reap, in the order the phases
+# run (name -> what it holds). Each row has a `phase_<name>_s` column per phase (measure/phases.py times them
+# in the worker; the parent adds `exit`); together they are the worker's wall time, `worker_wall_s`.
+WORKER_PHASES = {
+    "start": "launch to the worker's entry: a fork, or a fresh interpreter starting",
+    "imports": "the worker's imports of torch and the measurement (near 0 when forked from a server that has them)",
+    "setup": "threads, the device, the mode's FP32 flags and autocast proof (a GPU's CUDA context), memory cap, seeds, "
+             "DDP's process group",
+    "idle_baseline": "the device meter opened and its idle reading taken (CUDA: NVML, cuBLAS and cuDNN warmed)",
+    "build": "model, optimizer and batch built on the device (fp8 conversion, compile wrapping)",
+    "first_step": "the first warmup step: cuDNN autotuning, lazy initialisation, a compiled case's compile",
+    "warmup": "the other warmup steps (a compiled case's until compilation settles)",
+    "settle": "the FP32 math re-check and the untimed settle step(s) before the window",
+    "window": "the timed window, its trackers and its statistics",
+    "memory_probe": "the step for per-phase memory when it is not the FLOPs step (a compiled case, or one whose FLOPs "
+                    "another worker counts)",
+    "flops": "the step counted for FLOPs (with per-phase memory on an eager case)",
+    "profile": "explain's profiled steps and the trace they save",
+    "result": "the result assembled (DDP: every rank's gathered)",
+    "exit": "the result written, the process's exit and the parent's reap",
+    "wait": "a lockstep member's wait for its partners' turns",
+}
+# the probes after the window, none of which a repeat can change: per-phase memory and the profile run in a
+# case's first repeat only, and a run counts FLOPs once per model, batch and layout (studies/flop_counts.py)
+PROBE_PHASES = ("memory_probe", "flops", "profile")
+
+
+def phase_column(name: str) -> str:
+    return f"phase_{name}_s"

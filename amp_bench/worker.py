@@ -20,9 +20,10 @@ import time
 import traceback
 
 from amp_bench.measure.channel import EventChannel, die_with_parent, exit_without_teardown, is_oom, write_json_atomic
+from amp_bench.measure.phases import PhaseClock
 
 
-def _case_job(spec: dict, events: EventChannel, rank) -> dict:
+def _case_job(spec: dict, events: EventChannel, rank, phases) -> dict:
     from amp_bench.measure import ddp
     from amp_bench.measure.baton import Baton
     from amp_bench.measure.case import run_case
@@ -31,7 +32,9 @@ def _case_job(spec: dict, events: EventChannel, rank) -> dict:
     case, device = Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"])
     support = Support(**spec["support"])  # the parent's gate decision: the worker does not decide again
     baton = Baton.from_env()  # a lockstep member's (measure/lockstep.py)
-    record = run_case(case, device, events, rank, support=support, baton=baton)
+    if baton is not None:  # its waits for the other members' turns are a phase of their own
+        phases.waited = lambda: baton.waited_s
+    record = run_case(case, device, events, rank, support=support, baton=baton, phases=phases)
     if rank is not None:  # every rank gets every record; each node's local rank 0 writes the row
         record = ddp.aggregate(rank.gather(record), case, rank.backend(case, device.type))
     if baton is not None:  # what this case cost: its own turns, not its partners'
@@ -39,7 +42,7 @@ def _case_job(spec: dict, events: EventChannel, rank) -> dict:
     return record
 
 
-def _lockstep_job(spec: dict, events: EventChannel, rank) -> dict:  # one process, never under torchrun
+def _lockstep_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # one process, never under torchrun
     from amp_bench.platform.forking import unsafe_to_fork
     from amp_bench.measure.lockstep import conduct
     # CUDA only: the thread count a fork server's child sets (torch.set_num_threads) starts torch's
@@ -52,7 +55,7 @@ def _lockstep_job(spec: dict, events: EventChannel, rank) -> dict:  # one proces
         _case_job, spec_path, result_path, member_events))
 
 
-def _fidelity_job(spec: dict, events: EventChannel, rank) -> dict:  # one process, never under torchrun
+def _fidelity_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # one process, never under torchrun
     from amp_bench.studies.fidelity.train import train_precision
     from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import FidelitySpec
@@ -65,16 +68,18 @@ JOBS = {"case": _case_job, "fidelity": _fidelity_job, "lockstep": _lockstep_job}
 
 
 def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:
+    phases = PhaseClock.from_env()
+    phases.mark("start")
     from amp_bench.measure import ddp
     from amp_bench.measure.compiling import compile_reason, is_compile_error
-    from amp_bench.measure.step import UnsupportedCase
+    from amp_bench.measure.step import UnsupportedCase  # imports torch: the `imports` phase, up to run_case's
 
     with open(spec_path, encoding="utf-8") as fh:
         spec = json.load(fh)
     started = time.time()
     rank = ddp.Rank.from_env()
     try:
-        record = job(spec, events, rank)
+        record = job(spec, events, rank, phases)
     except UnsupportedCase as exc:  # decided alike on every rank, before any collective
         record = {"status": "unsupported", "reason": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a crash
@@ -91,6 +96,9 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
             write_json_atomic(ddp.rank_result_path(result_path, rank.rank), record)
             exit_without_teardown(1)  # no interpreter teardown: it could wait on a collective that never ends
     record.setdefault("worker_seconds", time.time() - started)
+    if job is _case_job:  # where its wall time went, up to this result (the parent adds its exit)
+        phases.mark("result")
+        record.update(phases.columns())
     if rank is None or rank.local_rank == 0:
         write_json_atomic(result_path, record)
     if rank is not None:

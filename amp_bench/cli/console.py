@@ -86,6 +86,10 @@ def rich_reporter(console):
                 if warning != "nan":
                     self.console.print(f"            [yellow]warning:[/] {escape(warning)}", highlight=False)
 
+        def time_left(self, seconds):
+            if seconds is not None and self.run_task is not None:
+                self.progress.update(self.run_task, description=f"cases (~{_fmt_duration(seconds)} left)")
+
         def note(self, text):
             self.console.print(f"[yellow]note[/]: {escape(text)}", highlight=False, soft_wrap=True)
 
@@ -93,6 +97,16 @@ def rich_reporter(console):
             self.progress.stop()
 
     return RichReporter(console)
+
+
+def _fmt_duration(seconds: float) -> str:
+    """'45 s', '3 min 20 s', '1 h 05 min'."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 def case_line(case, row: dict, said: set) -> str:

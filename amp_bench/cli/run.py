@@ -165,6 +165,7 @@ def _finish(results, args, console) -> None:
     if not results.empty:
         render_console.print_summary(results, console)
         _print_explained(results, console)
+        _print_wall_time(results, console)
     if not args.no_report and not results.empty:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
 
@@ -246,6 +247,15 @@ def _print_explained(results, console) -> None:
     from amp_bench.analysis.explain.decompose import sentences
     for text in sentences(results):
         console.print(f"why: {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def _print_wall_time(results, console) -> None:
+    """Where the workers' time went, and the slowest workers' largest phases (analysis/wall_time.py)."""
+    from rich.markup import escape
+
+    from amp_bench.analysis.wall_time import run_lines
+    for line in run_lines(results):
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def auto_report(run_dir, reports_dir: Path, console) -> None:

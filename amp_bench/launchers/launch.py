@@ -18,6 +18,7 @@ from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reas
 from amp_bench.launchers.busy import ContentionWatch, cores_needed
 from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.launchers.process import WorkerOutcome
+from amp_bench.stats import phase_column
 from amp_bench.store.results import RunStore, utc_now
 from amp_bench.suite import Case
 
@@ -110,7 +111,7 @@ def finish(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, store: Ru
     cache removed."""
     result_path = store.dir / "work" / f"{stem}.result.json"
     row.update(log_file=str(outcome.log_path.relative_to(store.dir)), worker_start=outcome.started_by,
-               peak_rss_bytes=outcome.peak_rss_bytes,
+               peak_rss_bytes=outcome.peak_rss_bytes, worker_wall_s=round(outcome.wall_s, 4),
                peak_rss_lifetime_bytes=outcome.peak_rss_bytes)  # from wait4: the whole worker, all of it
     samples = _take_result(row, outcome, case, repeat, store) if outcome.result is not None else []
     if outcome.result is None:
@@ -144,6 +145,9 @@ def _take_result(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, sto
     record = dict(outcome.result)
     samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
                 "repeat": repeat, **s} for s in record.pop("samples", [])]
+    ended = record.pop("worker_ended_at", None)  # its phases end here; the result's write and exit follow
+    if ended is not None and outcome.ended_at is not None:
+        record[phase_column("exit")] = round(max(0.0, outcome.ended_at - ended), 4)
     row.update(record)
     if row.get("explain_trace"):  # relative to the run directory, as log_file
         row["explain_trace"] = str(Path(row["explain_trace"]).relative_to(store.dir))

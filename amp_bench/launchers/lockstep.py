@@ -63,7 +63,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
 
     first = prepared[0][1]
     stem = f"{first.group_id}-r{prepared[0][2]}-lockstep"
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     deadline_s = sum(p[1].timeout_s for p in prepared) + SET_SLACK_S
     try:
         outcome = run_job(store, "lockstep", stem, {"members": specs}, deadline_s, on_event=each_member,
@@ -80,7 +80,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     unreaped = _set_ending(outcome, stem, deadline_s, len(prepared))
     rows = []
     for n, (row, case, repeat, member_stem, cache_dir) in enumerate(prepared):
-        found = _member_outcome(outcome, ended.get(n), specs[n], started, unreaped)
+        found = _member_outcome(outcome, ended.get(n), specs[n], started, unreaped, started_at)
         row[INTERLEAVE_COLUMN] = "steps"
         rows.append(finish(row, found, case, repeat, store, member_stem, cache_dir))
     return rows
@@ -114,7 +114,7 @@ def _set_ending(conductor: process.WorkerOutcome, stem: str, deadline_s: float, 
 
 
 def _member_outcome(conductor: process.WorkerOutcome, reaped: dict | None, spec: dict, started: float,
-                    unreaped: dict | None) -> process.WorkerOutcome:
+                    unreaped: dict | None, started_at: float | None = None) -> process.WorkerOutcome:
     """A member's outcome as if it had been a worker of its own: its result file, its exit, peak RSS and
     deadline as its conductor reaped it; a member never reaped (it was still running) takes the set's
     ending (`unreaped`, or the contention stop)."""
@@ -123,6 +123,9 @@ def _member_outcome(conductor: process.WorkerOutcome, reaped: dict | None, spec:
     timed_out = bool(reaped.get("timed_out")) if reaped else False
     found = process.outcome(Path(spec["result"]), exit_code, timed_out, maxrss, started, Path(spec["log"]),
                             spec["timeout_s"], started_by=conductor.started_by)
+    if reaped and reaped.get("ended_at") and started_at is not None:  # its own end, not the set's
+        found.ended_at = reaped["ended_at"]
+        found.wall_s = found.ended_at - started_at
     if found.result is None and timed_out:
         found.result = {"status": "timeout", "reason": f"no result within timeout_s={spec['timeout_s']:g} of its own "
                                                        "turns in a lockstep set; killed, its partners went on"}

@@ -31,6 +31,7 @@ class WorkerOutcome:
     started_by: str = "spawn"  # spawn: a fresh interpreter; fork: a child of the run's fork server
     contention: str = ""  # why the parent stopped it early as contended (launchers/busy.py), '' if it did not
     contention_seen: str = ""  # not stopped, but starved over its life (busy.ContentionWatch.lifetime)
+    ended_at: float | None = None  # time.time() once it was reaped (the `exit` phase ends here)
 
 
 _tokens = itertools.count()
@@ -167,7 +168,7 @@ def outcome(result_path: Path, exit_code: int | None, deadline_hit: bool, maxrss
         result["warnings"] = " | ".join(w for w in (result.get("warnings"), note) if w)
     return WorkerOutcome(result, exit_code, deadline_hit and result is None,
                          maxrss_kib * 1024 if maxrss_kib is not None else None, time.monotonic() - started,
-                         log_path, started_by)
+                         log_path, started_by, ended_at=time.time())
 
 
 def _wait(pid: int, event_fd: int, deadline: float, on_event, watch=None) -> tuple | str | None:

@@ -18,6 +18,7 @@ from amp_bench import modes
 from amp_bench.measure import compiling
 from amp_bench.measure.channel import EventChannel, read_rss_bytes, read_status_bytes
 from amp_bench.measure.devices import for_device
+from amp_bench.measure.phases import PhaseClock
 from amp_bench.measure.telemetry.contention import WindowWatch
 
 
@@ -38,19 +39,26 @@ def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: 
     ops.settle(step, inputs, target, reader, record, steps_taken)
 
 
-def _after_window(case, device, ops, step, inputs, target, median_ms: float) -> dict:
+def _after_window(case, device, ops, step, inputs, target, median_ms: float, phases: PhaseClock | None = None) -> dict:
     """Outside the timed window: one step counted for FLOPs, instrumented for per-phase memory too (the
     counter allocates nothing). A compiled case's counted step runs its eager module, so its memory gets
-    a step of its own, compiled."""
+    a step of its own, compiled; so does a case whose FLOPs another worker of the run counts."""
     from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
     from amp_bench.measure.telemetry.phase_memory import phase_columns
 
+    phases = phases or PhaseClock()
     out: dict = {}
-    probe = ops.phase_probe()
-    apart = probe is not None and hasattr(step.model, "_orig_mod")
+    probe = ops.phase_probe() if case.instrument else None
+    apart = probe is not None and (hasattr(step.model, "_orig_mod") or not case.count_flops)
     if apart:
         step(inputs, target, marks=probe.mark)
-    flops = count_step_flops(step, inputs, target, marks=probe.mark if probe is not None and not apart else None)
+        ops.synchronize()
+        phases.mark("memory_probe")
+    flops = None
+    if case.count_flops:  # once per model, batch and layout in a run (studies/flop_counts.py)
+        flops = count_step_flops(step, inputs, target, marks=probe.mark if probe is not None and not apart else None)
+        ops.synchronize()
+        phases.mark("flops")
     if probe is not None:
         out.update(phase_columns(probe))
     peak, source, bf16_peak = ops.peak_rates(device.name, case.precision)
@@ -162,19 +170,22 @@ class _Setup:
     baseline: int | None = None
     watch: object = None  # the host at the window's edges (telemetry.contention.WindowWatch), made at warmup
     loss_values: list = None  # every step's loss, warmup's first
+    phases: PhaseClock = None  # the worker's phase clock (measure/phases.py)
 
 
-def run_case(case, device, events: EventChannel, rank=None, *, support, baton=None) -> dict:
+def run_case(case, device, events: EventChannel, rank=None, *, support, baton=None, phases=None) -> dict:
     """Build, warm up and measure one case. Returns the record (status ok or nonfinite). `support`: the
     hardware gate's decision for it, made by the parent that planned it (platform.device.precision_support).
 
     Under torchrun `rank` (distributed.Rank) is this process's place in the job: the model is
     wrapped in DDP and every rank runs this same function; the step itself is unchanged.
     `baton` (measure/baton.py): a lockstep member's, on the CPU. It sets up and warms up in its first turn,
-    measures its window in turns taken with the other members, and instruments in its last."""
+    measures its window in turns taken with the other members, and instruments in its last.
+    `phases` (measure/phases.py): the worker's clock, marked as each phase of the case ends."""
+    phases = phases or PhaseClock()
     if baton is not None:
         baton.take()
-    setup = _set_up(case, device, rank, support)
+    setup = _set_up(case, device, rank, support, phases)
     losses: list = []
     warmup_steps = _warm_up(setup, losses, events, baton)
     if baton is not None:
@@ -183,6 +194,7 @@ def run_case(case, device, events: EventChannel, rank=None, *, support, baton=No
                                                                             baton)
     events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
     median_ms = _record_window(setup, per_step_ms, window_s, columns, losses, warmup_steps)
+    phases.mark("window")
     if baton is not None:
         from amp_bench.measure.baton import WINDOW_OVER
         baton.give(WINDOW_OVER)
@@ -191,12 +203,13 @@ def run_case(case, device, events: EventChannel, rank=None, *, support, baton=No
     return _status(setup.record, setup.loss_values)
 
 
-def _set_up(case, device, rank, support) -> _Setup:
+def _set_up(case, device, rank, support, phases: PhaseClock) -> _Setup:
     """The case in this process: threads, the device seam (and DDP's rank), the mode, the memory cap,
     seeds, the device meter's idle baseline, then the model, optimizer, batch and step."""
     import torch
 
     from amp_bench.measure.window import stop_rule
+    phases.mark("imports")
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
         from amp_bench.measure.ddp import threads_per_rank
         torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
@@ -218,11 +231,15 @@ def _set_up(case, device, rank, support) -> _Setup:
     record["rss_before_model_bytes"] = read_rss_bytes()
     if rank is not None:
         rank.init(backend, ops.torch_device)
+    phases.mark("setup")
     reader, baseline = ops.open_telemetry(device, record, rank)
+    phases.mark("idle_baseline")
     step, inputs, target = build_step(case, device.type, ops.torch_device, record, mode=mode,
                                       wrap=None if rank is None else lambda m: rank.wrap(m, ops.torch_device))
+    ops.synchronize()
+    phases.mark("build")
     return _Setup(case, device, ops, mode, record, step, inputs, target, stop_rule(case, rank), rank, reader,
-                  baseline)
+                  baseline, phases=phases)
 
 
 def _warm_up(setup: _Setup, losses: list, events: EventChannel, baton=None) -> int:
@@ -238,12 +255,23 @@ def _warm_up(setup: _Setup, losses: list, events: EventChannel, baton=None) -> i
     waited = baton.waited_s if baton is not None else 0.0  # a lockstep member's wait for its first turn
     record["worker_start_s"] = time.time() - float(launched) - waited if launched else None  # launch -> first step
     compile_columns = compiling.warm_up(case, setup.step, setup.inputs, setup.target, losses,
-                                        lambda i: events.emit(event="step", phase="warmup", step=i, total=total))
+                                        lambda i: _warmup_step_done(setup, events, i, total))
     compiling.log_summary(compile_columns)
     record.update(compile_columns)
+    setup.ops.synchronize()
+    setup.phases.mark("warmup")
     _settle_after_warmup(case, setup.mode, setup.step, setup.inputs, setup.target, setup.ops, setup.reader, record,
                          len(losses))
+    setup.phases.mark("settle")
     return len(losses)  # a compiled case warms up until compilation settles: maybe more than asked
+
+
+def _warmup_step_done(setup: _Setup, events: EventChannel, index: int, total: int) -> None:
+    """Progress; after the first step (cuDNN's autotuning, a compile) its own phase, its queue drained."""
+    if index == 0:
+        setup.ops.synchronize()
+        setup.phases.mark("first_step")
+    events.emit(event="step", phase="warmup", step=index, total=total)
 
 
 def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int, baton=None):
@@ -327,14 +355,15 @@ def _instrument(setup: _Setup, median_ms: float) -> None:
     the measurement taken (a failure is a warning)."""
     case, record, rank = setup.case, setup.record, setup.rank
     try:
-        if case.instrument:
+        if case.instrument or case.count_flops:
             # under DDP without gradient sync: no collective that a rank-local failure here could desync
             no_sync = setup.step.model.no_sync() if rank is not None else contextlib.nullcontext()
             with no_sync:
                 record.update(_after_window(case, setup.device, setup.ops, setup.step, setup.inputs, setup.target,
-                                            median_ms))
+                                            median_ms, setup.phases))
             if getattr(case, "explain", False):
                 record.update(_explain(case, setup.device, setup.step, setup.inputs, setup.target, median_ms, rank))
+                setup.phases.mark("profile")
     except Exception as exc:  # instrumentation must never cost the measurement taken above
         record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
                                                     f"failed: {type(exc).__name__}: {exc}"[:300]) if w)

@@ -73,7 +73,7 @@ class _Member:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
             self.ending = {"pid": self.pid, "exit_code": code, "timed_out": self.timed_out,
-                           "held_s": round(self.held_s, 3)}
+                           "held_s": round(self.held_s, 3), "ended_at": time.time()}
             events.emit(event="member_end", member=self.place, **self.ending)
 
     def reap(self, events: EventChannel) -> dict:

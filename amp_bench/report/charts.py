@@ -223,6 +223,25 @@ def scaler_chart(results: pd.DataFrame):
                    "skipped steps")
 
 
+def worker_time_chart(results: pd.DataFrame):
+    """Each worker's own wall time by phase (analysis/wall_time.py): what the window cost beside the start,
+    the build, cuDNN's autotuning or a compile in the first step, and the probes after it."""
+    from amp_bench.analysis.wall_time import OWN_PHASES, phase_frame
+    frame = phase_frame(results)
+    if frame.empty:
+        return None
+    frame["worker"] = frame["label"] + " r" + frame["repeat"].astype(int).astype(str)
+    long = frame.melt(id_vars=["worker", "own_s"], value_vars=OWN_PHASES, var_name="phase", value_name="seconds")
+    long = long[long["seconds"] > 0]
+    fig = _px().bar(long, y="worker", x="seconds", color="phase", orientation="h",
+                    category_orders={"phase": OWN_PHASES, "worker": list(frame["worker"])},
+                    hover_data={"own_s": ":.2f"}, labels={"worker": "", "own_s": "worker's own time (s)"})
+    fig.update_layout(template=TEMPLATE, barmode="stack", height=max(300, 24 * len(frame) + 120),
+                      title="Where each worker's own wall time went, launch to reap (lockstep waits left out)")
+    fig.update_xaxes(title_text="seconds")
+    return fig
+
+
 def energy_and_mfu_chart(summary: pd.DataFrame, results: pd.DataFrame):
     columns = [c for c in ("energy_j_per_sample", "mfu") if c in results and results[c].notna().any()]
     if not columns:

@@ -152,6 +152,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("distributions", "Step-time distributions", charts.step_time_chart(step_samples(data))),
         ("energy", "Energy and MFU", charts.energy_and_mfu_chart(summary, results)),
         ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
+        ("worker-time", "Where each worker's time went", charts.worker_time_chart(results)),
         ("machines", gpus_section.TITLE, gpus_section.figure(gpus_section.table(data))),
         ("history", "History", charts.history_chart(results)),
     ] + studies.figures(data)
@@ -164,6 +165,7 @@ ABSENT = {
     "predict": predict_section.ABSENT,
     "energy": "These results carry no energy or MFU figures (they come from NVML and FLOP counting on GPUs).",
     "scaler": "GradScaler skipped no step in any measured window.",
+    "worker-time": "These results carry no worker phases (rows written before the phase columns existed).",
     "machines": gpus_section.ABSENT,
     "history": "Fewer than three runs of any case on one machine: the history chart needs a series.",
     "fidelity": "No fidelity run finished an epoch.",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from amp_bench.platform.nvml import NVML_COLUMNS
+from amp_bench.stats import WORKER_PHASES, phase_column
 
 BOOL, INT, FLOAT, TEXT = "bool", "int", "float", "text"
 KINDS = (BOOL, INT, FLOAT, TEXT)
@@ -45,6 +46,8 @@ GROUPS = {
     "slurm": ("SLURM", "which job measured the case; empty in a local run (docs/cluster.md)"),
     "explain": ("Explain", "one profiled step's breakdown (docs/explain.md); empty unless `explain` is on, "
                 "and taken in a case's first repeat only"),
+    "phases": ("Worker phases", "where each worker's wall time went, launch to reap, in seconds; the phases add up "
+               "to `worker_wall_s` (docs/measuring.md, \"Where a case's time goes\")"),
     "samples": ("samples.csv", "every step of every case and repeat"),
 }
 
@@ -317,6 +320,11 @@ COLUMNS: list[Column] = [
                              "taking turns of ~50 ms (window_s is this worker's own turns); repeats: one worker "
                              "after another"),
         ("log_file", TEXT, "the worker's log, relative to the run directory"),
+    ]),
+    *_cols("phases", [
+        ("worker_wall_s", FLOAT, "the worker's wall time from its launch to its reap, by the parent's clock (a "
+                                 "lockstep member's: to its own exit, its waits for partners included)"),
+        *((phase_column(name), FLOAT, meaning) for name, meaning in WORKER_PHASES.items()),
     ]),
     *_EXPLAIN,
 ]

@@ -22,7 +22,9 @@ from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
 from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
+from amp_bench.studies.flop_counts import FlopCounts
 from amp_bench.studies.session import Session, probe, record_machine, running, server_for
+from amp_bench.studies.time_left import TimeLeft
 from amp_bench.suite import Case
 from amp_bench.launchers.forkserver import ForkServer
 from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, still_busy
@@ -36,6 +38,7 @@ class Reporter:
     def case_started(self, case: Case, repeat: int, index: int, total: int) -> None: ...
     def worker_event(self, case: Case, event: dict) -> None: ...
     def case_finished(self, case: Case, row: dict) -> None: ...
+    def time_left(self, seconds: float | None) -> None: ...  # the run's estimate (studies/time_left.py)
     def note(self, text: str) -> None: ...
 
 
@@ -67,7 +70,6 @@ class BudgetPlanner:
         self.budget_s, self.remaining, self.clock = budget_s, cases, clock
         self.started = clock()
         self.overheads: list[float] = []
-        self.flops: dict = {}  # case id -> the FLOP columns its first repeat counted (carry_flops)
 
     def plan(self, case):
         if self.budget_s is None:
@@ -143,8 +145,9 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     # the hardware gate, decided once per planned case; the worker is handed the decision
     supports = {index: precision_support(case.precision, info) for index, case, _ in order}
     runnable = {index for index, case, _ in order if may_run(supports[index], case.allow_emulated)}
-    run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(order[0][1].budget_s if order else None,
-                                                                           len(runnable)), stop, heartbeat, len(order))
+    budget_s = order[0][1].budget_s if order else None
+    run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(budget_s, len(runnable)), stop, heartbeat,
+               len(order), time_left=TimeLeft([(c, r) for i, c, r in order if i in runnable], budget_s))
     starved, streak, position = [], 0, 0
     for unit in lockstep_sets(order, machine, reporter):
         if stop is not None and stop.requested:
@@ -164,7 +167,7 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
                 streak = streak + 1 if row["status"] == "contended" or is_true(row.get("contended")) else 0
         position += len(unit)
     if starved and not (stop is not None and stop.requested):
-        retry_contended(store, starved, machine, reporter, supports, run.planner, heartbeat)
+        retry_contended(store, starved, machine, reporter, supports, run.planner, heartbeat, run.flops)
 
 
 def in_lockstep(case: Case, machine: Machine) -> bool:
@@ -220,6 +223,8 @@ class _Run:
     total: int
     running: set = field(default_factory=set)  # plan indexes whose workers run now
     saved: set = field(default_factory=set)  # plan indexes whose rows are saved
+    time_left: TimeLeft | None = None  # the estimate the progress display shows
+    flops: FlopCounts = field(default_factory=FlopCounts)  # FLOPs counted once per model, batch and layout
 
     def unit(self, unit: list, live: list, position: int, evidence: str, streak: int) -> list[dict] | None:
         """One unit's rows in plan order (None when a job's stop cut it short): not run while the machine
@@ -244,7 +249,7 @@ class _Run:
         """One planned case in its worker, judged and saved; None when a job's stop cut it short."""
         index, case, repeat = item
         runs = index in self.runnable
-        case = self.planner.plan(case) if runs else case
+        case = self.flops.assign(self.planner.plan(case)) if runs else case
         self.reporter.case_started(case, repeat, position, self.total)
         if self.heartbeat is not None:
             self.heartbeat.set(case=f"{case.case_id} r{repeat}")
@@ -262,7 +267,7 @@ class _Run:
 
     def lockstep(self, unit: list, live: list, position: int) -> dict | None:
         """The live items of a unit as one lockstep set: {index: (row, samples)}, None on a job's stop."""
-        planned = [(index, self.planner.plan(case), repeat) for index, case, repeat in live]
+        planned = [(index, self.flops.assign(self.planner.plan(case)), repeat) for index, case, repeat in live]
         for index, case, repeat in planned:
             self.reporter.case_started(case, repeat, position + [i for i, _, _ in unit].index(index), self.total)
         if self.heartbeat is not None:
@@ -299,39 +304,23 @@ class _Run:
             row.update(explain_row(row, self.store.dir))  # judged here, torch-free (issue 23)
         if note:
             row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
-        carry_flops(row, self.planner.flops)
+        self.flops.carry(case, row)
         _stamp(row, self.machine)
         self.store.add(row, samples, key=part_key(index, case, repeat))
         self.saved.add(index)
         self.running.discard(index)
         if index in self.runnable:  # a gated case costs nothing: it is not in the budget's count
             self.planner.finished(row)
+            if self.time_left is not None:
+                self.time_left.finished(case, repeat, row)
         self.reporter.case_finished(case, row)
+        if self.time_left is not None:
+            self.reporter.time_left(self.time_left.seconds())
         return row
 
 
-FLOP_COLUMNS = ("flops_per_step", "peak_tflops", "peak_tflops_source", "peak_tflops_bf16")
-
-
-def carry_flops(row: dict, counted: dict) -> None:
-    """Only a case's first repeat counts its FLOPs (launchers/launch.run_one): the count does not change
-    between repeats. A later repeat's row takes it, and its own achieved TFLOP/s and MFU at its own
-    median step time (stats.achieved_rate, the formula the worker uses)."""
-    from amp_bench.stats import achieved_rate
-    case_id = row.get("case_id")
-    if row.get("flops_per_step"):
-        counted[case_id] = {c: row.get(c) for c in FLOP_COLUMNS}
-        return
-    if row.get("status") != "ok" or case_id not in counted:
-        return
-    row.update(counted[case_id])
-    row.update(achieved_rate(row["flops_per_step"], row.get("step_time_ms_median"), row.get("peak_tflops")))
-    row["mfu_bf16_basis"] = achieved_rate(row["flops_per_step"], row.get("step_time_ms_median"),
-                                          row.get("peak_tflops_bf16"))["mfu"]
-
-
 def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, supports: dict, planner,
-                    heartbeat=None) -> None:
+                    heartbeat=None, flops: FlopCounts | None = None) -> None:
     """Run each case stopped as contended once more (alone, not in lockstep), if the run's budget is not
     spent and the machine is quiet now (busy.quiet_now over 2 s); its new row replaces the stopped one and
     says it was a retry. A machine still busy gets no retry (each would be stopped again): the note says why."""
@@ -346,7 +335,7 @@ def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, 
         return
     reporter.note(f"running the {len(starved)} case(s) stopped as contended once more ({how})")
     run = _Run(store, machine, reporter, supports, {index for index, _, _ in starved}, planner, None, heartbeat,
-               len(starved))
+               len(starved), flops=flops or FlopCounts())
     for n, item in enumerate(starved):
         run.item(item, n, note="run again at the end: its first run was stopped as contended")
 

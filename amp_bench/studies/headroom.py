@@ -181,7 +181,8 @@ class _Search:
         support = precision_support(template.precision, info)  # the gate's decision, once for every probe
         cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if self.shared_cap else spec.memory_cap_bytes
         base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
-                                   memory_cap_bytes=cap, instrument=False)
+                                   memory_cap_bytes=cap, instrument=False,
+                                   count_flops=False)
         found = search_max_batch(lambda batch: self.probe(base, batch, support), spec.start_batch_size, spec.max_batch_size,
                                  spec.resolution)
         row = {"run_id": self.store.run_id, "suite": self.session.suite.name, "model_label": template.model.label,

@@ -217,7 +217,8 @@ class Case(TrainingSettings):
     cpu_allocator: str = _SETTINGS["cpu_allocator"]  # keep: freed memory kept for reuse; system: glibc's defaults
     search_dirs: tuple[str, ...] = ()
     memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
-    instrument: bool = True  # the FLOP and per-phase memory steps after the window (probes skip them)
+    instrument: bool = True  # the per-phase memory step (and its peak rates) after the window (probes skip it)
+    count_flops: bool = True  # count the step's FLOPs after the window (a run counts once: studies/flop_counts.py)
     # DDP under torchrun when nproc_per_node is set (even to 1); None: one plain worker process
     nproc_per_node: int | None = _SETTINGS["nproc_per_node"][0]  # one value of the settings' axis
     nnodes: int = _SETTINGS["nnodes"]
