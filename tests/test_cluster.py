@@ -317,6 +317,7 @@ def cli(*args, timeout=600):
 def test_a_suite_through_submitits_local_executor_writes_rows_from_its_jobs(write_suite, tmp_path):
     path = write_suite(SUITE)
     proc = cli("run", str(path), "--executor", "slurm", "--slurm-cluster", "local", "--slurm-partition", "gpu-a",
+               "--precision", "fp32", "--precision", "amp_bf16", "--allow-emulated",  # two modes run on any CPU
                "--slurm-tasks", "2", "--slurm-time", "10", "--results-dir", str(tmp_path / "results"),
                "--reports-dir", str(tmp_path / "reports"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -331,6 +332,9 @@ def test_a_suite_through_submitits_local_executor_writes_rows_from_its_jobs(writ
         assert rows["slurm_job_id"].nunique() == 1  # a group's fp32 and bf16 from one job
     for job in manifest["jobs"].values():
         assert job["device_name"] and job["node"] and job["ended_at"]
+        assert job["workers"]["mode"] == "fork"  # each job forks its workers from a server of its own
+    assert set(table["worker_start"]) == {"fork"}
+    assert set(table["interleave"]) == {"steps"}  # and runs a CPU repeat's modes as a lockstep set
     assert "gpu-a: jobs queued" in proc.stdout and "report: " in proc.stdout
     status = cli("status", str(tmp_path / "results"))
     assert status.returncode == 0 and "complete" in status.stdout and "slurm gpu-a" in status.stdout

@@ -213,3 +213,81 @@ def test_a_run_killed_outright_takes_its_case_with_it_and_the_zygote_serves_on(z
     while _descendants(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _descendants(proc.pid) == [] and proc.poll() is None
+
+
+# What a GPU host's imports leave in the fork server, without a GPU: driver libraries of the same names that
+# answer as NVIDIA's do (CUDA_ERROR_NOT_INITIALIZED and NVML_ERROR_UNINITIALIZED until their init calls).
+FAKE_DRIVERS = {
+    "libcuda.so.1": "static int up; int cuInit(unsigned f) { up = 1; return 0; }\n"
+                    "int cuDeviceGetCount(int *n) { if (!up) return 3; *n = 1; return 0; }\n",
+    "libnvidia-ml.so.1": "static int up; int nvmlInit_v2(void) { up = 1; return 0; }\n"
+                         "int nvmlDeviceGetCount_v2(unsigned *n) { if (!up) return 1; *n = 1; return 0; }\n",
+}
+
+
+@pytest.fixture(scope="module")
+def fake_drivers(tmp_path_factory):
+    """The fake driver libraries, built with the machine's C compiler; a third, libcuda.so.1 of an old
+    driver that has no cuDeviceGetCount to ask, in a folder of its own."""
+    import shutil
+    import subprocess
+    folder = tmp_path_factory.mktemp("drivers")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the fake driver libraries")
+    sources = {**FAKE_DRIVERS, "old/libcuda.so.1": "int cuInit(unsigned f) { return 0; }\n"}
+    for name, source in sources.items():
+        (folder / name).parent.mkdir(exist_ok=True)
+        (folder / f"{name}.c").write_text(source)
+        subprocess.run([compiler, "-shared", "-fPIC", "-o", str(folder / name), str(folder / f"{name}.c")],
+                       check=True, capture_output=True)
+    return folder
+
+
+def _verdict_after(imports: str, tmp_path) -> str:
+    """unsafe_to_fork() in a fresh interpreter after `imports` ran (what a preload would do)."""
+    import subprocess
+    code = f"import ctypes, threading, time\n{imports}\nfrom amp_bench.platform.forking import unsafe_to_fork\n" \
+           "print(repr(unsafe_to_fork()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(Path(amp_bench.__file__).parents[1])})
+    assert out.returncode == 0, out.stderr
+    return eval(out.stdout.strip())
+
+
+def test_a_driver_library_loaded_but_not_initialised_lets_the_server_fork(fake_drivers, tmp_path):
+    load = "".join(f"ctypes.CDLL('{fake_drivers / name}', mode=ctypes.RTLD_GLOBAL)\n" for name in FAKE_DRIVERS)
+    assert _verdict_after(load, tmp_path) == ""  # mapped, as `import torch` maps libcuda on a GPU host
+    cuda = f"ctypes.CDLL('{fake_drivers / 'libcuda.so.1'}', mode=ctypes.RTLD_GLOBAL).cuInit(0)"
+    assert _verdict_after(load + cuda, tmp_path) == "an import initialised the CUDA driver in the fork server"
+    nvml = f"ctypes.CDLL('{fake_drivers / 'libnvidia-ml.so.1'}', mode=ctypes.RTLD_GLOBAL).nvmlInit_v2()"
+    assert _verdict_after(load + nvml, tmp_path) == "an import initialised NVML in the fork server"
+    old = f"ctypes.CDLL('{fake_drivers / 'old' / 'libcuda.so.1'}', mode=ctypes.RTLD_GLOBAL)"
+    assert _verdict_after(old, tmp_path) == ("an import loaded libcuda.so.1, which could not say whether it is "
+                                             "initialised in the fork server")
+    pool = "threading.Thread(target=time.sleep, args=(60,), name='pool-worker', daemon=True).start()"
+    said = _verdict_after(load + pool, tmp_path)
+    assert said.startswith("the fork server runs 2 threads after its imports (") and "pool-worker" in said
+
+
+@pytest.mark.slow
+def test_on_a_gpu_like_host_the_run_forks_its_workers_and_a_refusal_is_one_console_line(
+        fake_drivers, write_suite, tmp_path, own_fork_server):
+    """A model library that maps the driver libraries as it imports (as torch does on a GPU host): the run's
+    server preloads it and still forks every worker; one that also initialises CUDA is refused, and the run
+    says why in one line as it starts."""
+    maps = "".join(f"ctypes.CDLL('{fake_drivers / name}', mode=ctypes.RTLD_GLOBAL)\n" for name in FAKE_DRIVERS)
+    suite = write_suite("models: [{ref: 'python:gpu_host_models:mlp', label: mlp}]\nbatch_sizes: [4]\n"
+                        "precisions: [fp32]\nwarmup_steps: 1\nsteps: 2\nexplain: false\ntimeout_s: 60\n")
+    models = tmp_path / "gpu_host_models.py"
+    models.write_text(f"import ctypes\n{maps}from toy_models import mlp\n")
+    rows = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "mapped")
+    assert list(rows["status"]) == ["ok"] and list(rows["worker_start"]) == ["fork"]
+    models.write_text(f"import ctypes\n{maps}ctypes.CDLL('{fake_drivers / 'libcuda.so.1'}').cuInit(0)\n"
+                      "from toy_models import mlp\n")
+    notes = []
+    reporter = type("Notes", (amp_bench.studies.benchmark.Reporter,), {"note": lambda self, text: notes.append(text)})
+    rows = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "initialised", reporter=reporter())
+    assert list(rows["status"]) == ["ok"] and list(rows["worker_start"]) == ["spawn"]
+    assert notes == ["workers start as fresh interpreters, each paying its own imports: the fork server was not "
+                     "used (an import initialised the CUDA driver in the fork server)"]

@@ -23,7 +23,7 @@ from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
 from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
 from amp_bench.studies.flop_counts import FlopCounts
-from amp_bench.studies.session import Session, probe, record_machine, running, server_for
+from amp_bench.studies.session import Session, probe, record_machine, running, server_for, spawn_note
 from amp_bench.studies.time_left import TimeLeft
 from amp_bench.suite import Case
 from amp_bench.launchers.forkserver import ForkServer
@@ -381,11 +381,14 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     except BaseException:
         session.close()
         raise
+    workers = session.isolation_record()
     store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(order),
-                               executor={"type": "local"}, workers=session.isolation_record())
+                               executor={"type": "local"}, workers=workers)
     store.write_plan(make_plan(order, info.type, device or session.suite.device))
     store.flush_every_s = TABLES_EVERY_S
     reporter.run_started(store, info, len(order))
+    if spawn_note(workers):
+        reporter.note(spawn_note(workers))
     machine = Machine(info, session.versions, session.host["hostname"], session.fingerprint, server=session.server)
     with session.running(lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
         run_cases(store, [(i, case, repeat) for i, (case, repeat) in enumerate(order)], machine, reporter,

@@ -1,9 +1,10 @@
 """A suite on a SLURM cluster's partitions: one run directory per partition in one results root, its
 cases shared out among SLURM jobs (an array of `tasks` jobs), each job running its share on its
 node as a local run does (a fresh worker per case, rows written by the job itself, atomically:
-studies/benchmark.run_cases), except that a job starts no fork server: its workers are fresh
-interpreters, and on the CPU its repeats' modes run one after another, not in lockstep. The parent is optional: it watches and can cancel, but a
-detached run finishes without it, and `run --resume` picks up what is missing.
+studies/benchmark.run_cases): its own fork server (unless the suite asks for isolation: spawn), so each
+worker is a fork rather than an interpreter paying its imports, and on the CPU its repeats' modes run as
+lockstep sets. The parent is optional: it watches and can cancel, but a detached run finishes without it,
+and `run --resume` picks up what is missing.
 
 A model-and-batch group (its precisions and repeats) always stays in one job, so every speedup is
 measured on one GPU, interleaved as locally. A job that SLURM ends leaves rows that say so: the job
@@ -27,7 +28,7 @@ from amp_bench.store.results import RunStore, make_run_id, utc_now
 from amp_bench.store.run_state import DIED_STATUSES, RERUN_STATUSES, Heartbeat, live_beats, read_heartbeats, run_state
 from amp_bench.studies.benchmark import (Machine, Reporter, make_plan, part_key, plan_order, rows_by_index, run_cases,
                                          schedule)
-from amp_bench.studies.session import new_store, probe, record_machine
+from amp_bench.studies.session import new_store, probe, record_machine, server_for, workers_record
 from amp_bench.suite import Case, ExecutorSpec, load_suite, validate_overrides
 from amp_bench.launchers.launch import base_row
 
@@ -133,7 +134,8 @@ def run_on_cluster(path, spec: ExecutorSpec, *, device: str | None = None, resul
     for partition, device_type, order in planned:
         store = new_store(suite, path, results_dir, make_run_id(device_type, host=partition.name), overrides,
                           "benchmark", cases_planned=len(order),
-                          executor={**spec.to_json(), "partition": partition.name})
+                          executor={**spec.to_json(), "partition": partition.name},
+                          isolation={**suite.settings, **overrides}.get("isolation", "fork"))
         store.write_plan(make_plan(order, device_type, requested))
         store.flush()  # an empty results.csv: the directory is a run like any other from the start
         shares = share_out(order, spec.tasks)
@@ -162,10 +164,17 @@ def job_main(run_dir: str, indices: list[int]) -> dict:
     order = [o for o in plan_order(plan, indices) if o[0] not in done or done[o[0]].get("status") in RERUN_STATUSES]
     job_id = job.job_id if job else str(os.getpid())
     fields = {**(job.to_json() if job else {}), "job_id": job_id, "indices": list(indices)}
+    # the job's own fork server, as a local run has (a run written before `isolation` was recorded spawned)
+    server = server_for(store.manifest.get("isolation", "spawn"), [case.model.ref for _, case, _ in order],
+                        order[0][1].search_dirs) if order else None
     with StopSignals(job) as stop, Heartbeat(store.dir, f"job-{job_id}", **fields) as heartbeat:
-        machine = _job_machine(store, plan, job, job_id, order)
-        if machine is not None:
-            run_cases(store, order, machine, Reporter(), stop=stop, heartbeat=heartbeat)
+        try:
+            machine = _job_machine(store, plan, job, job_id, order, server)
+            if machine is not None:
+                run_cases(store, order, machine, Reporter(), stop=stop, heartbeat=heartbeat)
+        finally:
+            if server is not None:
+                server.close()
         if stop.requested:
             heartbeat.fields["outcome"] = f"stopped: {stop.status_and_reason()[1]}"
     store.update_manifest(lambda m: m.setdefault("jobs", {}).setdefault(job_id, {}).update(
@@ -174,12 +183,12 @@ def job_main(run_dir: str, indices: list[int]) -> dict:
     return {"run_dir": run_dir, "cases": len(order)}
 
 
-def _job_machine(store: RunStore, plan: dict, job, job_id: str, order) -> Machine | None:
-    """Probe the node's device and record it (manifest and rows); None when the cases cannot run
-    here: each then gets an error row saying why."""
+def _job_machine(store: RunStore, plan: dict, job, job_id: str, order, server=None) -> Machine | None:
+    """Probe the node's device and record it, and how the job's workers start (manifest and rows); None
+    when the cases cannot run here: each then gets an error row saying why."""
     columns = job.columns() if job else {}
     try:
-        probed = probe(plan.get("device_request", "auto"))
+        probed = probe(plan.get("device_request", "auto"), server)
     except UserError as exc:
         _error_rows(store, order, columns, f"on {columns.get('slurm_node') or 'the node'}: {exc.lines[0]}")
         return None
@@ -188,7 +197,7 @@ def _job_machine(store: RunStore, plan: dict, job, job_id: str, order) -> Machin
     seen = {"node": columns.get("slurm_node", ""), "device_name": info.name, "architecture": info.architecture,
             "compute_capability": ".".join(map(str, info.capability)) if info.capability else "",
             "gpu_uuid": gpu.get("gpu_uuid", ""), "driver_version": gpu.get("driver_version", ""),
-            "started_at": utc_now().isoformat(), **columns}
+            "started_at": utc_now().isoformat(), "workers": workers_record(server), **columns}
     host, fingerprint = record_machine(store, probed)
     store.update_manifest(lambda m: m.setdefault("jobs", {}).setdefault(job_id, {}).update(seen))
     if info.type != plan["device_type"]:
@@ -196,7 +205,7 @@ def _job_machine(store: RunStore, plan: dict, job, job_id: str, order) -> Machin
                     f"{columns.get('slurm_node') or host['hostname']} found {info.type} ({info.name}): ask for GPUs "
                     "(--slurm-gpus-per-node, --slurm-gres) or plan for the CPU (--device cpu)")
         return None
-    return Machine(info, probed["versions"], host["hostname"], fingerprint, columns)
+    return Machine(info, probed["versions"], host["hostname"], fingerprint, columns, server=server)
 
 
 def _error_rows(store: RunStore, order, columns: dict, reason: str) -> None:

@@ -108,15 +108,28 @@ class Session:
             self.server.close()
 
     def isolation_record(self) -> dict:
-        """How this run's workers start, for the manifest: fork (and what the server preloaded) or spawn
-        (and why, when the server could not be used)."""
-        if self.server is None:
-            return {"mode": "spawn", "why": "isolation: spawn"}
-        if self.server.unusable:
-            return {"mode": "spawn", "why": self.server.unusable}
-        info = self.server.ready_info or {}
-        return {"mode": "fork", "preloaded": info.get("imported", []), "not_preloaded": info.get("failed", {}),
-                "server_import_s": info.get("seconds"), "shared_zygote": bool(info.get("zygote"))}
+        """How this run's workers start, for the manifest (workers_record)."""
+        return workers_record(self.server)
+
+
+def workers_record(server: ForkServer | None) -> dict:
+    """How a run's workers start, for the manifest: fork (and what the server preloaded) or spawn (and why,
+    when the server could not be used)."""
+    if server is None:
+        return {"mode": "spawn", "why": "isolation: spawn"}
+    if not server.ready():  # its imports done (a probe kept from an earlier run has not waited for them)
+        return {"mode": "spawn", "why": server.unusable}
+    info = server.ready_info or {}
+    return {"mode": "fork", "preloaded": info.get("imported", []), "not_preloaded": info.get("failed", {}),
+            "server_import_s": info.get("seconds"), "shared_zygote": bool(info.get("zygote"))}
+
+
+def spawn_note(workers: dict) -> str:
+    """One line for the console when the run's workers spawn although fork was asked for ('' otherwise):
+    each then pays its interpreter's imports (3-7 s on a CPU, 13-25 s on an H200)."""
+    if workers.get("mode") != "spawn" or workers.get("why") == "isolation: spawn":
+        return ""
+    return f"workers start as fresh interpreters, each paying its own imports: the fork server was not used ({workers['why']})"
 
 
 def start_server(suite: Suite, overrides: dict | None = None) -> ForkServer | None:
