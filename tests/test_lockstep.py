@@ -1,5 +1,5 @@
 """Lockstep sets: a repeat's modes measured by workers alive together, taking turns (measure/baton.py,
-measure/lockstep.py, launchers/lockstep.py, studies/benchmark.lockstep_sets)."""
+measure/lockstep.py, launchers/lockstep.py, studies/benchmark.launch_units)."""
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +8,7 @@ import amp_bench
 from amp_bench.measure.baton import Baton
 from amp_bench.measure.telemetry.contention import WindowWatch
 from amp_bench.measure.window import CpuStepTimer, StopRule, measure_window
-from amp_bench.studies.benchmark import lockstep_sets
+from amp_bench.studies.benchmark import launch_units
 from amp_bench.suite import load_suite
 
 
@@ -121,16 +121,16 @@ steps: 3
 
 def test_a_repeats_modes_form_one_set_where_lockstep_can_be_had(write_suite):
     order = _order(write_suite)
-    units = lockstep_sets(order, _machine())
+    units = launch_units(order, _machine())
     assert [[(c.batch_size, c.precision, r) for _, c, r in unit] for unit in units] == [
         [(4, "fp32", 0), (4, "amp_bf16", 0)], [(4, "amp_bf16", 1), (4, "fp32", 1)],
         [(8, "fp32", 0), (8, "amp_bf16", 0)], [(8, "amp_bf16", 1), (8, "fp32", 1)]]
     for machine in (_machine("cuda"), _machine(server=False)):
-        assert all(len(unit) == 1 for unit in lockstep_sets(order, machine))
-    assert all(len(unit) == 1 for unit in lockstep_sets(_order(write_suite, "interleave: repeats"), _machine()))
+        assert all(len(unit) == 1 for unit in launch_units(order, machine))
+    assert all(len(unit) == 1 for unit in launch_units(_order(write_suite, "interleave: repeats"), _machine()))
     notes = []
     reporter = SimpleNamespace(note=notes.append)
-    lockstep_sets(_order(write_suite, "interleave: steps"), _machine("cuda"), reporter)
+    launch_units(_order(write_suite, "interleave: steps"), _machine("cuda"), reporter)
     assert len(notes) == 1 and "interleave: steps needs" in notes[0]
 
 

@@ -143,3 +143,44 @@ def test_the_console_names_the_slowest_workers_and_their_largest_phases():
     assert slowest.startswith("slowest: resnet50 bs 8 224px fp32 r0 30.0 s (first step 20.0 s, window 8.0 s, "
                               "build 2.0 s); resnet50 bs 8 224px amp_bf16 r0 4.0 s (window 4.0 s)")
     assert run_lines(pd.DataFrame([{"status": "ok"}])) == []  # rows from before the phases: nothing to say
+
+
+def test_repeats_that_share_a_worker_are_one_unit_in_the_run_order(write_suite):
+    from types import SimpleNamespace
+
+    from amp_bench.studies.benchmark import launch_units, schedule
+    from amp_bench.suite import load_suite
+    suite = load_suite(write_suite(PHASED_SUITE.format(precisions=["fp32", "amp_bf16"]).replace(
+        "repeats: 2", "repeats: 5\nrepeats_per_worker: 3")))
+    order = schedule(suite.cases("cpu"))
+    assert [(c.precision, r) for c, r in order] == [
+        ("fp32", 0), ("fp32", 1), ("fp32", 2), ("amp_bf16", 0), ("amp_bf16", 1), ("amp_bf16", 2),
+        ("amp_bf16", 3), ("amp_bf16", 4), ("fp32", 3), ("fp32", 4)]  # the next workers' turn rotates
+    machine = SimpleNamespace(device=SimpleNamespace(type="cpu"), server=object())  # where lockstep could run
+    units = launch_units([(i, c, r) for i, (c, r) in enumerate(order)], machine)
+    assert [[r for _, _, r in unit] for unit in units] == [[0, 1, 2], [0, 1, 2], [3, 4], [3, 4]]
+
+
+@pytest.mark.slow
+def test_repeats_that_share_a_worker_pay_its_fixed_costs_once(write_suite, tmp_path):
+    suite = write_suite(PHASED_SUITE.format(precisions=["fp32", "amp_bf16"]).replace(
+        "repeats: 2", "repeats: 3\nrepeats_per_worker: 3"))
+    results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path / "results")
+    assert set(results.status) == {"ok"} and len(results) == 6
+    assert results["log_file"].nunique() == 2  # one worker per mode
+    for _, rows in results.groupby("log_file"):
+        rows = rows.sort_values("repeat")
+        assert list(rows["worker_window"]) == [0, 1, 2] and list(rows["repeat"]) == [0, 1, 2]
+        first, later = rows.iloc[0], rows.iloc[1:]
+        assert first[phase_column("build")] >= 0.4 and first[phase_column("first_step")] >= 0.5
+        for _, row in later.iterrows():  # a later repeat pays its window only
+            own = {name: row[phase_column(name)] for name in WORKER_PHASES if name != "window"}
+            assert not any(own.values()), own
+            assert row[phase_column("window")] >= 4 * 0.030
+            assert row["worker_wall_s"] == pytest.approx(row[phase_column("window")], abs=1e-3)
+        assert rows[PHASE_COLUMNS].sum().sum() == pytest.approx(rows["worker_wall_s"].sum(), abs=0.05)
+    assert results["flops_per_step"].nunique() == 1 and results["flops_per_step"].notna().all()
+    from amp_bench.analysis.speedups import paired_speedups
+    speedup = paired_speedups(results, "fp32").reset_index()
+    method = speedup.loc[speedup["precision"] == "amp_bf16", "speedup_vs_fp32_method"].iloc[0]
+    assert method == "paired, trimmed t on log ratios (3 repeats, windows of one worker per mode)"

@@ -128,13 +128,17 @@ def test_shipped_suites_are_valid(suite):
         assert loaded.fidelity_spec("cuda").model in ("torchvision/resnet18", "small_cnn")  # gpu_check: the small CNN
 
 
-def test_resnet50_suite_covers_the_gpu_matrix():
+def test_resnet50_suites_gpu_block_is_every_mode_at_the_anchor_case_with_repeats_sharing_a_worker():
+    """The main job on a GPU: bs 256 channels_last (the published anchors'), every mode, each mode's repeats
+    as windows of one worker, adaptive windows inside a run budget; on the CPU each repeat its own worker."""
     suite = load_suite(ROOT / "suites" / "resnet50.yaml")
     cuda = suite.cases("cuda")
-    assert {c.batch_size for c in cuda} == {64, 128, 256}
+    assert {(c.batch_size, c.channels_last) for c in cuda} == {(256, True)}
     assert {c.precision for c in cuda} == {"fp32", "tf32", "amp_fp16", "amp_bf16"}
-    assert {c.channels_last for c in cuda} == {False, True}
-    assert {c.precision for c in suite.cases("cpu")} >= {"fp32", "amp_bf16"}
+    assert {(c.repeats, c.repeats_per_worker) for c in cuda} == {(3, 3)}
+    assert all(c.target_ci and c.budget_s and c.min_steps < c.max_steps for c in cuda)
+    cpu = suite.cases("cpu")
+    assert {c.precision for c in cpu} >= {"fp32", "amp_bf16"} and {c.repeats_per_worker for c in cpu} == {1}
 
 
 def test_cli_validate_exit_code_2_one_line_per_problem_no_traceback(write_suite):

@@ -197,7 +197,7 @@ def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
     repeat identify a pair: the two modes ran in that repeat, one after the other or in lockstep."""
     keys = pair_keys(ok) + ["repeat"]
     sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended",
-             "interleave"]
+             "interleave", "worker_window"]
     ok = ok.assign(**{c: ok[c] if c in ok else np.nan for c in sides})
     base_side = ok[ok["precision"] == base].set_index(keys)[sides].rename(columns=lambda c: f"_base_{c}")
     paired = ok.join(base_side, on=keys)
@@ -240,9 +240,13 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
 
 
 def _how_paired(pairs: pd.DataFrame) -> str:
-    """', in lockstep' when both rows of every pair say their repeat's modes took turns (launchers/lockstep.py)."""
+    """', in lockstep' when both rows of every pair say their repeat's modes took turns (launchers/lockstep.py);
+    ', windows of one worker per mode' when repeats shared a worker (repeats_per_worker): such pairs do not
+    see the spread between processes (cuDNN's choice of algorithms, allocator state), only within one."""
     sides = pd.concat([pairs["interleave"], pairs["_base_interleave"]])
-    return ", in lockstep" if len(sides) and (sides == "steps").all() else ""
+    how = ", in lockstep" if len(sides) and (sides == "steps").all() else ""
+    windows = pd.concat([pairs["worker_window"], pairs["_base_worker_window"]]).astype(float)
+    return how + (", windows of one worker per mode" if (windows > 0).any() else "")
 
 
 def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:

@@ -95,6 +95,38 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
     return finish(row, outcome, case, repeat, store, stem, cache_dir)
 
 
+def run_shared(case: Case, repeats: list[int], device: DeviceInfo, versions: dict, store: RunStore, support: Support,
+               on_event: Callable[[dict], None] | None = None, server: ForkServer | None = None
+               ) -> list[tuple[dict, list[dict]]]:
+    """Consecutive repeats of one case as windows of one worker (repeats_per_worker): it starts, builds and
+    warms up (cuDNN's autotuning, a compile) once, then measures a window per repeat; (row, samples) per
+    repeat. Each row is whole: a later repeat's carries the worker's columns, its own window's, and as
+    phases its window alone (its worker_wall_s), so a worker's rows add up to its wall time."""
+    stem = f"{case.case_id}-r{repeats[0]}-{repeats[-1]}"
+    row = base_row(case, repeats[0], device, versions, store.run_id)
+    first = for_repeat(case, repeats[0])
+    if not may_run(support, case.allow_emulated):
+        return [({**base_row(case, r, device, versions, store.run_id), "status": "unsupported",
+                  "reason": not_run_reason(support), "emulated": support.emulated}, []) for r in repeats]
+    launcher, extra_env, cache_dir = worker_setting(first, store, stem, row)
+    spec = {**case_spec(first, device, support), "windows": len(repeats)}
+    outcome = run_job(store, "case", stem, spec, case.timeout_s * len(repeats), on_event=on_event,
+                      launcher=launcher, extra_env=extra_env, server=server, contention=contention_watch(case, device))
+    later = (outcome.result or {}).pop("more_windows", [])
+    found = [finish(row, outcome, first, repeats[0], store, stem, cache_dir)]
+    for n, repeat in enumerate(repeats[1:]):
+        window = dataclasses.replace(outcome, result=later[n] if n < len(later) else None, ended_at=None,
+                                     wall_s=later[n].get(phase_column("window"), 0.0) if n < len(later) else 0.0)
+        found.append(finish(base_row(case, repeat, device, versions, store.run_id), window,
+                            for_repeat(case, repeat), repeat, store, stem, None))
+    for (row, _), n in zip(found, range(len(repeats))):
+        row["worker_window"] = n
+    if found[0][0].get("worker_wall_s") is not None:  # the later windows' seconds are their rows'
+        found[0][0]["worker_wall_s"] = round(outcome.wall_s - sum(row.get("worker_wall_s") or 0.0
+                                                                  for row, _ in found[1:]), 4)
+    return found
+
+
 def for_repeat(case: Case, repeat: int) -> Case:
     """FLOPs, per-phase memory and the explain profile do not change between repeats: the first repeat
     takes them."""

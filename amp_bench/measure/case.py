@@ -171,9 +171,11 @@ class _Setup:
     watch: object = None  # the host at the window's edges (telemetry.contention.WindowWatch), made at warmup
     loss_values: list = None  # every step's loss, warmup's first
     phases: PhaseClock = None  # the worker's phase clock (measure/phases.py)
+    warmup_taken: int = 0  # the warmup steps run (a compiled case's until compilation settled)
 
 
-def run_case(case, device, events: EventChannel, rank=None, *, support, baton=None, phases=None) -> dict:
+def run_case(case, device, events: EventChannel, rank=None, *, support, baton=None, phases=None,
+             windows: int = 1) -> dict:
     """Build, warm up and measure one case. Returns the record (status ok or nonfinite). `support`: the
     hardware gate's decision for it, made by the parent that planned it (platform.device.precision_support).
 
@@ -181,26 +183,50 @@ def run_case(case, device, events: EventChannel, rank=None, *, support, baton=No
     wrapped in DDP and every rank runs this same function; the step itself is unchanged.
     `baton` (measure/baton.py): a lockstep member's, on the CPU. It sets up and warms up in its first turn,
     measures its window in turns taken with the other members, and instruments in its last.
-    `phases` (measure/phases.py): the worker's clock, marked as each phase of the case ends."""
+    `phases` (measure/phases.py): the worker's clock, marked as each phase of the case ends.
+    `windows` > 1: as many windows, one after another, for as many repeats of the case (repeats_per_worker):
+    the later ones' records, each whole, are the record's `more_windows`."""
     phases = phases or PhaseClock()
     if baton is not None:
         baton.take()
     setup = _set_up(case, device, rank, support, phases)
     losses: list = []
-    warmup_steps = _warm_up(setup, losses, events, baton)
+    warmup_steps = setup.warmup_taken = _warm_up(setup, losses, events, baton)
     if baton is not None:
         baton.pass_turn()  # every member warms up before any window opens
     (per_step_ms, window_s, setup.record["stop_reason"]), columns = _window(setup, losses, events, warmup_steps,
                                                                             baton)
-    events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
-    median_ms = _record_window(setup, per_step_ms, window_s, columns, losses, warmup_steps)
+    median_ms, setup.loss_values = _record_window(setup, setup.record, per_step_ms, window_s, columns, losses,
+                                                  warmup_steps)
     phases.mark("window")
+    more = _more_windows(setup, events, windows - 1, warmup_steps + len(per_step_ms))
+    events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
     if baton is not None:
         from amp_bench.measure.baton import WINDOW_OVER
         baton.give(WINDOW_OVER)
         baton.take()  # the instrumented steps after every member's window
     _instrument(setup, median_ms)
-    return _status(setup.record, setup.loss_values)
+    record = _status(setup.record, setup.loss_values)
+    if more:
+        record["more_windows"] = more
+    return record
+
+
+def _more_windows(setup: _Setup, events: EventChannel, count: int, steps_before: int) -> list[dict]:
+    """`count` more windows right after the first, each a later repeat's whole record: the worker's columns
+    as they stood after the first window (its set-up, flags, compile), then the window's own; its phases are
+    its window alone (the worker's start, build and warmup are the first repeat's). No probe runs for them."""
+    from amp_bench.stats import WORKER_PHASES, phase_column
+    records = []
+    for _ in range(count):
+        record, losses = {k: v for k, v in setup.record.items() if k != "samples"}, []
+        (per_step_ms, window_s, record["stop_reason"]), columns = _window(setup, losses, events, 0)
+        _, loss_values = _record_window(setup, record, per_step_ms, window_s, columns, losses, 0, steps_before)
+        steps_before += len(per_step_ms)
+        record.update({phase_column(name): 0.0 for name in WORKER_PHASES})
+        record[phase_column("window")] = round(setup.phases.hand_off(), 4)
+        records.append(_status(record, loss_values))
+    return records
 
 
 def _set_up(case, device, rank, support, phases: PhaseClock) -> _Setup:
@@ -300,13 +326,15 @@ def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int
     return run_window(trackers, measure)
 
 
-def _record_window(setup: _Setup, per_step_ms, window_s, columns: dict, losses: list, warmup_steps: int) -> float:
-    """The window's figures, the trackers' columns, the losses, warnings and per-step samples into the
-    record; returns the median step time."""
+def _record_window(setup: _Setup, record: dict, per_step_ms, window_s, columns: dict, losses: list,
+                   warmup_steps: int, steps_before: int | None = None) -> tuple[float, list[float]]:
+    """The window's figures, the trackers' columns, the losses, warnings and per-step samples into
+    `record`; returns the median step time and the losses (warmup's first). `steps_before`: the steps the
+    worker took before this window (its warmup, and any earlier window's)."""
     import torch
 
     from amp_bench.stats import MEASURED_PHASE, Window, median_ci
-    case, rule, record, step = setup.case, setup.rule, setup.record, setup.step
+    case, rule, step = setup.case, setup.rule, setup.step
     tracker_warning = columns.pop("_warning", "")
     record.update(columns)
     steps = len(per_step_ms)
@@ -318,29 +346,30 @@ def _record_window(setup: _Setup, per_step_ms, window_s, columns: dict, losses: 
     record["step_time_ms_ci_low"], record["step_time_ms_ci_high"] = median_ci(per_step_ms)
     record.update(loss_first=loss_values[0], loss_last=loss_values[-1],
                   output_dtype=str(step.output_dtype).replace("torch.", "") if step.output_dtype else "")
-    warnings = [w for w in (tracker_warning, window.stats.instability()) if w] + _step_warnings(setup, warmup_steps,
+    before = warmup_steps if steps_before is None else steps_before
+    warnings = [w for w in (tracker_warning, window.stats.instability()) if w] + _step_warnings(setup, record, before,
                                                                                                 steps)
     record["warnings"] = " | ".join(warnings)
     record["samples"] = [
         {"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
          "step_time_ms": per_step_ms[i - warmup_steps] if i >= warmup_steps else None, "loss": loss_values[i]}
         for i in range(warmup_steps + steps)]
-    setup.loss_values = loss_values
-    return window.stats.median
+    return window.stats.median, loss_values
 
 
-def _step_warnings(setup: _Setup, warmup_steps: int, steps: int) -> list[str]:
-    """Host gaps, GradScaler skips inside the window (and the scaler's columns), autocast's output dtype."""
+def _step_warnings(setup: _Setup, record: dict, steps_before: int, steps: int) -> list[str]:
+    """Host gaps, GradScaler skips inside the window (the steps after `steps_before`; and the scaler's
+    columns), autocast's output dtype."""
     from amp_bench.measure.precision import torch_dtype
-    record, step, mode = setup.record, setup.step, setup.mode
+    step, mode = setup.step, setup.mode
     warnings = []
     if record["window_gap_fraction"] and record["window_gap_fraction"] > 0.05:
         warnings.append(f"{record['window_gap_fraction']:.0%} of the measured window fell between steps "
                         "(host-bound?): throughput is below what the per-step times suggest")
     if step.scaler.is_enabled():
         skipped = step.skipped_steps()
-        record["scaler_skipped_steps"] = sum(1 for i in skipped if i >= warmup_steps)
-        record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < warmup_steps)
+        record["scaler_skipped_steps"] = sum(1 for i in skipped if steps_before <= i < steps_before + steps)
+        record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < setup.warmup_taken)
         record["scaler_final_scale"] = step.final_scale()
         if record["scaler_skipped_steps"]:
             warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {steps} measured "

@@ -42,6 +42,14 @@ class PhaseClock:
             self.seconds["wait"] = self.seconds.get("wait", 0.0) + wait
         self.last, self._waited_at_last = now, waited
 
+    def hand_off(self) -> float:
+        """The time since the last mark, taken out of this worker's phases for a row of its own (a later
+        repeat's window measured by the same worker): returned, and the clock moves on."""
+        now = self.clock()
+        seconds, self.last = max(0.0, now - self.last), now
+        self._waited_at_last = self.waited()
+        return seconds
+
     def columns(self) -> dict:
         """The phases so far as row columns (every phase present; 0 where none ran), and when they ended."""
         return {**{phase_column(name): round(self.seconds.get(name, 0.0), 4) for name in WORKER_PHASES

@@ -322,6 +322,8 @@ COLUMNS: list[Column] = [
         ("log_file", TEXT, "the worker's log, relative to the run directory"),
     ]),
     *_cols("phases", [
+        ("worker_window", INT, "which window of its worker the row is: 0 for a worker's first (or only) one; a "
+                               "case's repeats that shared a worker (repeats_per_worker) share its log_file"),
         ("worker_wall_s", FLOAT, "the worker's wall time from its launch to its reap, by the parent's clock (a "
                                  "lockstep member's: to its own exit, its waits for partners included)"),
         *((phase_column(name), FLOAT, meaning) for name, meaning in WORKER_PHASES.items()),

@@ -27,7 +27,7 @@ from amp_bench.studies.session import Session, probe, record_machine, running, s
 from amp_bench.studies.time_left import TimeLeft
 from amp_bench.suite import Case
 from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, still_busy
+from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, run_shared, still_busy
 from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 
 
@@ -45,15 +45,18 @@ class Reporter:
 def schedule(cases: list[Case]) -> list[tuple[Case, int]]:
     """Group by everything but precision; within a group run repeat 0 of every precision, then
     repeat 1, ... (fp32, amp, fp32, amp): drift then hits both sides, and a group is complete
-    before the next starts. Each repeat rotates the order, so no mode always runs first."""
+    before the next starts. Each repeat rotates the order, so no mode always runs first. With
+    repeats_per_worker N, the unit is N consecutive repeats of a mode (one worker's windows)."""
     groups: dict[str, list[Case]] = {}
     for case in cases:
         groups.setdefault(case.group_id, []).append(case)
     order = []
     for group in groups.values():
-        for repeat in range(group[0].repeats):
-            shift = repeat % len(group)
-            order.extend((case, repeat) for case in group[shift:] + group[:shift])
+        per_worker = max(1, group[0].repeats_per_worker)
+        for turn, start in enumerate(range(0, group[0].repeats, per_worker)):
+            shift = turn % len(group)
+            chunk = range(start, min(start + per_worker, group[0].repeats))
+            order.extend((case, repeat) for case in group[shift:] + group[:shift] for repeat in chunk)
     return order
 
 
@@ -137,7 +140,7 @@ TABLES_EVERY_S = 2.0
 def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
               stop=None, heartbeat=None) -> None:
     """Run cases one after another, each in a fresh worker (a repeat's modes together as a lockstep set
-    where lockstep_sets says so), and save each row as it finishes. `stop` (a job's StopSignals) ends the
+    where launch_units says so), and save each row as it finishes. `stop` (a job's StopSignals) ends the
     loop at a signal: the case it cut short, and those not started, get rows saying why (a died status);
     `heartbeat` is told which case runs. Cases stopped early as `contended`, or not run while the machine
     stayed busy (BUSY_STREAK), are run once more at the end if the machine is quiet then (retry_contended)."""
@@ -149,7 +152,7 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(budget_s, len(runnable)), stop, heartbeat,
                len(order), time_left=TimeLeft([(c, r) for i, c, r in order if i in runnable], budget_s))
     starved, streak, position = [], 0, 0
-    for unit in lockstep_sets(order, machine, reporter):
+    for unit in launch_units(order, machine, reporter):
         if stop is not None and stop.requested:
             _save_died(store, order[position:], machine, stop)
             return
@@ -172,26 +175,37 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
 
 def in_lockstep(case: Case, machine: Machine) -> bool:
     """May this case's worker take turns with its repeat's other modes (launchers/lockstep.py)? On the CPU,
-    eager, one process, forked from the run's fork server, unless the suite says `interleave: repeats`."""
+    eager, one process, forked from the run's fork server, one repeat a worker, unless the suite says
+    `interleave: repeats`."""
     return (case.interleave != "repeats" and machine.device.type == "cpu" and machine.server is not None
-            and not case.distributed and not case.compiled)
+            and not case.distributed and not case.compiled and case.repeats_per_worker == 1)
 
 
-def lockstep_sets(order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter | None = None) -> list:
-    """The order cut into units: one repeat's modes of one group together where they may run in lockstep
-    (schedule() puts them next to each other), every other item alone. A suite asking for
-    `interleave: steps` where it cannot be had is told once why."""
+def _one_worker(item, last) -> bool:
+    """Is `item` another window of the worker of the unit ending in `last` (repeats_per_worker)?"""
+    case, repeat, per_worker = item[1], item[2], max(1, item[1].repeats_per_worker)
+    return (last is not None and per_worker > 1 and last[1].case_id == case.case_id and last[2] == repeat - 1
+            and last[2] // per_worker == repeat // per_worker)
+
+
+def launch_units(order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter | None = None) -> list:
+    """The order cut into units, each one launch: one repeat's modes of one group together where they may
+    run in lockstep (schedule() puts them next to each other), a case's consecutive repeats that share a
+    worker (repeats_per_worker), every other item alone. A suite asking for `interleave: steps` where it
+    cannot be had is told once why."""
     units: list[list] = []
     refused = ""
     for item in order:
         case, repeat = item[1], item[2]
         together = in_lockstep(case, machine)
         if case.interleave == "steps" and not together and not refused:
-            refused = (f"interleave: steps needs eager single-process cases on the CPU with forked workers; "
-                       f"{case.case_id} runs its repeats one worker after another")
+            refused = (f"interleave: steps needs eager single-process cases on the CPU with forked workers, one "
+                       f"repeat a worker; {case.case_id} runs its repeats one worker after another")
         last = units[-1][0] if units else None
         if together and last is not None and in_lockstep(last[1], machine) and \
                 (last[1].group_id, last[2]) == (case.group_id, repeat):
+            units[-1].append(item)
+        elif _one_worker(item, units[-1][-1] if units else None):
             units[-1].append(item)
         else:
             units.append([item])
@@ -228,7 +242,7 @@ class _Run:
 
     def unit(self, unit: list, live: list, position: int, evidence: str, streak: int) -> list[dict] | None:
         """One unit's rows in plan order (None when a job's stop cut it short): not run while the machine
-        stays busy (`evidence`), a lockstep set, or its one item."""
+        stays busy (`evidence`), a lockstep set, one worker's windows, or its one item."""
         if evidence:
             return [_save_busy(self.store, item, self.machine, self.reporter, evidence, streak)
                     if item in live else self.item(item, position + n) for n, item in enumerate(unit)]
@@ -239,7 +253,8 @@ class _Run:
                 if rows[-1] is None:
                     return None
             return rows
-        measured = self.lockstep(unit, live, position)
+        one_case = len({case.case_id for _, case, _ in live}) == 1
+        measured = self.one_worker(live, position) if one_case else self.lockstep(unit, live, position)
         if measured is None:
             return None
         return [self.save(item, *measured[item[0]]) if item in live else self.item(item, position + n)
@@ -282,6 +297,24 @@ class _Run:
         if self.stop is not None and self.stop.requested and any(row["status"] != "ok" for row, _ in measured):
             return None
         return {index: found for (index, _, _), found in zip(planned, measured)}
+
+    def one_worker(self, live: list, position: int) -> dict | None:
+        """Consecutive repeats of one case as windows of one worker: {index: (row, samples)}, None on a stop."""
+        case = self.flops.assign(self.planner.plan(live[0][1]))
+        self.reporter.case_started(case, live[0][2], position, self.total)
+        if self.heartbeat is not None:
+            self.heartbeat.set(case=f"{case.case_id} r{live[0][2]}-{live[-1][2]}")
+        self.running = {index for index, _, _ in live}
+        measured = self._guarded(True, lambda: run_shared(
+            case, [repeat for _, _, repeat in live], self.machine.device, self.machine.versions, self.store,
+            self.supports[live[0][0]], on_event=lambda event: self.reporter.worker_event(case, event),
+            server=self.machine.server))
+        if measured is None or (self.stop is not None and self.stop.requested and
+                                any(row["status"] != "ok" for row, _ in measured)):
+            return None
+        for row, _ in measured:
+            row.setdefault(INTERLEAVE_COLUMN, "repeats")
+        return {index: found for (index, _, _), found in zip(live, measured)}
 
     def _guarded(self, runs: bool, start):
         """start() with a job's stop armed while it runs; None when the stop's signal interrupted it."""

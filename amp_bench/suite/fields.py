@@ -228,6 +228,7 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "case_budget_s": _optional(_number(0, 7 * 24 * 3600)),
         "budget_s": _optional(_number(0, 30 * 24 * 3600)),
         "repeats": _int(1, 1000),
+        "repeats_per_worker": _int(1, 1000),
         "optimizer": _optimizer,
         "seed": _int(0, 2**32 - 1),
         "timeout_s": _number(0, 7 * 24 * 3600),

@@ -82,6 +82,7 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
                 peak_tflops=(settings["peak_tflops"] or {}).get(precision),
                 nvml_interval_ms=settings["nvml_interval_ms"], on_contention=settings["on_contention"],
                 interleave=settings["interleave"], cpu_allocator=settings["cpu_allocator"],
+                repeats_per_worker=settings["repeats_per_worker"],
                 search_dirs=(str(suite.path.resolve().parent),),
                 nproc_per_node=nproc, nnodes=settings["nnodes"], dist_backend=settings["dist_backend"],
                 threads_per_rank=settings["threads_per_rank"], rdzv_endpoint=settings["rdzv_endpoint"],

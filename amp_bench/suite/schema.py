@@ -41,6 +41,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "case_budget_s": None,  # seconds of measuring per case and repeat
         "budget_s": None,  # the whole run: the runner shares what is left among the cases still to run
         "repeats": 1, "seed": 0, "timeout_s": 600.0, "allow_emulated": False,
+        # 1: every repeat a fresh worker; N: N repeats of a case are windows of one worker, which pays its start,
+        # build and cuDNN autotuning (or compile) once (docs/measuring.md, "Repeats and paired speedups")
+        "repeats_per_worker": 1,
         "cudnn_benchmark": True, "nvml_interval_ms": 10.0, "optimizer": _OPTIMIZER,
         "peak_tflops": None,  # None: the built-in peak table (peaks.py)
         # distributed (docs/distributed.md): no nproc_per_node = one plain process, no torchrun
@@ -214,6 +217,7 @@ class Case(TrainingSettings):
     nvml_interval_ms: float = _SETTINGS["nvml_interval_ms"]
     on_contention: str = _SETTINGS["on_contention"]  # stop: a case the machine starves is stopped early
     interleave: str = _SETTINGS["interleave"]  # auto/steps: a CPU repeat's modes in lockstep; repeats: one by one
+    repeats_per_worker: int = _SETTINGS["repeats_per_worker"]  # consecutive repeats measured as windows of one worker
     cpu_allocator: str = _SETTINGS["cpu_allocator"]  # keep: freed memory kept for reuse; system: glibc's defaults
     search_dirs: tuple[str, ...] = ()
     memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
