@@ -2,6 +2,7 @@
 
     python benchmarks/predict_fixtures.py cpu RUN_DIR          # a CPU run of suites/smoke.yaml: its resnet18 case
     python benchmarks/predict_fixtures.py gpu TRACE.json.gz    # HTA's tests/data/timeline_analysis/sampled_rank-0
+    python benchmarks/predict_fixtures.py optimizers OUT_DIR   # one real CPU step per AdamW form (for-loop, foreach, fused)
 
 Traces keep only what `predict` reads (the step's CPU ops and annotations with their shapes, types and
 concrete inputs; kernels, copies and launches with their correlation ids and grids); results.csv keeps
@@ -77,5 +78,40 @@ def gpu(trace_file: str) -> None:
     print(f"{out}: {len(trace['traceEvents'])} events")
 
 
+def _adamw_step(impl: str, path: Path) -> None:
+    """One training step of a 256-512-10 MLP (batch 32) with AdamW in `impl` form, profiled with shapes as
+    explain profiles (an amp_bench::step region), after two unprofiled steps that create its state."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    form = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **form)
+    x, y = torch.randn(32, 256), torch.randint(0, 10, (32,))
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    step(), step()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with record_function("amp_bench::step"):
+            step()
+    raw = path.with_suffix(".raw.json")
+    prof.export_chrome_trace(str(raw))
+    _write(trim_trace(json.loads(raw.read_text())["traceEvents"]), path)
+    raw.unlink()
+
+
+def optimizers(out_dir: str) -> None:
+    """tests/data/predict/optimizer_steps/: a real CPU step with each form of AdamW, for the inventory tests."""
+    import torch
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for impl in ("for-loop", "foreach", "fused"):
+        _adamw_step(impl, out / f"adamw-{impl}.json.gz")
+    print(f"{out}: three AdamW steps (torch {torch.__version__})")
+
+
 if __name__ == "__main__":
-    {"cpu": cpu, "gpu": gpu}[sys.argv[1]](sys.argv[2])
+    {"cpu": cpu, "gpu": gpu, "optimizers": optimizers}[sys.argv[1]](sys.argv[2])

@@ -44,16 +44,14 @@ def _git(repo: str, *args: str) -> str:
 
 def extract(repo: str) -> None:
     """The label CSVs of the GPUs in amp_bench's spec table, trimmed to the columns used."""
-    names = _git(repo, "ls-tree", "-r", "--name-only", "HEAD", "scripts/asplos/label").split()
-    frames, e2e = [], []
-    for name in names:
-        gpu, file = name.split("/")[-2:]
-        stem = file[:-4]
-        if not file.endswith(".csv") or gpu not in neusight.GPUS or neusight.model_family(stem) is None:
-            continue
+    names = _git(repo, "ls-tree", "-r", "--name-only", "HEAD", "scripts/asplos/label").split("\n")
+    kept, skipped = neusight.select_labels([n for n in names if n])
+    frames, e2e, pointers = [], [], []
+    for name, gpu, stem in kept:
         text = _git(repo, "show", f"HEAD:{name}")
         if not text.startswith("op,"):
-            continue  # a large file the mirror holds as a pointer
+            pointers.append(name)  # a large file the mirror holds as a pointer
+            continue
         meta = json.loads(_git(repo, "show", f"HEAD:{name[:-4]}.json"))
         frames.append(neusight.trim(pd.read_csv(io.StringIO(text)), gpu, stem))
         e2e.append({"gpu": gpu, "workload": stem, "num_layer": meta["num_layer"], "e2e_ms": meta["e2e_latency"]})
@@ -61,13 +59,19 @@ def extract(repo: str) -> None:
     pd.concat(frames).to_csv(LABELS, index=False, compression={"method": "gzip", "mtime": 0})
     pd.DataFrame(e2e).sort_values(["gpu", "workload"]).to_csv(E2E, index=False)
     print(f"{LABELS}: {sum(len(f) for f in frames)} rows; {E2E}: {len(e2e)} workloads")
+    for line in neusight.skipped_lines(skipped) + ([f"skipped (not in the mirror, a pointer): {', '.join(pointers)}"]
+                                                   if pointers else []):
+        print(line)
 
 
 def fractions(repo: str) -> None:
     """The achievable fractions in gpu_specs.MEASURED_FRACTIONS, from NeuSight's operator microbenchmarks."""
     gemm = pd.read_csv(io.StringIO(_git(repo, "show", "HEAD:scripts/asplos/data/dataset/test/linear.csv")))
     elem = pd.read_csv(io.StringIO(_git(repo, "show", "HEAD:scripts/asplos/data/dataset/test/elem.csv")))
-    print(neusight.achieved_fractions(gemm, elem).round(2).to_string())
+    table = neusight.achieved_fractions(gemm, elem)
+    print(table.round(2).to_string())
+    if table.attrs["skipped"]:
+        print("skipped (GPU not in the spec table): " + ", ".join(table.attrs["skipped"]))
 
 
 def _load():

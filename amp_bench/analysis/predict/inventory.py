@@ -14,6 +14,8 @@ events.nest_events (time containment per thread), the one nesting both readers u
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from amp_bench.analysis.explain.categories import classify_kernel, classify_op
 from amp_bench.analysis.explain.events import GPU_CATS, EventNode, nest_events, under_optimizer
 from amp_bench.analysis.explain.trace import STEP_REGION, load_trace
@@ -69,11 +71,34 @@ def _cpu_nodes(trace: dict) -> list[EventNode]:
 
 def inventory(source) -> list[Work]:
     """An op inventory from a CPU trace (or any trace's CPU side): one Work per outermost costed op, no time."""
+    return priced_inventory(source)[0]
+
+
+def _unpriced(step: list[EventNode], roots: dict) -> Counter:
+    """The aten ops that launch work but got no cost, neither their own nor from an op under them or
+    over them: what the inventory leaves out, by name."""
+    inside_roots = set(roots)
+    for node in step:  # parents come before their children
+        if node.parent is not None and id(node.parent) in inside_roots:
+            inside_roots.add(id(node))
+    covered = set(inside_roots)
+    for node in step:
+        if id(node) in inside_roots:
+            covered.update(id(a) for a in node.ancestors())
+    return Counter(n.name for n in step if n.event.get("cat") == "cpu_op" and is_costed(n.name)
+                   and id(n) not in covered)
+
+
+def priced_inventory(source) -> tuple[list[Work], Counter]:
+    """(the op inventory, the ops it could not price by name and count): a CPU trace's outermost costed
+    ops, one Work each (a CPU's _foreach_ op's per-tensor children as one), no time."""
     nodes = _cpu_nodes(load_trace(source))
     start, end = _window(nodes)
+    step = [n for n in nodes if start - 1e-3 <= n.start <= end + 1e-3]
+    roots = _costed_roots(step)
     works: list[Work] = []
     foreach: dict[int, Work] = {}
-    for node, cost in _costed_roots([n for n in nodes if start - 1e-3 <= n.start <= end + 1e-3]).values():
+    for node, cost in roots.values():
         group = _foreach_parent(node)
         if group is None:
             works.append(Work(node.name, _category(node), None, cost.flops, cost.bytes, cost.math,
@@ -82,7 +107,7 @@ def inventory(source) -> list[Work]:
             foreach[id(group)].bytes += cost.bytes
         else:  # a CPU runs a _foreach_ op tensor by tensor; a GPU's multi_tensor_apply is one launch
             foreach[id(group)] = Work(group.name, "optimizer", None, 0.0, cost.bytes, None)
-    return works + list(foreach.values())
+    return works + list(foreach.values()), _unpriced(step, roots)
 
 
 def _foreach_parent(node: EventNode) -> EventNode | None:

@@ -28,7 +28,8 @@ from amp_bench import modes
 from amp_bench.analysis.predict.scaling import FLOOR_MS, HOST, math_unit, scale
 from amp_bench.analysis.predict.source import CaseSource, ModeSource, load_works, read_sources, target_tf32
 from amp_bench.errors import UserError
-from amp_bench.platform.gpu_specs import MEASURED_SOURCE, GpuSpec, achievable, by_key
+from amp_bench.analysis.predict.settings import fractions
+from amp_bench.platform.gpu_specs import GpuSpec, by_key
 
 # Host time to launch one op in eager PyTorch: ~10 us (shared/FIELD_NOTES.md); cudaLaunchKernel alone took
 # 7-9 us (median) in Holistic Trace Analysis's public A100 traces.
@@ -117,7 +118,7 @@ def _measured(works, specs: list[GpuSpec], tf32: list) -> bool:
     fraction on every GPU involved (else the default one stands in, and the interval widens)."""
     for spec, flags in zip(specs, tf32):
         units = {math_unit(w, spec, flags) for w in works} - {None}
-        if any(achievable(spec, unit)[1] != MEASURED_SOURCE for unit in units | {"bandwidth"}):
+        if not units | {"bandwidth"} <= set(fractions(spec)[0]):
             return False
     return True
 

@@ -39,6 +39,32 @@ def model_family(workload: str) -> str | None:
     return next((f for f in LAYER_SPANS if workload.startswith(f)), None)
 
 
+def select_labels(paths: list[str]) -> tuple[list[tuple[str, str, str]], dict[str, dict[str, int]]]:
+    """NeuSight's label files (scripts/asplos/label/<GPU>/<workload>.csv) -> ((path, GPU, workload) of those
+    used, {why skipped: {GPU or workload: files}}): a GPU outside GPUS (no spec-table entry) or a model
+    without a known layer span is named, never dropped without a word."""
+    kept, skipped = [], {"GPU not in the spec table": {}, "model without a known layer span": {}}
+    for path in paths:
+        gpu, file = path.split("/")[-2:]
+        if not file.endswith(".csv"):
+            continue
+        stem = file[:-4]
+        why, what = ("GPU not in the spec table", gpu) if gpu not in GPUS else \
+            ("model without a known layer span", stem) if model_family(stem) is None else (None, None)
+        if why:
+            skipped[why][what] = skipped[why].get(what, 0) + 1
+        else:
+            kept.append((path, gpu, stem))
+    return kept, {why: names for why, names in skipped.items() if names}
+
+
+def skipped_lines(skipped: dict[str, dict[str, int]]) -> list[str]:
+    """One line per reason: 'skipped (GPU not in the spec table): P100 (12 files), ...'."""
+    return [f"skipped ({why}): " + ", ".join(f"{name} ({n} file{'s' if n > 1 else ''})"
+                                               for name, n in sorted(names.items()))
+            for why, names in skipped.items()]
+
+
 def _target(text) -> str:
     text = re.sub(r" at 0x\w+", "", str(text))
     match = re.search(r"(?:function|method) (\w+)", text)
@@ -221,6 +247,7 @@ def achieved_fractions(gemm: pd.DataFrame, elem: pd.DataFrame) -> pd.DataFrame:
     moved = np.where(elem["OPName"].isin(["add", "mul", "div", "pow"]), 3, 2) * 4.0 * elem["B"] * elem["H"]
     gbs = pd.Series(moved / (elem["Latency"] * 1e-3) / 1e9, index=elem.index)
     rows = []
+    unknown = sorted((set(gemm["Device"]) | set(elem["Device"])) - set(specs))
     for device, spec in specs.items():
         row = {"gpu": spec.key}
         if (gemm["Device"] == device).any():
@@ -229,7 +256,9 @@ def achieved_fractions(gemm: pd.DataFrame, elem: pd.DataFrame) -> pd.DataFrame:
             row["bandwidth"] = gbs[elem["Device"] == device].quantile(0.9) / spec.bandwidth_gbs
         if len(row) > 1:
             rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out.attrs["skipped"] = unknown  # devices of the dataset the spec table does not hold
+    return out
 
 
 PREDICTORS = {"model_ms": "amp_bench", "roofline_ms": "roofline (spec sheet)", "same_ms": "same time as the source"}

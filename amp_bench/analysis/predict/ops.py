@@ -42,6 +42,9 @@ REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vecto
               "_foreach_norm", "batch_norm_stats", "logsumexp"}
 
 
+FUSED_OPTIMIZERS = {"_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"}
+
+
 @dataclass(frozen=True)
 class OpCost:
     flops: float  # 2 per multiply-add; 0 for memory-bound ops
@@ -111,11 +114,11 @@ def _gemm(name: str, tensors) -> OpCost | None:
 
 
 def _conv_out(spatial, kernel, stride, padding, dilation) -> list[int]:
-    return [max((i + 2 * p - d * (k - 1) - 1) // s + 1, 1)
+    return [max((i + 2 * p - d * (k - 1) - 1) // max(s, 1) + 1, 1)
             for i, k, s, p, d in zip(spatial, kernel, stride, padding, dilation)]
 
 
-def _conv(tensors, concrete) -> OpCost | None:
+def _conv(tensors, concrete, base: str = "convolution") -> OpCost | None:
     if len(tensors) < 2 or len(tensors[0][0]) < 3:
         return None
     (x, dtype), (w, _) = tensors[0], tensors[1]
@@ -123,6 +126,8 @@ def _conv(tensors, concrete) -> OpCost | None:
     n_dims = len(spatial)
     lists = _lists(concrete) + [[1] * n_dims, [0] * n_dims, [1] * n_dims]
     stride, padding, dilation = (lst if len(lst) == n_dims else lst[:1] * n_dims for lst in lists[:3])
+    if base == "mkldnn_convolution":  # its schema lists padding before stride
+        stride, padding = padding, stride
     out = _conv_out(spatial, kernel, stride, padding, dilation)
     macs = x[0] * w[0] * prod(out) * w[1] * prod(kernel)  # w[1] is in_channels / groups
     written = x[0] * w[0] * prod(out) * DTYPE_BYTES.get(dtype, 4)
@@ -166,7 +171,8 @@ def _nchw(strides) -> bool:
 
 def op_cost(name: str, dims, types, concrete=None, strides=None) -> OpCost | None:
     """The cost of one recorded op; None when it launches no kernel (a view, an allocation) or its
-    tensors were not recorded (a TensorList: its per-tensor children are costed instead). `strides`
+    tensors were not recorded (a TensorList: its per-tensor children are costed instead; a fused
+    optimizer's tensor lists are costed from their shapes). `strides`
     (Input Strides) tell an NCHW convolution: cuDNN's tensor-core kernels are NHWC, so on TF32, 16-bit
     or FP8 math its activations are transformed there and back (Holistic Trace Analysis's public A100
     trace shows nchwToNhwcKernel launched beside the sm80 TF32 fprop kernels), which nchw_bytes prices."""
@@ -176,16 +182,33 @@ def op_cost(name: str, dims, types, concrete=None, strides=None) -> OpCost | Non
     return OpCost(cost.flops, cost.bytes, cost.math)  # NHWC already: nothing to transform
 
 
+def _fused_optimizer(dims) -> OpCost | None:
+    """A fused optimizer step (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, `_fused_adagrad_`): its
+    inputs are tensor lists (params, grads, then each state such as exp_avg and exp_avg_sq; the step
+    counters are 0-d), so the recorded dims are lists of shapes and the dtypes only 'TensorList'.
+    One pass over every element: the params and each state read and written, the grads read. FP32
+    (4 bytes) is assumed, as AMP's master weights and optimizer states are: an AdamW step moves
+    7 x 4 bytes an element, where its foreach form's eight passes move about 84."""
+    lists = [d for d in dims or [] if isinstance(d, list) and d and all(isinstance(s, list) for s in d)]
+    if not lists or not any(lists[0]):
+        return None
+    like_params = [d for d in lists if d == lists[0]]  # params, grads and the per-element states
+    elements = sum(prod(shape) for shape in lists[0])
+    return OpCost(0.0, float(elements) * 4 * (2 * len(like_params) - 1), None)
+
+
 def _op_cost(base: str, dims, types, concrete) -> OpCost | None:
     if base in NO_KERNEL:
         return None
+    if base in FUSED_OPTIMIZERS:
+        return _fused_optimizer(dims)
     tensors = _tensors(dims, types)
     if not tensors:
         return None
     if base in GEMM_OPS:
         return _gemm(base, tensors)
     if base in CONV_OPS:
-        return _conv(tensors, concrete)
+        return _conv(tensors, concrete, base)
     if base in CONV_BACKWARD_OPS:
         return _conv_backward(tensors, concrete)
     if "attention" in base and any(k in base for k in ("scaled_dot_product", "flash", "efficient")):

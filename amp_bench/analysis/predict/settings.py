@@ -13,9 +13,13 @@ import yaml
 
 from amp_bench.analysis.predict.scaling import FP32_MEANINGS, TF32_CAPABILITY
 from amp_bench.errors import UserError
-from amp_bench.platform.gpu_specs import GpuSpec, achievable, by_key
+from amp_bench.platform.gpu_specs import ACHIEVABLE, MEASURED_SOURCE, GpuSpec, achievable, by_key
 
 SUITE_FILE = "suite.yaml"
+RESOURCES = ("fp32", "tf32", "fp16", "bf16", "fp8", "bandwidth")
+# The default fractions (gpu_specs.ACHIEVABLE) are this project's H200 measurements, a bf16 matmul and a
+# device copy: on the H200 those two are measured, not assumed
+DEFAULT_MEASURED_ON = {"h200": ("bf16", "bandwidth")}
 
 
 def suite_settings(run_dir) -> dict:
@@ -46,6 +50,39 @@ def fp32_line(spec: GpuSpec, fp32_as: str | None) -> str:
             + (" and ".join(used) + " on TF32 tensor cores" if used else "strict IEEE FP32 (TF32 off)"))
 
 
+def fractions(spec: GpuSpec) -> tuple[list[str], list[str]]:
+    """(the math units and 'bandwidth' whose achievable fraction was measured on this GPU, those whose
+    fraction is the assumed default), of the units the GPU has."""
+    have = [r for r in RESOURCES if r == "bandwidth" or spec.peak(r)]
+    measured = [r for r in have
+                if achievable(spec, r)[1] == MEASURED_SOURCE or r in DEFAULT_MEASURED_ON.get(spec.key, ())]
+    return measured, [r for r in have if r not in measured]
+
+
+def fraction_label(spec: GpuSpec) -> str:
+    """Which achievable fractions are measured on this GPU and which are assumed, with their values."""
+    measured, assumed = fractions(spec)
+    parts = [f"measured: {', '.join(f'{r} {achievable(spec, r)[0]:.2f}' for r in measured)}"] if measured else []
+    compute = [r for r in assumed if r != "bandwidth"]
+    if compute:
+        parts.append(f"assumed: {', '.join(compute)} {ACHIEVABLE['compute']:.2f}")
+    if "bandwidth" in assumed:
+        parts.append(f"{'assumed: ' if not compute else ''}bandwidth {ACHIEVABLE['bandwidth']:.2f}")
+    return "; ".join(parts).replace("; bandwidth", ", bandwidth")
+
+
+def unpriced_lines(result) -> list[str]:
+    """One line per case and mode whose op inventory holds ops it could not price (left out of its step)."""
+    lines = []
+    for case in result.cases:
+        for precision, mode in {**case.modes, **case.borrowed}.items():
+            if mode.unpriced and not mode.borrowed_from:
+                named = ", ".join(f"{name} ({n})" for name, n in mode.unpriced.most_common(5))
+                lines.append(f"{case.label} {precision}: {sum(mode.unpriced.values())} op calls had no FLOPs or "
+                             f"bytes from their recorded inputs and are left out of its predicted step: {named}")
+    return lines
+
+
 def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
     """The lines printed under the tables: the source's kind, how far to trust the intervals, what FP32
     means on each target, and the GPUs whose achievable fractions were not measured."""
@@ -63,8 +100,10 @@ def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
     meaning = "a plain PyTorch script's FP32 (cuDNN TF32 on from Ampere, matmul TF32 off)" if fp32_as else \
         "amp_bench's fp32 mode: strict IEEE FP32 (TF32 off); --fp32-as pytorch-default predicts a plain script's"
     lines.append(f"fp32 is {meaning}: " + "; ".join(fp32_line(s, fp32_as) for s in specs))
-    unmeasured = [s.label for s in specs if "NeuSight" not in achievable(s, "fp32")[1]]
-    if unmeasured:
-        lines.append("Achievable fractions of the datasheet peaks not measured for " + ", ".join(unmeasured)
-                     + ": 0.80 compute and 0.90 bandwidth stand in (measured on an H200); their intervals are wider")
-    return lines
+    assumed = [f"{s.label} ({', '.join(fractions(s)[1])})" for s in specs if fractions(s)[1]]
+    if assumed:
+        lines.append("Achievable fractions assumed, not measured on the GPU itself: " + "; ".join(assumed)
+                     + f". {ACHIEVABLE['compute']:.2f} of a compute peak and {ACHIEVABLE['bandwidth']:.2f} of the "
+                     "bandwidth stand in (this project's H200 bf16 matmul and device copy); intervals that lean on "
+                     "them are wider")
+    return lines + unpriced_lines(result)

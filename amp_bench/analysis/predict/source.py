@@ -10,6 +10,7 @@ so a transformer's memory-bound share comes out smaller than a GPU's.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class ModeSource:
     busy_ms: float = 0.0
     wall_ms: float = 0.0
     borrowed_from: str = ""  # a CPU AMP mode priced from another 16-bit mode's inventory
+    unpriced: Counter = field(default_factory=Counter)  # a CPU inventory's ops with no cost: name -> calls
 
 
 @dataclass
@@ -120,7 +122,7 @@ def load_works(case: CaseSource, precision: str) -> ModeSource | None:
     if case.is_gpu:
         mode.works, mode.busy_ms, mode.wall_ms = inventory.gpu_works(mode.trace)
     else:
-        mode.works = inventory.inventory(mode.trace)
+        mode.works, mode.unpriced = inventory.priced_inventory(mode.trace)
         dtype = modes.get(precision).autocast_dtype
         wanted = {"float16": "fp16", "bfloat16": "bf16"}.get(dtype or "")
         if mode.borrowed_from and wanted:
