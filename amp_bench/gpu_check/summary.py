@@ -21,8 +21,10 @@ Torch-free at import; no plotly, no scikit-learn.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,7 +36,9 @@ PARTS = {n: tuple(s.name for s in part.stages) for n, part in plan.PARTS.items()
 STAGES = tuple(dict.fromkeys(name for names in PARTS.values() for name in names))
 PRE = "pre"  # the checks before any stage: recorded only when they fail the part
 FINISHED = ("ok", "failed", "timeout", "skipped", "budget")  # a stage's last word; "pending" until then
-TABLES = {1: ("suite", "overhead", "headroom"), 2: ("suite", "fidelity")}  # what each part copies flat into OUT
+TABLES = {1: ("suite", "overhead"), 2: ("suite", "fidelity", "headroom")}  # what each part copies flat into OUT
+ARCHIVE = "runs.tar.gz"  # every run's manifest, tables, logs and explain traces, for later scoring
+ARCHIVE_MAX_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB
 EXPLAIN_MAX_OTHER = 0.30  # the explain case fails the check when "other" is this share of its busy time or more
 
 
@@ -94,7 +98,19 @@ def load(work: Path, part: int | None = None) -> dict:
         if (work / "overrides.txt").is_file() else []
     return {"part": part, "stages": read_stages(work / "stages.tsv", part), "env": _read_json(work / "env.json"),
             "matmul": _read_json(work / "matmul.json"), **tables, "overrides": [o for o in overrides if o.strip()],
-            "overhead": overhead.drop(columns=["run_dir"], errors="ignore"), "unreadable": unreadable}
+            "overhead": overhead.drop(columns=["run_dir"], errors="ignore"), "unreadable": unreadable,
+            "manifests": {f"{folder.parent.name}/{folder.name}": _read_json(folder / "manifest.json")
+                          for folder in run_dirs(work)}}
+
+
+def run_dirs(work: Path) -> list[Path]:
+    """Every run directory the part's stages left (those with a manifest)."""
+    return sorted(p.parent for key in ("suite", "fidelity", "headroom") if (work / key).is_dir()
+                  for p in (work / key).glob("*/manifest.json"))
+
+
+def _extra(part: int | None, stage: str) -> bool:
+    return part in plan.PARTS and any(s.name == stage and s.extra for s in plan.PARTS[part].stages)
 
 
 def capability(data: dict) -> tuple[int, int] | None:
@@ -119,8 +135,10 @@ def failures(data: dict) -> list[str]:
     batch (headroom) is below fp32's."""
     from amp_bench.analysis.fidelity import failed_rows as fidelity_failed
     from amp_bench.analysis.headroom import failed_rows as headroom_failed
+    # an extra stage runs on what was left, as far as it gets: its timeout is no failure, its failure is
     out = [f"stage {s['stage']}: {s['status']}" + (f" ({s['note']})" if s["note"] else "")
-           for s in data["stages"].values() if s["status"] in ("failed", "timeout")]
+           for s in data["stages"].values() if s["status"] == "failed" or
+           (s["status"] == "timeout" and not _extra(data.get("part"), s["stage"]))]
     out += [f"unreadable: {line}" for line in data.get("unreadable", [])]
     suite, cap = data["suite"], capability(data)
     if not suite.empty:
@@ -221,9 +239,11 @@ def verdict(data: dict) -> tuple[str, list[str]]:
     failed = failures(data)
     if failed:
         return "FAILED", failed
+    # an extra stage the budget left no time for is as planned (the page still names it as not reached)
     unfinished = [f"stage {s['stage']}: {'cut by the budget' if s['status'] == 'budget' else 'not finished'}"
                   + (f" ({s['note']})" if s["note"] else "")
-                  for s in data["stages"].values() if s["status"] in ("pending", "budget")]
+                  for s in data["stages"].values() if s["status"] == "pending" or
+                  (s["status"] == "budget" and not _extra(data.get("part"), s["stage"]))]
     if unfinished:
         return "INCOMPLETE", unfinished
     on_cpu = (data["env"].get("device") or {}).get("type") == "cpu" or \
@@ -251,14 +271,20 @@ def render(data: dict) -> str:
     lines += [f"Stages not reached: {', '.join(unreached)}." if unreached else "Every stage was reached.", ""]
     lines += ["## Stages", "", tables.markdown(pd.DataFrame(data["stages"].values())), ""]
     lines += tables.environment(env)
+    lines += tables.workers_lines(data.get("manifests") or {})
+    if part in (None, 1):
+        lines += tables.main_job_section(suite, data["stages"].get("suite"))
+    if part in (None, 2):
+        lines += tables.fp8_line(suite)
     lines += tables.suite_section(suite)
+    lines += tables.time_section(suite)
     if part in (None, 1):
         lines += tables.anchors_section(suite, data["matmul"], name)
         lines += tables.plain_loop_section(data["overhead"], suite)
-        lines += tables.headroom_section(data["headroom"])
     if part in (None, 2):
         lines += tables.explain_section(suite)
         lines += tables.fidelity_section(data["fidelity"])
+        lines += tables.headroom_section(data["headroom"])
     lines += tables.failure_logs(suite)
     return "\n".join(lines) + "\n"
 
@@ -289,7 +315,39 @@ def write_flat(data: dict, out: Path, work: Path, prefix: str = "") -> list[Path
                    work)
             written.append(out / f"{prefix}{key}.csv")
     _place(pd.DataFrame(data["stages"].values()).to_csv(index=False), out / f"{prefix}stages.csv", work)
-    return written + [out / f"{prefix}stages.csv"]
+    archive = pack_runs(work, out / f"{prefix}{ARCHIVE}")
+    return written + [out / f"{prefix}stages.csv"] + ([archive] if archive else [])
+
+
+def pack_runs(work: Path, dest: Path) -> Path | None:
+    """One archive of what the part's runs left that later scoring needs: each run's manifest, plan, tables
+    and logs, then its explain traces (already gzipped), smallest first, while the archive stays under
+    ARCHIVE_MAX_BYTES; what did not fit is named in its INDEX.txt. Written beside OUT, then renamed in."""
+    import tarfile
+    folders = run_dirs(work)
+    if not folders:
+        return None
+    first = [f for d in folders for f in sorted(d.glob("*")) if f.is_file() and not f.name.startswith(".")] + \
+            [f for d in folders for f in sorted((d / "logs").glob("*.log"))]
+    traces = sorted((f for d in folders for f in (d / "traces").glob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    taken, left, size = [], [], 0
+    for path in first + traces:
+        if size + path.stat().st_size > ARCHIVE_MAX_BYTES:
+            left.append(path)
+            continue
+        taken.append(path)
+        size += path.stat().st_size
+    index = "\n".join([f"{len(taken)} files, {size} bytes before compression"] +
+                      [f"not taken (the archive's {ARCHIVE_MAX_BYTES} bytes): {p.relative_to(work)}" for p in left])
+    tmp = work / f".{dest.name}.{os.getpid()}.tmp"
+    with tarfile.open(tmp, "w:gz") as archive:
+        for path in taken:
+            archive.add(path, arcname=str(path.relative_to(work)))
+        info = tarfile.TarInfo("INDEX.txt")
+        info.size = len(index.encode())
+        archive.addfile(info, io.BytesIO(index.encode()))
+    shutil.move(tmp, dest)  # a rename where OUT is on the same file system
+    return dest
 
 
 def summarize(work: Path, out: Path, part: int | None = None) -> tuple[str, list[str]]:

@@ -306,3 +306,93 @@ def longest_kernels(row: pd.Series, top: int = 20) -> pd.DataFrame | None:
     table = kernels.groupby("kernel")["us"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(top)
     return pd.DataFrame({"kernel": [k[:120] for k in table.index], "category": [classify_kernel(k) for k in table.index],
                          "calls": table["count"].to_numpy(), "total ms": table["sum"].to_numpy() / 1e3})
+
+
+def workers_lines(manifests: dict) -> list[str]:
+    """How each run's workers started, one line a run: fork, or spawn and why (the run manifest's `workers`)."""
+    lines = []
+    for name, manifest in manifests.items():
+        workers = manifest.get("workers") or {}
+        if workers.get("mode") == "fork":
+            took = workers.get("server_import_s")
+            lines.append(f"- {name}: workers forked from the run's fork server"
+                         + (f" (its imports took {took:.1f} s)" if isinstance(took, (int, float)) else ""))
+        elif workers:
+            lines.append(f"- {name}: workers spawned, each paying its own imports: {workers.get('why', '?')}")
+    return ["## Workers", "", *lines, ""] if lines else []
+
+
+def _seconds(rows: pd.DataFrame, column: str) -> float:
+    return float(rows[column].fillna(0.0).sum()) if column in rows else 0.0
+
+
+def time_table(suite: pd.DataFrame) -> pd.DataFrame:
+    """One row per worker: where its wall time went (its rows' phases together, repeats that shared it
+    included), and what was left beyond the first step (cuDNN's autotuning, a compile) and the windows."""
+    from amp_bench.stats import PROBE_PHASES, phase_column
+    if suite.empty or "worker_wall_s" not in suite or suite["worker_wall_s"].isna().all():
+        return pd.DataFrame()
+    rows = []
+    for _, worker in suite[suite["worker_wall_s"].notna()].groupby("log_file", sort=False):
+        first = worker.iloc[0]
+        wall = _seconds(worker, "worker_wall_s")
+        start = _seconds(worker, phase_column("start")) + _seconds(worker, phase_column("imports"))
+        first_step, windows = _seconds(worker, phase_column("first_step")), _seconds(worker, phase_column("window"))
+        rows.append({"case": first["case_id"], "repeats": len(worker), "start": first.get("worker_start"),
+                     "wall s": wall, "start+imports s": start,
+                     "setup s": _seconds(worker, phase_column("setup")) + _seconds(worker, phase_column("idle_baseline")),
+                     "build s": _seconds(worker, phase_column("build")), "first step s": first_step,
+                     "warmup+settle s": _seconds(worker, phase_column("warmup")) + _seconds(worker, phase_column("settle")),
+                     "windows s": windows,
+                     "probes s": sum(_seconds(worker, phase_column(p)) for p in PROBE_PHASES),
+                     "exit s": _seconds(worker, phase_column("exit")),
+                     "beyond first step + windows s": wall - first_step - windows})
+    return pd.DataFrame(rows)
+
+
+def time_section(suite: pd.DataFrame) -> list[str]:
+    table = time_table(suite)
+    if table.empty:
+        return []
+    return ["## Where each worker's time went", "", markdown(table), "",
+            "Seconds from each worker's launch to its reap (rows' phase columns together; repeats that shared "
+            "a worker in one line). first step: cuDNN's autotuning or a compile; probes: FLOPs, per-phase memory "
+            "and explain's profile. The main job's target: at most 3 s beyond the first step and the windows.", ""]
+
+
+def main_job_section(suite: pd.DataFrame, stage: dict | None) -> list[str]:
+    """Part 1: the main job against its targets: done within 5 minutes, every speedup's 95% interval within
+    +-2%, at most 3 s per worker beyond the first step and its windows."""
+    from amp_bench.analysis.speedups import paired_speedups
+    if suite.empty or "resnet50" not in set(suite["model_label"]):
+        return []
+    took = (stage or {}).get("seconds")
+    lines = ["## The main job against its targets", "",
+             f"- wall time: {fmt(took)} s (target: at most 300 s)" if took not in (None, "") else "- wall time: "
+             "not recorded"]
+    ok = suite[(suite["status"] == "ok") & suite["repeat"].notna()] if "repeat" in suite else suite.iloc[:0]
+    found = paired_speedups(ok, "fp32").reset_index() if not ok.empty else pd.DataFrame()
+    for _, row in found[found["precision"] != "fp32"].iterrows() if not found.empty else []:
+        low, high, point = row["speedup_vs_fp32_ci_low"], row["speedup_vs_fp32_ci_high"], row["speedup_vs_fp32"]
+        half = max(point / low - 1, high / point - 1) if low and high and point else float("nan")
+        lines.append(f"- {row['precision']} over fp32: {point:.3f}x (95% CI {low:.3f}-{high:.3f}x, +-{half:.1%}; "
+                     f"target +-2%: {'met' if half <= 0.02 else 'missed'}; {row['speedup_vs_fp32_method']})")
+    table = time_table(suite)
+    if not table.empty:
+        over = table[table["beyond first step + windows s"] > 3.0]
+        lines.append("- beyond the first step and the windows: " + (
+            "at most 3 s in every worker (met)" if over.empty else "missed in " + ", ".join(
+                f"{r['case']} ({r['beyond first step + windows s']:.1f} s)" for _, r in over.iterrows())))
+    return lines + [""]
+
+
+def fp8_line(suite: pd.DataFrame) -> list[str]:
+    """Part 2: fp8's speedup over compiled amp_bf16 on GPT-2 small, from the same run."""
+    bf16, fp8 = _case(suite, "gpt2-small", "amp_bf16"), _case(suite, "gpt2-small", "fp8")
+    if bf16 is None or fp8 is None:
+        return []
+    ratio = bf16["step_time_ms_median"] / fp8["step_time_ms_median"]
+    return ["## fp8 against compiled bf16", "",
+            f"GPT-2 small bs {fmt(fp8['batch_size'])} seq {fmt(fp8.get('seq_len'))}, both compiled: fp8 "
+            f"{fmt(fp8['step_time_ms_median'])} ms/step against amp_bf16 {fmt(bf16['step_time_ms_median'])}: "
+            f"{ratio:.3f}x.", ""]
