@@ -11,7 +11,7 @@ idle time beside amp_bench's, and the difference. HTA reports overlapping stretc
 own ("COMPUTATION overlapping COMMUNICATION"); a kind's busy time is the sum of every row that names it,
 which is what amp_bench computes (the union of that kind's kernels). A trace without
 `distributedInfo.rank` gets `{"rank": 0}` added in a temporary copy (HTA needs it: its issue #16).
-`--json` writes the figures tests/test_explain_hta.py holds amp_bench to.
+`--json` writes the figures tests/test_explain_traces.py holds amp_bench to.
 """
 from __future__ import annotations
 
@@ -52,7 +52,9 @@ def hta_figures(trace: Path) -> dict:
         category = gpu["cat"].map(lambda i: symbols[i])
         # HTA also counts some cuda_sync markers ("Stream Wait Event") as computation; amp_bench
         # counts kernels, memcpys and memsets only: the two counts are given apart
-        events, syncs = int(category.isin(["kernel", "gpu_memcpy", "gpu_memset"]).sum()), int(category.eq("cuda_sync").sum())
+        # older traces name them Kernel, Memcpy and Memset (HTA reads both spellings, as amp_bench does)
+        events = int(category.isin(["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]).sum())
+        syncs = int(category.eq("cuda_sync").sum())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     rows = {str(r["kernel_type"]): float(r["sum"]) / 1e3 for _, r in kernel_types.iterrows()}

@@ -105,6 +105,9 @@ def test_the_notes_never_call_a_measured_fraction_unmeasured(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "H100 SXM 80GB (tf32, fp16, bf16, fp8, bandwidth)" in out and "H200 SXM 141GB (fp32, tf32, fp16, fp8)" in out
     assert "not measured for H200" not in out
+    assert main(["predict", "--list-targets"]) == 0
+    table = capsys.readouterr().out
+    assert "measured: fp32 0.77" in table and "measured: bf16 0.80, bandwidth 0.90" in table
 
 
 def test_neusight_extract_names_every_label_file_it_skips():

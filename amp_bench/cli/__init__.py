@@ -1,8 +1,8 @@
 """Command line: run, explain, predict, fidelity, headroom, status, report, compare, export, ingest, history, nightly, validate,
 list-models, env.
 
-This module builds the parser and dispatches; each command group is a module holding its commands'
-options (add_parsers) and their cmd_* functions: run.py, explain.py, predict.py, studies.py (fidelity, headroom), status.py,
+This module builds the parser and dispatches; values.py checks every option's value as it is read;
+each command group is a module holding its commands' options (add_parsers) and their cmd_* functions: run.py, explain.py, predict.py, studies.py (fidelity, headroom), status.py,
 analysis.py (report, compare, export, ingest), gate.py (history, nightly) and machine.py (validate, list-models, env). console.py draws
 every table and progress display. The work itself is in the layers below (studies/, analysis/,
 store/, report/), imported inside the commands, so `--help` and the analysis commands never import
@@ -16,18 +16,27 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from amp_bench.cli import analysis, explain, gate, machine, predict, run, status, studies
+from amp_bench.cli import analysis, explain, gate, machine, predict, run, status, studies, values
 from amp_bench.errors import UserError
 
 # in the order `--help` lists their commands
 COMMAND_GROUPS = (run, explain, predict, studies, status, analysis, gate, machine)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line said in one line (its usage block left to --help), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="amp_bench", description="Measure what PyTorch AMP buys in training.")
+    """Every command's parser; each option that takes a value checked where it is read (values.py)."""
+    parser = Parser(prog="amp_bench", description="Measure what PyTorch AMP buys in training.")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in COMMAND_GROUPS:
         group.add_parsers(sub)
+    values.harden(sub)
     return parser
 
 
@@ -61,6 +70,9 @@ def dispatch(args, console) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0), or a bad command line already said in one line (2)
+        return exc.code if isinstance(exc.code, int) else 2
     return dispatch(args, make_console())
 

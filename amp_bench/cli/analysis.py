@@ -57,10 +57,7 @@ def add_parsers(sub) -> None:
 
 def cmd_report(args, console) -> int:
     from amp_bench.report import build_report
-    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
-    unknown = [f for f in formats if f not in ("html", "md", "csv")]
-    if unknown or not formats:
-        raise UserError(f"--format: expected a comma-separated list of html, md, csv, got {args.format!r}")
+    formats = tuple(dict.fromkeys(args.format))  # checked where it was read (cli/values.py)
     written = build_report(args.results, args.output, formats, args.images, prices=args.prices,
                            reference=args.reference)
     for kind, path in written.items():
@@ -93,6 +90,10 @@ def cmd_compare(args, console) -> int:
 
 def cmd_export(args, console) -> int:
     from amp_bench.analysis import exports
+    wanted = "a file" if args.format == "bmf" else "a folder"
+    if args.output is not None and (args.output.is_dir() if args.format == "bmf" else args.output.is_file()):
+        raise UserError(f"--output {args.output}: --format {args.format} writes {wanted} there, and it is "
+                        f"{'a folder' if args.output.is_dir() else 'a file'}")
     if args.format == "bmf":
         text = exports.write_bmf(args.results, args.output, args.machine)
         if args.output is None:

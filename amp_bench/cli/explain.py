@@ -21,10 +21,10 @@ def add_parsers(sub) -> None:
                               "against the first")
     explain.add_argument("--modes", metavar="BASE,MODE", help="with two traces: the precision each ran (e.g. "
                          "fp32,amp_bf16), for the ceiling")
-    explain.add_argument("--cpu-isa", default="", help="with two CPU traces: the CPU's flags (e.g. avx512_bf16 or "
+    explain.add_argument("--cpu-isa", help="with two CPU traces: the CPU's flags (e.g. avx512_bf16 or "
                          "amx_bf16), for the ceiling")
     explain.add_argument("--device", help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
-    explain.add_argument("--results-dir", type=Path, default=Path("results"))
+    explain.add_argument("--results-dir", type=Path, help="where the run directory goes (default: results)")
     explain.add_argument("--batch-size", type=int, action="append", help="repeatable; replaces batch_sizes")
     explain.add_argument("--precision", action="append", help="repeatable; replaces precisions")
     explain.add_argument("--steps", type=int, help="a fixed number of measured steps per case")
@@ -57,41 +57,62 @@ def breakdown_table(results) -> Table:
     return table
 
 
-def _ceiling_inputs(args, explanation_profiles) -> tuple[tuple[str, str] | None, float | None, str]:
-    """(modes, GEMM/conv peak ratio, its source) for two traces: the GPU's dense peaks
-    (platform/peaks.py) or the CPU's ISA; (None, None, why) when not known."""
-    from amp_bench import modes as registry
-    from amp_bench.analysis.explain.ceiling import cpu_unit
-    from amp_bench.errors import UserError
-    from amp_bench.platform.peaks import peak_tflops
-    if not args.modes:
-        return None, None, ""
-    pair = tuple(m.strip() for m in args.modes.split(","))
-    if len(pair) != 2 or any(m not in registry.names() for m in pair):
-        raise UserError(f"--modes: expected BASE,MODE from {', '.join(registry.names())}, got {args.modes!r}")
-    profile = explanation_profiles[-1]
-    if profile.device_type == "cuda" and not profile.device_name:
-        return pair, None, "the trace names no GPU (no deviceProperties): no peak rate, so no ceiling"
-    if profile.device_type == "cuda":
-        (mode_peak, source), (base_peak, _) = peak_tflops(profile.device_name, pair[1]), peak_tflops(profile.device_name, pair[0])
-        if not mode_peak or not base_peak:
-            return pair, None, source
-        return pair, mode_peak / base_peak, f"{source}: {mode_peak / base_peak:.3g}x"
-    ratio, source = cpu_unit(pair[1], args.cpu_isa)
-    return pair, ratio, source
+SUITE_ONLY = ("results_dir", "batch_size", "precision", "steps", "repeats", "budget", "allow_emulated", "device")
+TRACE_ONLY = ("modes", "cpu_isa")
+
+
+def _given(args, names) -> list[str]:
+    """The options among `names` the command line set (their defaults are None)."""
+    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n, None) not in (None, False)]
+
+
+def _cell(value) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else escape(str(value))
+
+
+def _frame_table(frame) -> Table:
+    """A pandas table as a rich one (never pandas' own print): numbers to 3 decimals, blanks as '-'. The
+    per-trace summary is turned on its side, a column per trace, so a terminal does not wrap it."""
+    if "trace" in frame.columns:
+        table = Table("", *[escape(str(t)) for t in frame["trace"]], show_edge=False)
+        for column in frame.columns.drop("trace"):
+            table.add_row(escape(str(column)), *[_cell(v) for v in frame[column]])
+        return table
+    table = Table(*[escape(str(c)) for c in frame.columns], show_edge=False)
+    for values in frame.itertuples(index=False):
+        table.add_row(*[_cell(v) for v in values])
+    return table
+
+
+def _trace_notes(args, profiles) -> list[str]:
+    """One line for each trace option this reading has no use for."""
+    notes = []
+    if len(profiles) == 1 and (args.modes or args.cpu_isa):
+        notes.append(f"{' and '.join(_given(args, TRACE_ONLY))}: not used with one trace (they price the second "
+                     "trace's ceiling against the first's)")
+    elif args.cpu_isa and profiles[0].device_type != "cpu":
+        notes.append("--cpu-isa: not used with GPU traces (their GPU's peak rates price the ceiling)")
+    return notes
 
 
 def cmd_explain_traces(args, console) -> int:
     """`explain --trace A [--trace B]`: print the tables and the sentence; write the report."""
     from amp_bench.analysis.explain.any_trace import explain_traces, read_traces
+    from amp_bench.errors import UserError
     from amp_bench.report import explain_trace_report
+    if args.suite is not None or _given(args, SUITE_ONLY):
+        what = " and ".join(_given(args, SUITE_ONLY) + (["a suite"] if args.suite is not None else []))
+        raise UserError(f"explain --trace reads traces: {what} applies to a suite run (explain SUITE)")
     profiles = read_traces(args.trace)
-    pair, ratio, source = _ceiling_inputs(args, profiles)
-    explained = explain_traces(args.trace, pair, ratio, source, profiles)
+    for line in _trace_notes(args, profiles):
+        console.print(f"[yellow]note[/]: {escape(line)}", highlight=False, soft_wrap=True)
+    explained = explain_traces(args.trace, args.modes, args.cpu_isa, profiles)
     for heading, body in explain_trace_report._sections(explained):
         console.print(f"[bold]{escape(heading)}[/]")
-        if hasattr(body, "to_string"):
-            console.print(escape(body.round(3).to_string(index=False)), highlight=False, soft_wrap=True)
+        if hasattr(body, "columns"):
+            console.print(_frame_table(body))
         else:
             for line in body:
                 console.print(f"- {escape(line)}", highlight=False, soft_wrap=True)
@@ -107,6 +128,9 @@ def cmd_explain(args, console) -> int:
         return cmd_explain_traces(args, console)
     if args.suite is None:
         raise UserError("explain: give a suite to run, or --trace TRACE.json[.gz] to read one")
+    if _given(args, TRACE_ONLY):
+        raise UserError(f"explain SUITE: {' and '.join(_given(args, TRACE_ONLY))} applies to two traces "
+                        "(explain --trace A --trace B)")
     from amp_bench.cli import console as render_console
     from amp_bench.cli.run import _refuse_outer_torchrun, auto_report
     from amp_bench.studies.explain import explain_suite
@@ -115,7 +139,8 @@ def cmd_explain(args, console) -> int:
                  "repeats": args.repeats, "budget_s": args.budget, "allow_emulated": args.allow_emulated}
     reporter = render_console.rich_reporter(console)
     try:
-        explained = explain_suite(args.suite, device=args.device, results_dir=args.results_dir, reporter=reporter,
+        explained = explain_suite(args.suite, device=args.device, results_dir=args.results_dir or Path("results"),
+                                  reporter=reporter,
                                   **{k: v for k, v in overrides.items() if v is not None})
     except KeyboardInterrupt:
         reporter.close()

@@ -93,7 +93,7 @@ def add_parsers(subparsers) -> None:
                    "(of --machine / --suite, default all) in RESULTS/baselines.yaml")
     p.add_argument("--machine", help="with --accept: a fingerprint or host name (glob)")
     p.add_argument("--suite", help="with --accept: a suite name (glob)")
-    p.add_argument("--note", default="", help="with --accept: why")
+    p.add_argument("--note", help="with --accept: why")
     p.add_argument("--annotations", type=Path, help="accepted changes (default RESULTS/annotations.yaml)")
     p.add_argument("--threshold-time", default="3%")
     p.add_argument("--threshold-memory", default="2%")
@@ -110,10 +110,11 @@ def cmd_nightly(args, console) -> int:
     from rich.table import Table
 
     from amp_bench.analysis.gate import nightly as gate
-    if (args.machine or args.suite) and not args.accept:
-        raise UserError("--machine and --suite select what --accept moves; pass --accept")
+    if (args.machine or args.suite or args.note) and not args.accept:
+        raise UserError("--machine, --suite and --note go with --accept (what it moves, and why); pass --accept")
     if args.accept:
-        for entry in gate.accept(args.results, args.machine, args.suite, args.note, use_cache=not args.no_cache):
+        for entry in gate.accept(args.results, args.machine, args.suite, args.note or "",
+                                 use_cache=not args.no_cache):
             console.print(f"accepted {entry['run']} for {entry['host'] or entry['machine']} / {entry['suite']}",
                           highlight=False)
     result = gate.nightly(args.results, _thresholds(args), args.max_age, args.annotations, use_cache=not args.no_cache)

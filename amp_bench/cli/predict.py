@@ -15,7 +15,7 @@ FP32_AS = ("mode", "pytorch-default")
 def add_parsers(sub) -> None:
     predict = sub.add_parser("predict", help="predict each case's step time, throughput and AMP speedup on other "
                                              "GPUs from a run's profiled steps (run with explain on)")
-    predict.add_argument("run_dir", type=Path, help="a run directory (results.csv and traces/)")
+    predict.add_argument("run_dir", type=Path, nargs="?", help="a run directory (results.csv and traces/)")
     predict.add_argument("--target", help="comma-separated GPUs (default: the suite's predict.targets, else "
                                           f"{','.join(DEFAULT_TARGETS)}); --list-targets names them")
     predict.add_argument("--list-targets", action="store_true", help="print the spec table and exit")
@@ -30,16 +30,16 @@ def add_parsers(sub) -> None:
 
 def spec_table() -> Table:
     """The GPUs `--target` takes, their dense peaks and bandwidth, and where each figure comes from."""
-    from amp_bench.platform.gpu_specs import SPECS, achievable
+    from amp_bench.analysis.predict.settings import fraction_label
+    from amp_bench.platform.gpu_specs import SPECS
     table = Table(title="GPUs predict knows (dense datasheet peaks, TFLOP/s; bandwidth GB/s)")
-    for column in ("key", "GPU", "cc", "FP32", "TF32", "FP16", "BF16", "FP8", "GB/s", "achievable", "sources"):
+    for column in ("key", "GPU", "cc", "FP32", "TF32", "FP16", "BF16", "FP8", "GB/s", "achievable fraction", "sources"):
         table.add_column(column)
     for spec in SPECS:
         peaks, source = spec.peaks()
-        measured = "measured" if "NeuSight" in achievable(spec, "fp32")[1] else "default 0.80/0.90"
         table.add_row(spec.key, spec.label, f"{spec.capability[0]}.{spec.capability[1]}",
                       *[f"{peaks[u]:g}" if u in peaks else "-" for u in ("fp32", "tf32", "fp16", "bf16", "fp8")],
-                      f"{spec.bandwidth_gbs:g}", measured, escape(f"{source}; {spec.source}"))
+                      f"{spec.bandwidth_gbs:g}", fraction_label(spec), escape(f"{source}; {spec.source}"))
     return table
 
 
@@ -71,20 +71,35 @@ def _targets(args) -> tuple[list[str], str | None]:
     """The targets and fp32 meaning: the options, else the run's suite's `predict:` block, else defaults."""
     from amp_bench.analysis.predict.settings import suite_settings
     settings = suite_settings(args.run_dir)
-    targets = args.target.split(",") if args.target else settings.get("targets") or list(DEFAULT_TARGETS)
+    targets = list(args.target or settings.get("targets") or DEFAULT_TARGETS)
     fp32_as = args.fp32_as or settings.get("fp32_as")
-    return [t.strip() for t in targets if t.strip()], (None if fp32_as in (None, "mode") else fp32_as)
+    return targets, (None if fp32_as in (None, "mode") else fp32_as)
+
+
+def _unused(args, result) -> list[str]:
+    """One line for each option this run has no use for."""
+    if args.source_gpu and not any(case.is_gpu for case in result.cases):
+        return [f"--source-gpu {args.source_gpu}: not used: this is a CPU run, priced from its op inventory "
+                "(no GPU profile to scale)"]
+    return []
 
 
 def cmd_predict(args, console) -> int:
     """One table per case, the notes, and the CSVs when asked; bad input is one line (UserError)."""
     from amp_bench.analysis.predict.model import predict_run
     from amp_bench.analysis.predict.settings import notes
+    from amp_bench.errors import UserError
     if args.list_targets:
         console.print(spec_table())
+        if args.run_dir is not None:
+            console.print(f"[yellow]note[/]: {escape(str(args.run_dir))}: not read with --list-targets", highlight=False)
         return 0
+    if args.run_dir is None:
+        raise UserError("predict: give a RUN_DIR (a run directory with results.csv and traces/), or --list-targets")
     targets, fp32_as = _targets(args)
     result = predict_run(args.run_dir, targets, fp32_as, args.source_gpu)
+    for line in _unused(args, result):
+        console.print(f"[yellow]note[/]: {escape(line)}", highlight=False, soft_wrap=True)
     for case in result.cases:
         rows = result.table[result.table["case"] == case.label]
         console.print(case_table(case.label, rows, rows["source"].iloc[0] if len(rows) else "?"))
@@ -93,6 +108,7 @@ def cmd_predict(args, console) -> int:
     for line in notes(result, targets, fp32_as):
         console.print(f"- {escape(line)}", highlight=False, soft_wrap=True)
     if args.csv:
+        args.csv.parent.mkdir(parents=True, exist_ok=True)
         result.table.to_csv(args.csv, index=False)
         result.breakdown.to_csv(args.csv.with_suffix(".breakdown.csv"), index=False)
         console.print(f"wrote {args.csv} and {args.csv.with_suffix('.breakdown.csv')}")

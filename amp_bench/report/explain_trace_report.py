@@ -11,9 +11,10 @@ import pandas as pd
 from amp_bench.report.render import CSS, html_table, markdown_table
 
 HOW_TO = ("Per trace: the median over its steps (amp_bench::step regions, else ProfilerSteps less the last one) of "
-          "the time per category; on a GPU the categories split each step's busy time (overlapping streams shared), "
-          "host is the time the device sat idle in the step. The totals follow Holistic Trace Analysis: busy time "
-          "per kernel kind (computation, communication, memory) merged over streams, idle over the GPU's span.")
+          "the time per category; on a GPU the categories split each step's busy time (overlapping streams shared). "
+          "Idle is the time in a step when nothing runs on the device (the host row; on a CPU, no op running), "
+          "and its share is of that step, here and in the sentence. The kinds follow Holistic Trace Analysis: "
+          "busy time per kernel kind (computation, communication, memory) over the whole trace, merged over streams.")
 
 
 def _sections(explanation) -> list[tuple[str, object]]:
@@ -22,6 +23,8 @@ def _sections(explanation) -> list[tuple[str, object]]:
            ("ms per step by category", pd.DataFrame(explanation.category_rows()))]
     if explanation.units():
         out.append(("Tensor Cores", explanation.units()))
+    if explanation.differences:
+        out.append(("Before comparing: how the two traces differ", [line for _, line in explanation.differences]))
     if explanation.sentences():
         out.append(("Why", explanation.sentences()))
     if explanation.notes:
@@ -50,9 +53,9 @@ def page(explanation) -> str:
 
 
 def write(explanation, reports_dir: Path) -> dict[str, Path]:
-    """reports/explain-<A>[-vs-<B>].md and .html."""
+    """reports/explain-<A>[-vs-<B>]-<hash of their paths>.md and .html."""
     reports_dir.mkdir(parents=True, exist_ok=True)
-    stem = "explain-" + "-vs-".join(Path(n).name for n in explanation.names)
+    stem = explanation.report_stem()
     md, page_path = reports_dir / f"{stem}.md", reports_dir / f"{stem}.html"
     md.write_text(markdown(explanation), encoding="utf-8")
     page_path.write_text(page(explanation), encoding="utf-8")

@@ -12,5 +12,6 @@ the GEMM/conv layers' shapes and on a CPU the oneDNN kernels; everything here re
 - noise.py: spreads over profiled steps, the "changed" rule, profile-vs-measurement agreement
 - decompose.py: the speedup decomposed against fp32, the results columns; sentence.py: the sentence
 - judge.py: a results row's explain_* columns from what its worker saved (`explain_row`)
-- any_trace.py: `explain --trace A [--trace B]` on any torch.profiler / Kineto trace
+- any_trace.py: `explain --trace A [--trace B]` on any torch.profiler / Kineto trace; trace_pair.py: what
+  differs between two such traces (device, model, precision) and their ceiling, each side on its own GPU
 """

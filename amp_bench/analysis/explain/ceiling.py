@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amp_bench import modes
-from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST
+from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST, MEMORY_BOUND
 
 BYTE_RATIO = 2.0  # fp32 activations (4 bytes) against 16-bit ones (2 bytes)
 CPU_UNITS = (  # (ISA flag, the autocast dtype it accelerates, peak ratio against AVX-512 FP32, name)
@@ -63,8 +63,11 @@ def gpu_units(mode_peak: float | None, base_peak: float | None, mode_peak_bf16: 
     return {"gemm": ratio, "conv": rest, "attention": rest}, f"peak ratio {ratio:.3g}x ({mode_peak:g} / {base_peak:g} TFLOP/s)"
 
 
-def ideal_factors(precision: str, accelerated: dict[str, float] | None, source: str) -> Ideal:
-    """Every category's ideal speedup under `precision` (against an FP32-math baseline)."""
+def ideal_factors(precision: str, accelerated: dict[str, float] | None, source: str,
+                  bandwidth_ratio: float = 1.0) -> Ideal:
+    """Every category's ideal speedup under `precision` (against an FP32-math baseline). Two traces from
+    different GPUs: `bandwidth_ratio` (the mode's GPU's memory bandwidth over the baseline's) moves the
+    memory-bound categories, the optimizer's included, on top of their byte ratio."""
     autocast = precision in modes.names() and modes.get(precision).uses_autocast
     factors: dict[str, float | None] = {}
     for category in list(CATEGORIES) + [HOST]:
@@ -73,9 +76,9 @@ def ideal_factors(precision: str, accelerated: dict[str, float] | None, source: 
         elif category == "cast":
             factors[category] = None
         elif category in UNCHANGED:
-            factors[category] = 1.0
+            factors[category] = bandwidth_ratio if category in MEMORY_BOUND else 1.0
         else:
-            factors[category] = BYTE_RATIO if autocast else 1.0
+            factors[category] = (BYTE_RATIO if autocast else 1.0) * bandwidth_ratio
     return Ideal(factors, source)
 
 

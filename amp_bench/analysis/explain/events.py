@@ -21,12 +21,21 @@ PROFILER_STEP = "ProfilerStep#"
 PHASES = ("forward", "backward", "optimizer", "scaler", "other")
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 CPU_CATS = ("cpu_op", "user_annotation")
+CLASSIFIED_CATS = ("cpu_op",) + GPU_CATS  # what lands in a category; annotations only mark regions
+# Kineto's categories before PyTorch 1.10 (HTA's trace_file_list/inference_rank_1 has Kernel and
+# Runtime): read as today's names, so an older trace is not taken for an empty CPU one
+LEGACY_CATS = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "runtime": "cuda_runtime",
+               "driver": "cuda_driver", "operator": "cpu_op", "user annotation": "user_annotation"}
 _GEMM_CONV_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm",
                   "aten::convolution"}  # the dispatcher's entry points, not their backend duplicates
 
 
 class NoGpuActivity(ValueError):
-    """A CUDA trace whose steps hold no kernel, memcpy or memset: CUPTI recorded nothing (issue 33)."""
+    """A CUDA trace whose steps hold no kernel, memcpy or memset: CUPTI recorded nothing."""
+
+
+class EmptyTrace(UserError):
+    """A trace with no event a category can hold: nothing to explain, said in one line."""
 
 
 @dataclass
@@ -59,10 +68,19 @@ class Profile:
     gpu_events: int = 0  # CUDA: how many kernels, memcpys and memsets were counted
     tensor_cores: dict | None = None  # CUDA: kernels.tensor_core_summary of the GEMM+conv kernels
     device_name: str = ""
+    math_ms: dict[str, float] = field(default_factory=dict)  # GEMM+conv time by number format (fp32, bf16, ...)
+    kernel_set: frozenset = frozenset()  # what the model ran besides GEMM/conv/casts, formats blanked
 
     @property
     def host_ms(self) -> float:
         return max(self.wall_ms - self.busy_ms, 0.0)
+
+    @property
+    def idle_share(self) -> float | None:
+        """Idle (host) time over the step it is part of, categories + host: the one share of idle a reader
+        of explain sees, in its tables and its sentence."""
+        step = self.categories_sum_ms + self.host_ms
+        return self.host_ms / step if step else None
 
     @property
     def gpu_idle_ms(self) -> float | None:
@@ -123,7 +141,30 @@ def load_trace(source) -> dict:
         trace = {"traceEvents": trace}
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise UserError(f"{path}: not a Chrome / Kineto trace (no traceEvents list)")
-    return trace
+    return _modern_categories(trace)
+
+
+def _modern_categories(trace: dict) -> dict:
+    """The trace with older Kineto's capitalised categories renamed (a copy; today's traces as they are)."""
+    events = trace["traceEvents"]
+    old = [i for i, e in enumerate(events) if isinstance(e, dict) and isinstance(e.get("cat"), str)
+           and e["cat"] not in LEGACY_CATS.values() and e["cat"].lower() in LEGACY_CATS]
+    if not old:
+        return trace
+    events = list(events)
+    for i in old:
+        events[i] = {**events[i], "cat": LEGACY_CATS[events[i]["cat"].lower()]}
+    return {**trace, "traceEvents": events}
+
+
+def timed_events(trace: dict, label: str) -> list[dict]:
+    """The complete ('X') events of a trace; EmptyTrace when none of them is an op or a GPU event,
+    so an empty trace, or one of only metadata, is refused rather than explained as zeros."""
+    events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    if not any(e.get("cat") in CLASSIFIED_CATS for e in events):
+        raise EmptyTrace(f"{label}: nothing to explain: no CPU op ({CLASSIFIED_CATS[0]}) and no GPU kernel, memcpy "
+                         f"or memset among its {len(trace.get('traceEvents', []))} events")
+    return events
 
 
 @dataclass

@@ -24,7 +24,7 @@ communication and layout wherever they were launched.
 from __future__ import annotations
 
 from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, KINDS, classify_kernel, copy_is_cast, kernel_kind
-from amp_bench.analysis.explain.kernels import tensor_core_summary
+from amp_bench.analysis.explain.kernels import kernel_math, tensor_core_summary, without_dtypes
 from amp_bench.analysis.explain.events import (GPU_CATS, NoGpuActivity, Profile, StepTimes, Windows, nest_events, _is_optimizer_region,
                                               EventNode, _phase_of, _Phases, _shapes, _union, from_steps, per_step_phases,
                                               within)
@@ -134,6 +134,33 @@ def _totals(kept) -> dict:
             "gpu_span_ms": (max(e for _, e in every) - min(s for s, _ in every)) / 1e3}
 
 
+def _model_kernels(kept) -> frozenset:
+    """The names of the kernels a model runs whatever its precision: not the GEMM/conv/attention ones
+    (their library and format change with the GPU and the mode), casts or collectives."""
+    return frozenset(without_dtypes(e.get("name", "")) for e, _, _ in kept
+                     if classify_kernel(e.get("name", "")) not in ACCELERATED + ("cast", "communication"))
+
+
+def _math(kept) -> dict[str, float]:
+    """GEMM and conv kernel time (ms) by the number format their names give."""
+    out: dict[str, float] = {}
+    for e, _, _ in kept:
+        name = e.get("name", "")
+        math = kernel_math(name) if classify_kernel(name) in ("gemm", "conv") else None
+        if math:
+            start, end = _interval(e)
+            out[math] = out.get(math, 0.0) + (end - start) / 1e3
+    return out
+
+
+def _gpu_only_window(events: list[dict]) -> Windows:
+    """A trace without CPU ops (kernels and runtime calls only, as older inference traces are): one step
+    from the first launch or GPU event to the last one's end."""
+    timed = [_interval(e) for e in events if e.get("cat") in GPU_CATS + ("cuda_runtime", "cuda_driver")]
+    return Windows([(min(s for s, _ in timed), max(e for _, e in timed))],
+                   ["no CPU op in the trace: its GPU work, first launch to last kernel, is one step"], whole_trace=True)
+
+
 def _tensor_cores(kept) -> dict:
     """Tensor Core use of the GEMM and conv kernels, with the launching op's shapes for those off them."""
     kernel_ms: dict[str, float] = {}
@@ -156,6 +183,8 @@ def _tensor_cores(kept) -> dict:
 def cuda_profile(trace: dict, events: list[dict], nodes: list[EventNode], windows: Windows, trace_path) -> Profile:
     """The Profile of a CUDA (or ROCm) trace; NoGpuActivity when its steps hold no GPU event."""
     gpu = [e for e in events if e.get("cat") in GPU_CATS]
+    if gpu and windows.whole_trace and not windows.steps:
+        windows = _gpu_only_window(events)
     kept = _select(gpu, _launches(events), windows)
     if not kept or not windows.steps:
         raise NoGpuActivity(NO_GPU_EVENTS)
@@ -173,4 +202,5 @@ def cuda_profile(trace: dict, events: list[dict], nodes: list[EventNode], window
     inside = [n for start, end in windows.steps for n in within(nodes, start, end)]
     return from_steps("cuda", steps, phases_ms=per_step_phases(phase_ms, phases, len(steps)), shapes=_shapes(inside),
                       trace_path=trace_path, notes=notes, tensor_cores=_tensor_cores(kept),
-                      device_name=str(devices[0].get("name", "")), **_totals(kept))
+                      device_name=str(devices[0].get("name", "")), math_ms=_math(kept),
+                      kernel_set=_model_kernels(kept), **_totals(kept))

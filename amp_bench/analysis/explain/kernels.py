@@ -117,3 +117,43 @@ def describe(summary: dict | None, eligible: bool, multiple: int = 8) -> dict:
     if off:
         text += f"; {'eligible but ' if eligible else ''}not on them: " + "; ".join(off)
     return {"share": summary["share"], "summary": text}
+
+
+# The number format a GEMM / conv kernel computes in, by name (first match wins): vendor libraries name
+# their input type (`ampere_bf16_s16816gemm_bf16`, `sm80_xmma_fprop_..._tf32f32_...`, `volta_fp16_s884gemm`),
+# CUTLASS's `s1688gemm` without a 16-bit type is TF32 (HTA's A100 traces), `sgemm` / `scudnn` / FFT and
+# Winograd kernels are FP32 on the CUDA cores, and AMD Tensile's `Cijk_..._SB_` is single precision.
+_MATH_RULES: list[tuple[str, re.Pattern]] = [(math, re.compile(pattern)) for math, pattern in [
+    ("fp8", r"e4m3|e5m2|fp8|float8|f8f8"),
+    ("bf16", r"bf16|bfloat16"),
+    ("fp16", r"fp16|f16|half|h884|h1688|h16816|hgemm|hcudnn|^cijk_.*_(hb|hhs|hs)_"),
+    ("tf32", r"tf32|s1688"),
+    ("fp32", r"sgemm|scudnn|gcgemm|fft2d|fft_|winograd|implicit_convolve|<float|^cijk_.*_sb_"),
+]]
+MATH_LABELS = {"fp32": "FP32", "tf32": "TF32", "fp16": "FP16", "bf16": "BF16", "fp8": "FP8"}
+_DTYPE_WORDS = re.compile(r"c10::bfloat16|c10::half|c10::float8_\w+|__nv_bfloat16|__half|bfloat16|float|double|"
+                          r"half|bf16|fp16|f16|tf32|fp32|f32|fp8|e4m3|e5m2")
+
+
+def kernel_math(name: str) -> str | None:
+    """'fp32', 'tf32', 'fp16', 'bf16' or 'fp8' for a GEMM / conv kernel's name; None when it does not say."""
+    low = name.lower()
+    for math, rule in _MATH_RULES:
+        if rule.search(low):
+            return math
+    return None
+
+
+def dominant_math(ms_by_math: dict[str, float]) -> tuple[str | None, float]:
+    """(the format most of the named GEMM/conv time ran in, its share of that time); (None, 0) when no
+    kernel named its format."""
+    total = sum(ms_by_math.values())
+    if total <= 0:
+        return None, 0.0
+    math = max(ms_by_math, key=ms_by_math.get)
+    return math, ms_by_math[math] / total
+
+
+def without_dtypes(name: str) -> str:
+    """A kernel's name with its number formats blanked, so the same op in FP32 and in bf16 reads alike."""
+    return _DTYPE_WORDS.sub("T", name.lower())

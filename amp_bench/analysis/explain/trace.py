@@ -22,12 +22,12 @@ CUDA: gpu_trace.py (kernels selected by their launch, overlapping streams split,
 from __future__ import annotations
 
 from amp_bench.analysis.explain import gpu_trace
-from amp_bench.analysis.explain.categories import CATEGORIES
+from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES
 from amp_bench.analysis.explain.events import (CPU_CATS, GPU_CATS, PHASE_PREFIX, PHASES, STEP_REGION,  # noqa: F401
                                                NoGpuActivity, Profile, StepTimes, _counted_annotation, nest_events,
                                                under_optimizer, _is_optimizer_region, EventNode, _op_category, _phase_of,
-                                               _Phases, _self_time, _shapes, _union, from_steps, load_trace,
-                                               per_step_phases, step_windows, within)
+                                               _GEMM_CONV_OPS, _Phases, _self_time, _shapes, _union, from_steps, load_trace,
+                                               per_step_phases, step_windows, timed_events, within)
 
 
 def _cpu_step(nodes: list[EventNode], phases: _Phases, phase_ms: dict) -> tuple[dict, float]:
@@ -48,11 +48,34 @@ def _cpu_step(nodes: list[EventNode], phases: _Phases, phase_ms: dict) -> tuple[
     return categories, _union(intervals) / 1e3
 
 
+_TYPE_MATH = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16"}
+_CAST_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
+
+
+def _cpu_model(nodes: list[EventNode]) -> tuple[dict[str, float], frozenset]:
+    """(GEMM/conv time by the number format of their inputs, the names of the other ops: what the
+    model runs whatever its precision) of a CPU trace's steps."""
+    math: dict[str, float] = {}
+    names = set()
+    for node in nodes:
+        if node.event.get("cat") != "cpu_op":
+            continue
+        category = _op_category(node)
+        if node.name in _GEMM_CONV_OPS:
+            types = (node.event.get("args") or {}).get("Input type") or [""]
+            kind = _TYPE_MATH.get(types[0] if isinstance(types[0], str) else "")
+            if kind:
+                math[kind] = math.get(kind, 0.0) + (node.end - node.start) / 1e3
+        elif category not in ACCELERATED + ("cast",) and node.name not in _CAST_OPS:
+            names.add(node.name)
+    return math, frozenset(names)
+
+
 def read_profile(source, device_type: str | None = None, trace_path: str | None = None) -> Profile:
     """The per-category breakdown of the steps in `source` (a trace dict or file). `device_type`
     None: 'cuda' when the trace holds GPU events or names a GPU, else 'cpu'."""
     trace = load_trace(source)
-    events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    events = timed_events(trace, trace_path or ("the trace" if isinstance(source, dict) else str(source)))
     if device_type is None:
         device_type = "cuda" if trace.get("deviceProperties") or any(e.get("cat") in GPU_CATS for e in events) \
             else "cpu"
@@ -62,11 +85,13 @@ def read_profile(source, device_type: str | None = None, trace_path: str | None 
         return gpu_trace.cuda_profile(trace, events, nodes, windows, trace_path)
     phases = _Phases(nodes)
     phase_ms = {p: 0.0 for p in PHASES}
-    steps, shapes = [], []
+    steps, shapes, stepped = [], [], []
     for start, end in windows.steps:
         inside = within(nodes, start, end)
         categories, busy = _cpu_step(inside, phases, phase_ms)
         steps.append(StepTimes((end - start) / 1e3, busy, categories))
         shapes = shapes or _shapes(inside)
+        stepped += inside
+    math_ms, kernel_set = _cpu_model(stepped)
     return from_steps("cpu", steps, phases_ms=per_step_phases(phase_ms, phases, len(steps)), shapes=shapes,
-                      trace_path=trace_path, notes=windows.notes)
+                      trace_path=trace_path, notes=windows.notes, math_ms=math_ms, kernel_set=kernel_set)

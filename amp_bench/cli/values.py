@@ -1,0 +1,284 @@
+"""What each command-line option's value may be, checked where argparse reads it: before a command
+runs, so a bad value is one line naming the option (exit 2) and never reaches a worker.
+
+Why one table here rather than a `type=` at each option: the options are declared in each command's
+module, and the same option (--steps, --device, --precision, -o) must mean the same everywhere;
+`harden` gives every value-taking option of every command its check from OPTION_TYPES (by option,
+or by command and option where one name means two things), and tests/test_cli_values.py holds every
+option to having one. Run settings go through the suite's own rule (suite.validate_overrides), executor
+settings through the executor block's (suite/executor.py), so the command line and a suite file agree
+on every limit. An empty value is always an error, never the default. Imports stay inside the checks:
+`--help` imports nothing more.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from pathlib import Path
+from typing import Callable
+
+_OVERRIDE = re.compile(r"^.*?override\.\w+(\[\d+\])?: ")
+
+
+def _fail(message: str):
+    raise argparse.ArgumentTypeError(message)
+
+
+def text(value: str) -> str:
+    """Any non-empty one-line value (a name, a glob, a SLURM account)."""
+    if not value.strip():
+        _fail("expected a value, got an empty one")
+    if any(c in value for c in "\n\r\0"):
+        _fail(f"expected one line, got {value!r}")
+    return value
+
+
+def integer(lo: int, hi: int, what: str = "an integer") -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(text(value).strip())
+        except ValueError:
+            _fail(f"expected {what} from {lo} to {hi}, got {value!r}")
+        if not lo <= number <= hi:
+            _fail(f"expected {what} from {lo} to {hi}, got {number}")
+        return number
+    return parse
+
+
+def number(lo_exclusive: float, hi: float, what: str = "a number") -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            figure = float(text(value).strip())
+        except ValueError:
+            _fail(f"expected {what} above {lo_exclusive:g} and at most {hi:g}, got {value!r}")
+        if not math.isfinite(figure) or not lo_exclusive < figure <= hi:
+            _fail(f"expected {what} above {lo_exclusive:g} and at most {hi:g}, got {value}")
+        return figure
+    return parse
+
+
+def setting(key: str, convert: Callable = str, item: bool = False) -> Callable:
+    """A run setting (suite/fields.py) checked by the suite's own rule; `item`: one value of a list
+    setting (a repeatable option such as --batch-size)."""
+    def parse(value: str):
+        from amp_bench.errors import UserError
+        from amp_bench.suite import validate_overrides
+        try:
+            converted = convert(text(value).strip())
+        except ValueError:
+            _fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
+        try:
+            validate_overrides({key: [converted] if item else converted}, Path("command line"))
+        except UserError as exc:
+            _fail(_OVERRIDE.sub("", exc.lines[0]))
+        return converted  # as given: the run checks it again, as it checks a suite's
+    return parse
+
+
+def _executor_fields() -> dict:
+    from amp_bench.suite.executor import FIELDS
+    return FIELDS
+
+
+def _headroom_fields() -> dict:
+    from amp_bench.suite.fields import HEADROOM_FIELDS
+    return HEADROOM_FIELDS
+
+
+def field_of(table: Callable[[], dict], key: str, convert: Callable = str) -> Callable:
+    """A value checked by one field of a suite block's table (the executor's `--slurm-*`, headroom's)."""
+    def parse(value: str):
+        try:
+            converted = convert(text(value).strip())
+        except ValueError:
+            _fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
+        problems: list[str] = []
+        checked = table()[key](converted, "", problems)
+        if problems:
+            _fail(re.sub(r"^(\[\d+\])?: ", "", problems[0]))
+        return converted if checked is not None else value
+    return parse
+
+
+def device(value: str) -> str:
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text(value)):
+        _fail(f"expected auto, cpu, cuda or cuda:N, got {value!r}")
+    return value
+
+
+def precision(value: str) -> str:
+    from amp_bench import modes
+    if value not in modes.names():
+        _fail(f"expected one of {', '.join(modes.names())}, got {value!r}")
+    return value
+
+
+def mode_pair(value: str) -> tuple[str, str]:
+    """BASE,MODE: two precision modes."""
+    from amp_bench import modes
+    pair = tuple(m.strip() for m in text(value).split(","))
+    if len(pair) != 2 or any(m not in modes.names() for m in pair):
+        _fail(f"expected BASE,MODE from {', '.join(modes.names())}, got {value!r}")
+    return pair
+
+
+def gpu_keys(value: str) -> tuple[str, ...]:
+    """A comma-separated list of the spec table's GPU keys (predict --list-targets)."""
+    from amp_bench.platform.gpu_specs import by_key
+    keys = [k.strip() for k in text(value).split(",")]
+    known = by_key()
+    for key in keys:
+        if key not in known:
+            _fail(f"unknown GPU {key!r} (known: {', '.join(known)})" if key else f"an empty GPU key in {value!r}")
+    return tuple(dict.fromkeys(keys))
+
+
+def gpu(value: str) -> str:
+    """One GPU of the spec table, by key, label or torch device name."""
+    from amp_bench.platform.gpu_specs import by_key, find
+    if find(text(value)) is None:
+        _fail(f"{value!r} is not in the spec table (known keys: {', '.join(by_key())})")
+    return value
+
+
+def cpu_flags(value: str) -> str:
+    """CPU flags the ceiling knows (analysis/explain/ceiling.py's CPU units), comma-separated."""
+    from amp_bench.analysis.explain.ceiling import CPU_UNITS
+    known = [flag for flag, _, _, _ in CPU_UNITS]
+    for flag in text(value).split(","):
+        if flag.strip() not in known:
+            _fail(f"unknown CPU flag {flag.strip()!r} (the ceiling knows {', '.join(known)}; leave it out for none)")
+    return value
+
+
+def formats(known: tuple[str, ...]) -> Callable[[str], tuple[str, ...]]:
+    def parse(value: str) -> tuple[str, ...]:
+        items = tuple(f.strip() for f in text(value).split(","))
+        if not items or any(f not in known for f in items):
+            _fail(f"expected a comma-separated list of {', '.join(known)}, got {value!r}")
+        return items
+    return parse
+
+
+def threshold(what: str, allow_bytes: bool = False) -> Callable[[str], str]:
+    """A regression threshold (3%, or bytes such as 64MiB where allowed), checked by compare's own parser."""
+    def parse(value: str) -> str:
+        from amp_bench.analysis.compare import Threshold
+        from amp_bench.errors import UserError
+        try:
+            Threshold.parse(text(value), what, allow_bytes=allow_bytes)
+        except UserError as exc:
+            _fail(exc.lines[0].split(": ", 1)[-1])
+        return value
+    return parse
+
+
+def existing_file(value: str) -> Path:
+    path = Path(text(value))
+    if path.is_dir():
+        _fail(f"{value}: a directory, not a file")
+    if not path.is_file():
+        _fail(f"{value}: no such file")
+    return path
+
+
+def existing_dir(value: str) -> Path:
+    path = Path(text(value))
+    if not path.is_dir():
+        _fail(f"{value}: {'a file, not a directory' if path.exists() else 'no such directory'}")
+    return path
+
+
+def output_dir(value: str) -> Path:
+    path = Path(text(value))
+    if path.exists() and not path.is_dir():
+        _fail(f"{value}: a file, not a directory")
+    return path
+
+
+def output_file(value: str) -> Path:
+    path = Path(text(value))
+    if path.is_dir():
+        _fail(f"{value}: a directory, not a file")
+    if path.parent.exists() and not path.parent.is_dir():
+        _fail(f"{path.parent}: a file, not a directory")
+    return path
+
+
+def output_stem(value: str) -> Path:
+    """A path stem the command adds .md, .json, ... to."""
+    path = output_file(value)
+    if not path.name.strip("."):
+        _fail(f"{value}: expected a path stem such as reports/compare")
+    return path
+
+
+def _slurm(key: str, convert: Callable = str) -> Callable:
+    return field_of(_executor_fields, key, convert)
+
+
+def option_types() -> dict[str, Callable]:
+    """Option -> its check, for every command that has the option."""
+    return {
+        "--device": device, "--results-dir": output_dir, "--reports-dir": output_dir, "--resume": existing_dir,
+        "--steps": setting("steps", int), "--min-steps": setting("min_steps", int),
+        "--max-steps": setting("max_steps", int), "--warmup-steps": setting("warmup_steps", int),
+        "--repeats": setting("repeats", int), "--batch-size": setting("batch_sizes", int, item=True),
+        "--precision": precision, "--target-ci": setting("target_ci", float),
+        "--case-budget": setting("case_budget_s", float), "--budget": setting("budget_s", float),
+        "--timeout-s": setting("timeout_s", float), "--nproc-per-node": setting("nproc_per_node", int, item=True),
+        "--compile": setting("compile", item=True), "--compile-backend": setting("compile_backend"),
+        "--seed": setting("seed", int), "--peak-tflops": number(0, 1e6, "TFLOP/s"),
+        "--slurm-partition": _slurm("partitions"), "--slurm-gpus-per-node": _slurm("gpus_per_node", int),
+        "--slurm-gres": _slurm("gres"), "--slurm-constraint": _slurm("constraint"),
+        "--slurm-account": _slurm("account"), "--slurm-qos": _slurm("qos"), "--slurm-time": _slurm("time_min", int),
+        "--slurm-cpus-per-task": _slurm("cpus_per_task", int), "--slurm-mem-gb": _slurm("mem_gb", float),
+        "--slurm-setup": _slurm("setup"), "--slurm-tasks": _slurm("tasks", int),
+        "--trace": existing_file, "--modes": mode_pair, "--cpu-isa": cpu_flags,
+        "--target": gpu_keys, "--source-gpu": gpu, "--csv": output_file,
+        "--prices": existing_file, "--annotations": existing_file, "--dashboard": output_file,
+        "--reference": text, "--machine": text, "--suite": text, "--note": text, "--history": text,
+        "--threshold-time": threshold("time"), "--threshold-throughput": threshold("throughput"),
+        "--threshold-speedup": threshold("speedup"), "--threshold-memory": threshold("memory", allow_bytes=True),
+        "--max-age": number(0, 3650, "days"), "--epochs": integer(1, 100_000, "an epoch count"),
+        "--tolerance-pp": number(0, 100, "percentage points"),
+        "--memory-cap-gb": field_of(_headroom_fields, "memory_cap_gb", float),
+        "--start-batch-size": field_of(_headroom_fields, "start_batch_size", int),
+        "--max-batch-size": field_of(_headroom_fields, "max_batch_size", int),
+        "--resolution": field_of(_headroom_fields, "resolution", int),
+    }
+
+
+SEED = integer(0, 2**32 - 1, "a seed")
+# (command, option or positional): where a name means something else in one command
+COMMAND_TYPES: dict[tuple[str, str], Callable] = {
+    **{(command, "suite"): existing_file for command in ("run", "explain", "fidelity", "headroom")},
+    ("predict", "run_dir"): existing_dir, ("nightly", "results"): existing_dir,
+    ("ingest", "files"): existing_file, ("validate", "suites"): existing_file,
+    **{(command, "results"): text for command in ("status", "report", "export", "history")},
+    ("compare", "baseline"): text, ("compare", "candidate"): text,
+    ("report", "--output"): output_file, ("export", "--output"): lambda value: Path(text(value)),
+    **{(command, "--output"): output_stem for command in ("compare", "history", "nightly")},
+    ("report", "--format"): formats(("html", "md", "csv")), ("compare", "--seed"): SEED, ("fidelity", "--seed"): SEED,
+    **{(command, "--threshold-memory"): threshold("memory") for command in ("history", "nightly")},  # no byte form
+}
+
+
+def takes_value(action: argparse.Action) -> bool:
+    return action.nargs != 0 and not isinstance(action, argparse._HelpAction)
+
+
+def harden(subparsers: argparse._SubParsersAction) -> None:
+    """Give every value-taking option and positional of every command its check (argparse's own
+    `choices` stay as they are: they refuse an unknown or empty value already)."""
+    table = option_types()
+    for command, parser in subparsers.choices.items():
+        for action in parser._actions:
+            if not takes_value(action) or action.choices is not None:
+                continue
+            names = action.option_strings or [action.dest]
+            check = next((COMMAND_TYPES[(command, n)] for n in names if (command, n) in COMMAND_TYPES), None)
+            check = check or next((table[n] for n in names if n in table), None)
+            if check is not None:
+                action.type = check
