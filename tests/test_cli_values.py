@@ -32,6 +32,8 @@ class WorkerWouldStart(AssertionError):
     """A value got past every check: the command went on to start a worker."""
 
 
+STARTED = "a worker would start"
+
 WORKER_STARTS = ("amp_bench.studies.session.start_server", "amp_bench.studies.session.probe",
                  "amp_bench.launchers.forkserver.launch", "amp_bench.studies.cluster.run_on_cluster",
                  "amp_bench.studies.cluster.resume", "amp_bench.studies.cluster_study.run_study_on_cluster",
@@ -137,6 +139,8 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
             code = main(argv)
         except SystemExit as exc:
             code = exc.code
+        except WorkerWouldStart:
+            code = STARTED
     return code, out.getvalue(), err.getvalue()
 
 
@@ -145,8 +149,6 @@ def _refused_in_one_line(command: str, name: str, garbage: str, tmp: Path) -> st
     argv = _argv(command, name, garbage, tmp)
     try:
         code, out, err = _run(argv)
-    except WorkerWouldStart:
-        return f"{argv}: a worker would start"
     except Exception as exc:  # noqa: BLE001 a traceback is what this test is for
         return f"{argv}: {type(exc).__name__}: {exc}"
     lines = [line for line in err.splitlines() if line.strip()]
@@ -214,3 +216,10 @@ def test_the_cli_errors_of_issue_47_are_refused():
         assert code == 2 and argv[-2] in err
     code, out, _ = _run(["predict", str(RUN_DIR), "--target", "l4", "--source-gpu", "a100-40gb"])
     assert code == 0 and "--source-gpu a100-40gb: not used: this is a CPU run" in " ".join(out.split())
+
+
+def test_a_slurm_option_of_a_study_run_here_is_said_not_to_apply():
+    code, out, _ = _run(["fidelity", str(ROOT / "suites" / "fidelity.yaml"), "--slurm-account", "lab", "--slurm-time",
+                         "30", "--no-report"])
+    assert code == STARTED  # a valid study: it goes on to run, here
+    assert "note: --slurm-account --slurm-time: not used: this fidelity runs here (executor local)" in out

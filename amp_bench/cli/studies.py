@@ -70,6 +70,11 @@ def _study(args, console, run, overrides: dict, progress, show, failed_rows, kep
     With --executor slurm, one job per partition runs it there (studies/cluster_study.py)."""
     from amp_bench.suite import executor_spec, load_suite
     spec = executor_spec(load_suite(args.suite).executor, executor_overrides(args), str(args.suite))
+    unused = [{"slurm_time_min": "--slurm-time"}.get(k, f"--{k.replace('_', '-')}") for k, v in vars(args).items()
+              if k.startswith("slurm_") and v is not None]
+    if not spec.remote and (unused or args.detach):
+        console.print(f"[yellow]note[/]: {' '.join(unused + (['--detach'] if args.detach else []))}: not used: "
+                      f"this {kind} runs here (executor local)", highlight=False, soft_wrap=True)
     if spec.remote:
         return _study_on_cluster(args, console, spec, kind, {k: v for k, v in overrides.items() if v is not None},
                                  failed_rows)
