@@ -468,7 +468,7 @@ def test_the_step_after_the_window_captures_when_asked(tmp_path, monkeypatch):
                      get_mode("fp32"), "cpu")
     x, y = torch.ones(4, 16), torch.zeros(4, 8)
     device = SimpleNamespace(type="cpu", name="cpu")
-    case = SimpleNamespace(precision="fp32", peak_tflops=None, explain=True)
+    case = SimpleNamespace(precision="fp32", peak_tflops=None, explain=True, instrument=True, count_flops=True)
     monkeypatch.setenv("AMP_BENCH_EXPLAIN_TRACE", str(tmp_path / "case.json.gz"))  # set by launch.run_one
     out = measure_case._explain(case, device, step, x, y, median_ms=1.0)
     assert out["explain_status"] == "captured" and (tmp_path / "case.json.gz").exists()
