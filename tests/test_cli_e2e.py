@@ -100,8 +100,8 @@ def test_list_models():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["run", "suites/smoke.yaml", "--batch-size", "0"], "override.batch_sizes[0]: expected a batch size"),
-    (["run", "suites/smoke.yaml", "--precision", "fp4"], "override.precisions[0]: expected one of"),
+    (["run", "suites/smoke.yaml", "--batch-size", "0"], "--batch-size: expected a batch size"),
+    (["run", "suites/smoke.yaml", "--precision", "fp4"], "--precision: expected one of"),
     (["run", "suites/nope.yaml"], "suites/nope.yaml: suite file not found"),
     (["run", "suites/smoke.yaml", "--device", "cuda:x"], "expected cuda or cuda:N"),
 ])

@@ -103,7 +103,8 @@ def field_of(table: Callable[[], dict], key: str, convert: Callable = str) -> Ca
 
 def device(value: str) -> str:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text(value)):
-        _fail(f"expected auto, cpu, cuda or cuda:N, got {value!r}")
+        _fail(f"device {value!r}: expected cuda or cuda:N" if value.startswith("cuda") else
+              f"expected auto, cpu, cuda or cuda:N, got {value!r}")
     return value
 
 
@@ -183,6 +184,13 @@ def existing_file(value: str) -> Path:
     return path
 
 
+def suite_file(value: str) -> Path:
+    """A suite file, said as the suite loader says it."""
+    if not Path(text(value)).exists():
+        _fail(f"{value}: suite file not found")
+    return existing_file(value)
+
+
 def existing_dir(value: str) -> Path:
     path = Path(text(value))
     if not path.is_dir():
@@ -253,9 +261,10 @@ def option_types() -> dict[str, Callable]:
 SEED = integer(0, 2**32 - 1, "a seed")
 # (command, option or positional): where a name means something else in one command
 COMMAND_TYPES: dict[tuple[str, str], Callable] = {
-    **{(command, "suite"): existing_file for command in ("run", "explain", "fidelity", "headroom")},
+    **{(command, "suite"): suite_file for command in ("run", "explain", "fidelity", "headroom")},
+    ("validate", "suites"): suite_file,
     ("predict", "run_dir"): existing_dir, ("nightly", "results"): existing_dir,
-    ("ingest", "files"): existing_file, ("validate", "suites"): existing_file,
+    ("ingest", "files"): existing_file,
     **{(command, "results"): text for command in ("status", "report", "export", "history")},
     ("compare", "baseline"): text, ("compare", "candidate"): text,
     ("report", "--output"): output_file, ("export", "--output"): lambda value: Path(text(value)),
