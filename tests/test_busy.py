@@ -132,12 +132,13 @@ def test_a_starved_case_is_saved_as_contended_then_run_again_if_the_machine_is_q
     row = results.iloc[0]
     manifest = json.loads((Path(results.attrs["run_dir"]) / "manifest.json").read_text())
     if quiet:
-        assert row["status"] == "ok" and "its first run was stopped as contended" in row["warnings"]
+        assert row["status"] == "ok" and "its pair's first run was disturbed" in row["warnings"]
+        assert row["rerun_reason"].startswith("contended: 3 other processes")  # what the replaced row said
         assert "contended_not_retried" not in manifest
     else:
         assert row["status"] == "contended" and bool(row["contended"])
         assert row["reason"].startswith("3 other processes") and row["contention"] == row["reason"]
-        assert manifest["contended_not_retried"] == "1 case(s): other processes used 1.70 of 2 cores"
+        assert manifest["contended_not_retried"] == "1 pair(s): other processes used 1.70 of 2 cores"
     assert len(results) == 1  # the retry replaced the stopped row
 
 
@@ -207,7 +208,7 @@ def test_a_machine_that_stays_busy_is_asked_before_each_case_after_a_streak(writ
     if quiet_after:
         assert asked == [0.5] * 6 + [2.0]  # before every case, quiet each time; then the end's retry
         assert list(results["status"]) == ["ok"] * 6  # the one starved case ran again at the end
-        assert results["warnings"].str.contains("its first run was stopped as contended").sum() == 1
+        assert results["warnings"].str.contains("its pair's first run was disturbed").sum() == 1
         return
     assert _AlwaysStarved.watched == 4 and list(results["status"]) == ["contended"] * 6
     skipped = results[results["reason"].str.startswith("not run: the machine was still busy")]

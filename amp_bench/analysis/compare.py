@@ -39,7 +39,7 @@ from amp_bench.analysis.gate.history import history_noise
 from amp_bench.errors import UserError
 from amp_bench.store.fingerprint import fingerprint_mismatch, fingerprints
 from amp_bench.store.results import contended, contention_reason
-from amp_bench.analysis.speedups import headline_memory
+from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS, headline_memory
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 4
 MIN_SAMPLES = 5  # per side, for a time comparison
@@ -215,13 +215,14 @@ def _judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context: _C
     b_all, c_all = base_rows[base_rows["case_id"] == case_id], cand_rows[cand_rows["case_id"] == case_id]
     b, c = b_all[b_all["status"] == "ok"], c_all[c_all["status"] == "ok"]
     b_busy, c_busy = base_busy[b.index], cand_busy[c.index]
-    # a side whose rows were all contended (flagged at the window's edges, or stopped early as
-    # `contended`) has no verdict (exit 3); otherwise contended repeats are left out
-    whole = [side for side, rows, busy in (("baseline", b_all, b_busy), ("candidate", c_all, c_busy))
-             if not rows.empty and busy.all() and rows["status"].isin(["ok", "contended"]).all()]
+    # a side left with too few clean repeats by contention (flagged at the window's edges, or stopped early
+    # as `contended`) has no verdict (exit 3), as a headline has no figure; otherwise they are left out
+    whole = [side for side, rows, ok, busy in (("baseline", b_all, b, b_busy), ("candidate", c_all, c, c_busy))
+             if _too_few_clean(rows, ok, busy)]
     if whole:
         reasons = sorted({x for rows in (b_all, c_all) for x in contention_reason(rows) if x})
-        detail = " and ".join(whole) + ": every repeat contended" + (f" ({'; '.join(reasons)})" if reasons else "")
+        detail = " and ".join(whole) + ": too few repeats clean of contention" + (f" ({'; '.join(reasons)})"
+                                                                                 if reasons else "")
         return [MetricResult(case_id, metric, None, None, None, None, None, None, CONTENDED, detail)
                 for metric in ("step_time", "throughput", "peak_memory")]
     if b_busy.any() or c_busy.any():
@@ -235,6 +236,14 @@ def _judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context: _C
         return [MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
                              f"{side}: {status}")]
     return _compare_case(case_id, b, c, context)
+
+
+def _too_few_clean(rows: pd.DataFrame, ok: pd.DataFrame, busy: pd.Series) -> bool:
+    """Did contention leave this side fewer clean repeats than a figure needs (MIN_CLEAN_PAIRS, or its one)?"""
+    if rows.empty or not rows["status"].isin(["ok", "contended"]).all():
+        return False
+    disturbed = bool(busy.any()) or bool((rows["status"] == "contended").any())
+    return disturbed and int((~busy).sum()) < min(MIN_CLEAN_PAIRS, len(rows))
 
 
 def _add_notes(comparison: Comparison, excluded: dict, wanders: tuple) -> None:

@@ -27,7 +27,8 @@ from amp_bench.store.flags import text_column
 
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
 _FIGURES = ["gpu", "architecture", "compute_capability", "precision", "status", "reason", "throughput",
-            "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "samples_per_watt", "mfu",
+            "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "speedup_pairs_dropped",
+            "samples_per_watt", "mfu",
             "price_per_gpu_hour", "samples_per_dollar", "run_id"]
 
 
@@ -105,6 +106,7 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
         "throughput": table["throughput"].where(table["status"] == "ok"),
         "speedup_vs_reference_mode": table.get(f"speedup_vs_{ref}"),
         "speedup_ci_low": table.get(f"speedup_vs_{ref}_ci_low"), "speedup_ci_high": table.get(f"speedup_vs_{ref}_ci_high"),
+        "speedup_pairs_dropped": table.get(f"speedup_vs_{ref}_dropped"),  # contended pairs left out of it
         "samples_per_watt": table["samples_per_joule"], "mfu": table["mfu"], "run_id": table["run_id"]})
     device = text_column(table, "device_name")
     partition = text_column(table, "slurm_partition")

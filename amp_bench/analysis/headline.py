@@ -30,16 +30,25 @@ def _case_name(row: pd.Series) -> str:
     return f"{identity.case_label(row)} on {row['device_name']}"
 
 
-def _ratio_text(ratio: float, low: float | None, high: float | None, what: str) -> str:
+def _ratio_text(ratio: float, low: float | None, high: float | None, what: str, pairs: str = "") -> str:
     if ratio >= 1:
         text = f"{ratio:.2f}x faster than {what}"
         interval = (low, high)
     else:
         text = f"{1 / ratio:.2f}x slower than {what}"
         interval = (1 / high if high else None, 1 / low if low else None)
-    if interval[0] and interval[1]:
-        text += f" (95% CI {interval[0]:.2f}-{interval[1]:.2f}x)"
+    inside = [f"95% CI {interval[0]:.2f}-{interval[1]:.2f}x"] if interval[0] and interval[1] else []
+    if inside or pairs:
+        text += f" ({'; '.join(inside + ([pairs] if pairs else []))})"
     return text
+
+
+def _pairs_text(row: pd.Series, ref: str) -> str:
+    """'5 of 6 pairs, 1 dropped: contended' when a disturbance cost the figure pairs; '' otherwise."""
+    dropped, used = _number(row.get(f"speedup_vs_{ref}_dropped")), _number(row.get(f"speedup_vs_{ref}_pairs"))
+    if not dropped or used is None:
+        return ""
+    return f"{used:.0f} of {used + dropped:.0f} pairs, {dropped:.0f} dropped: contended"
 
 
 def _clause(row: pd.Series, base: pd.Series | None) -> str:
@@ -61,7 +70,12 @@ def _clause(row: pd.Series, base: pd.Series | None) -> str:
     if low is None or high is None:  # results without per-step intervals: the spread of the repeats
         low, high = _number(row.get(f"speedup_vs_{ref}_min")), _number(row.get(f"speedup_vs_{ref}_max"))
         low, high = (low, high) if (low and high and low != high) else (None, None)
-    text = f"{name} is {_ratio_text(ratio, low, high, ref)}"
+    if is_true(row.get(f"contended_vs_{ref}")) and _number(row.get(f"speedup_vs_{ref}_dropped")):
+        total = (_number(row.get(f"speedup_vs_{ref}_pairs")) or 0) + _number(row.get(f"speedup_vs_{ref}_dropped"))
+        clean = _number(row.get(f"speedup_vs_{ref}_clean")) or 0  # too few clean pairs left for a figure
+        return (f"{name} contended: {clean:.0f} clean pair(s) of {total:.0f}, too few for an interval "
+                f"({str(row.get('contention') or '').split(';')[0]})")
+    text = f"{name} is {_ratio_text(ratio, low, high, ref, _pairs_text(row, ref))}"
     saving = _number(row.get(f"mem_saving_vs_{ref}"))
     if saving is not None:
         what = "peak RSS" if row.get("device") == "cpu" else "peak memory"

@@ -91,10 +91,11 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
                     "repeats_ok": ("status", "size")}
     aggregations |= {name: (column, "median") for name, column in metrics.items()}
     aggregations |= {c: (c, "median") for c in COMPILE_MEDIANS} | {c: (c, "max") for c in COMPILE_MAXIMA}
-    medians = ok.groupby(keys, dropna=False).agg(**aggregations)
+    medians = clean_rows(ok, keys).groupby(keys, dropna=False).agg(**aggregations)
     by_case = frame.groupby(keys, dropna=False)
-    # "ok" only when every repeat was ok; otherwise the commonest failure, with all counts alongside
-    statuses = by_case["status"].agg(lambda s: "ok" if (s == "ok").all() else s[s != "ok"].value_counts().index[0])
+    # "ok" when every repeat was ok, or when the others were only contended (left out of the figures) and
+    # MIN_CLEAN_PAIRS ok remain; otherwise the commonest failure, with all counts alongside
+    statuses = by_case["status"].agg(_case_status)
     counts = by_case["status"].agg(lambda s: ", ".join(f"{v} {k}" for k, v in s.value_counts().items()))
     reasons = by_case["reason"].agg(lambda s: next((r for r in s if isinstance(r, str) and r), "")) \
         if "reason" in frame else pd.Series("", index=statuses.index)
@@ -115,9 +116,7 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         table = table.join(paired_speedups(ok, base, throughput=base == ref), on=keys)
         unpaired = baseline(base, "step_time_ms") / table["step_time_ms"]
         table[f"speedup_vs_{base}"] = table[f"speedup_vs_{base}"].fillna(unpaired)
-        # a ratio is only as trustworthy as both its sides
-        both = zip(table["contended"], baseline(base, "contended"))
-        table[f"contended_vs_{base}"] = [is_true(a) or is_true(b) for a, b in both]
+        table = _dropped_pairs(table, frame, base)
     unpaired = table["throughput"] / baseline(ref, "throughput")
     table[f"throughput_speedup_vs_{ref}"] = table[f"throughput_speedup_vs_{ref}"].fillna(unpaired)
     table[f"mem_saving_vs_{ref}"] = 1 - table["peak_mem_bytes"] / baseline(ref, "peak_mem_bytes")
@@ -134,6 +133,49 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     table = identity.unkeyed(table)
     table["_order"] = table["precision"].map(modes.order_key)
     return table.sort_values(group_keys() + ["_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def clean_rows(ok: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Each case's ok rows that ran on their own machine, where MIN_CLEAN_PAIRS such remain (else all its ok
+    rows): the medians are taken as the paired speedups are, without the contended repeats."""
+    busy = true_rows(ok["contended"]) if "contended" in ok else pd.Series(False, index=ok.index)
+    clean_count = (~busy).groupby([ok[k] for k in keys], dropna=False).transform("sum")
+    return ok[~busy | (clean_count < MIN_CLEAN_PAIRS)]
+
+
+def _case_status(statuses: pd.Series) -> str:
+    """A case's status across its repeats (module docstring of summarize's)."""
+    if (statuses == "ok").all():
+        return "ok"
+    failed = statuses[statuses != "ok"]
+    if (failed == "contended").all() and (statuses == "ok").sum() >= MIN_CLEAN_PAIRS:
+        return "ok"
+    return failed.value_counts().index[0]
+
+
+def _dropped_pairs(table: pd.DataFrame, frame: pd.DataFrame, base: str) -> pd.DataFrame:
+    """The pairs a disturbance cost each speedup over `base`: those left out because a side ran contended,
+    and those a contended stop broke (a side without figures); `contended_vs_<base>` when what is left
+    cannot carry the figure (fewer than MIN_CLEAN_PAIRS clean pairs of a run that planned more)."""
+    name = f"speedup_vs_{base}"
+    keyed = frame.assign(_stopped=frame["status"] == "contended")
+    stopped = keyed.groupby(group_keys() + ["repeat"], dropna=False).apply(
+        lambda rows: rows.set_index("precision")["_stopped"], include_groups=False)
+    broken = (stopped.unstack("precision").fillna(False) if isinstance(stopped, pd.Series) else stopped)
+    counts = {}
+    if base in broken:
+        either = broken.apply(lambda col: col | broken[base])
+        counts = either.groupby(level=group_keys(), dropna=False).sum().stack().to_dict()
+    lost = [counts.get((*key, precision), 0) for key, precision in
+            zip(table[group_keys()].itertuples(index=False, name=None), table["precision"])]
+    dropped = table[f"{name}_dropped"].fillna(0).astype(int) + np.asarray(lost, dtype=int)
+    table[f"{name}_dropped"] = dropped.where(table["status"] == "ok", 0)  # a case without figures drops nothing
+    pairs = table[f"{name}_pairs"].fillna(0)
+    too_few = (pairs < MIN_CLEAN_PAIRS) & (pairs + table[f"{name}_dropped"] >= MIN_CLEAN_PAIRS) & \
+        (table[f"{name}_dropped"] > 0)
+    table[f"contended_vs_{base}"] = (table[f"{name}_busy"].fillna(False).astype(bool) | too_few) & \
+        (table["precision"] != base)
+    return table.drop(columns=[f"{name}_busy"])
 
 
 def _versus_eager(table: pd.DataFrame) -> pd.DataFrame:
@@ -216,10 +258,13 @@ def pair_keys(rows: pd.DataFrame) -> list[str]:
     return group_keys()
 
 
+MIN_CLEAN_PAIRS = 2  # a paired interval needs two pairs; fewer clean ones and contended pairs stay in, flagged
+
+
 def clean_pairs(pairs: pd.DataFrame) -> pd.DataFrame:
-    """The pairs where neither side was contended, while two such remain; else all of them."""
+    """The pairs where neither side was contended, while MIN_CLEAN_PAIRS such remain; else all of them."""
     clean = pairs[~pairs["_busy"]]
-    return clean if len(clean) >= 2 else pairs
+    return clean if len(clean) >= MIN_CLEAN_PAIRS else pairs
 
 
 def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd.DataFrame:
@@ -228,13 +273,14 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
     `throughput`, the paired throughput ratio too. Contended pairs are left out while two clean pairs
     remain. One pair has the interval its two windows' 95% intervals of the median allow (base low /
     mode high .. base high / mode low)."""
-    rows = {key: _paired_row(clean_pairs(pairs), base, throughput)
+    rows = {key: _paired_row(pairs, base, throughput)
             for key, pairs in paired_log_ratios(ok, base).groupby(group_keys() + ["precision"], dropna=False)}
     # (grouped by the summary's columns, which _prepare made key-safe: one group id is one such group)
     index = pd.MultiIndex.from_tuples(list(rows), names=group_keys() + ["precision"]) if rows else \
         pd.MultiIndex.from_tuples([], names=group_keys() + ["precision"])
     columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high", f"speedup_vs_{base}_min",
-               f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs", f"speedup_vs_{base}_method"] + \
+               f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs", f"speedup_vs_{base}_method",
+               f"speedup_vs_{base}_dropped", f"speedup_vs_{base}_clean", f"speedup_vs_{base}_busy"] + \
         ([f"throughput_speedup_vs_{base}"] if throughput else [])
     return pd.DataFrame(list(rows.values()), index=index, columns=columns)
 
@@ -249,8 +295,10 @@ def _how_paired(pairs: pd.DataFrame) -> str:
     return how + (", windows of one worker per mode" if (windows > 0).any() else "")
 
 
-def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:
+def _paired_row(every: pd.DataFrame, base: str, throughput: bool) -> dict:
+    """The paired speedup from the clean pairs (clean_pairs), how many were dropped, whether busy ones stayed."""
     name = f"speedup_vs_{base}"
+    pairs = clean_pairs(every)
     ratios = np.exp(pairs["_log"])
     found = paired_log_interval(pairs["_log"])
     if (pairs["precision"] == base).all():  # the baseline against itself
@@ -265,7 +313,9 @@ def _paired_row(pairs: pd.DataFrame, base: str, throughput: bool) -> dict:
         high = one["_base_step_time_ms_ci_high"] / one["step_time_ms_ci_low"]
         method = "one pair: its windows' 95% intervals of the median"
     row = {name: point, f"{name}_ci_low": low, f"{name}_ci_high": high, f"{name}_min": float(ratios.min()),
-           f"{name}_max": float(ratios.max()), f"{name}_pairs": len(pairs), f"{name}_method": method}
+           f"{name}_max": float(ratios.max()), f"{name}_pairs": len(pairs), f"{name}_method": method,
+           f"{name}_dropped": len(every) - len(pairs), f"{name}_clean": int((~every["_busy"]).sum()),
+           f"{name}_busy": bool(pairs["_busy"].any())}
     if throughput:
         logs = pairs["_tlog"].dropna()
         row[f"throughput_{name}"] = trimmed_log_mean(logs)

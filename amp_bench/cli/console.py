@@ -271,11 +271,18 @@ def _print_summary_notes(summary, console) -> None:
                       "built (the torch runtime's own footprint)[/]")
     for reason in dict.fromkeys(r for r in summary.get("emulated_reason", []) if isinstance(r, str) and r):
         console.print(f"[yellow]emulated[/]: {escape(reason)}", highlight=False)
+    ref = modes.reference()
     contended = summary[true_rows(summary["contended"])]
     for _, r in contended.iterrows():
-        console.print(f"[red]contended[/]: {escape(case_label(r))} {r['precision']}: "
-                      f"{escape(str(r['contention']))}; its figures are not trustworthy (rerun on a quiet machine)",
-                      highlight=False, soft_wrap=True)
+        dropped = r.get(f"speedup_vs_{ref}_dropped")
+        if is_true(r.get(f"contended_vs_{ref}")) or not dropped or dropped != dropped:
+            console.print(f"[red]contended[/]: {escape(case_label(r))} {r['precision']}: "
+                          f"{escape(str(r['contention']))}; its figures are not trustworthy (rerun on a quiet "
+                          "machine)", highlight=False, soft_wrap=True)
+        else:  # enough clean pairs remained: the disturbed ones are left out of the figures
+            console.print(f"[yellow]dropped[/]: {escape(case_label(r))} {r['precision']}: {int(dropped)} pair(s) left "
+                          f"out of its figures, contended: {escape(str(r['contention']))}", highlight=False,
+                          soft_wrap=True)
     not_run = summary[(summary["status"] == "unsupported")]
     for reason in dict.fromkeys(not_run["reason"].astype(str)):
         names = ", ".join(dict.fromkeys(not_run.loc[not_run["reason"].astype(str) == reason, "precision"]))

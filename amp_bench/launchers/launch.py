@@ -23,7 +23,8 @@ from amp_bench.store.results import RunStore, utc_now
 from amp_bench.suite import Case
 
 
-def _stops_on_contention(case: Case) -> bool:
+def stops_on_contention(case: Case) -> bool:
+    """Does this case stop on contention (the suite's on_contention, or AMP_BENCH_ON_CONTENTION over it)?"""
     return (os.environ.get("AMP_BENCH_ON_CONTENTION") or case.on_contention) == "stop"
 
 
@@ -36,7 +37,7 @@ def _cores_needed(case: Case, device: DeviceInfo) -> int:
 def contention_watch(case: Case, device: DeviceInfo):
     """The watch that stops a starved case early (on_contention: stop; AMP_BENCH_ON_CONTENTION overrides
     the suite, as the test suite's shared cores need), as a factory of the worker's pid, or None."""
-    if not _stops_on_contention(case):
+    if not stops_on_contention(case):
         return None
     needed = _cores_needed(case, device)
     return lambda pid: ContentionWatch(pid, needed)
@@ -53,7 +54,7 @@ def still_busy(case: Case, device: DeviceInfo) -> str:
     """Asked after a streak of contended cases (studies/benchmark.BUSY_STREAK): is the machine still too
     busy to give this case its share, over BUSY_LOOK_S of /proc/stat (busy.quiet_now)? The evidence, or ''
     (quiet, or on_contention: flag, which measures anyway)."""
-    if not _stops_on_contention(case):
+    if not stops_on_contention(case):
         return ""
     quiet, how = busy.quiet_now(_cores_needed(case, device), seconds=BUSY_LOOK_S)
     return "" if quiet else how

@@ -207,14 +207,32 @@ def _opening_html(data: ReportData, summary: pd.DataFrame) -> list[str]:
         sentences = headlines(summary)
         if sentences:
             parts.append("<div class='headline'>" + "".join(f"<p>{html.escape(s)}</p>" for s in sentences) + "</div>")
-        contended = summary[true_rows(summary["contended"])] if "contended" in summary else summary.iloc[0:0]
-        if not contended.empty:
-            parts.append("<p class='warn'>Contended: " + html.escape(
-                f"{len(contended)} case(s) did not get their machine during the measured window (another process "
-                f"used it); their figures are not trustworthy: {contended['contention'].iloc[0]}") + "</p>")
+        parts += _contended_html(summary)
     for run, state in data.unfinished_runs:
         parts.append("<p class='warn'>" + html.escape(f"Run {run} did not finish ({state}); the cases it finished "
                                                       "are shown.") + "</p>")
+    return parts
+
+
+def _contended_html(summary: pd.DataFrame) -> list[str]:
+    """Cases whose figures rest on a shared machine (not trustworthy), and those that only lost pairs to it
+    (left out: the figures are from the clean pairs), each said once."""
+    if "contended" not in summary:
+        return []
+    ref = modes.reference()
+    contended = summary[true_rows(summary["contended"])]
+    untrusted = contended[true_rows(contended.get(f"contended_vs_{ref}", pd.Series(False, index=contended.index)))
+                          | (contended["status"] != "ok")]
+    dropped = contended.drop(index=untrusted.index)
+    parts = []
+    if not untrusted.empty:
+        parts.append("<p class='warn'>Contended: " + html.escape(
+            f"{len(untrusted)} case(s) did not get their machine during the measured window (another process "
+            f"used it); their figures are not trustworthy: {untrusted['contention'].iloc[0]}") + "</p>")
+    if not dropped.empty:
+        parts.append("<p class='note'>" + html.escape(
+            f"{len(dropped)} case(s) lost repeats to another process: those pairs are left out, and their figures "
+            f"come from the clean pairs (the headline says how many): {dropped['contention'].iloc[0]}") + "</p>")
     return parts
 
 

@@ -322,6 +322,9 @@ COLUMNS: list[Column] = [
         ("log_file", TEXT, "the worker's log, relative to the run directory"),
     ]),
     *_cols("phases", [
+        ("rerun_reason", TEXT, "why this row's case was run again at the end of its run: its pair's first run was "
+                               "disturbed (stopped or measured as contended; that row's status and evidence). The "
+                               "row replaces the first run's"),
         ("worker_window", INT, "which window of its worker the row is: 0 for a worker's first (or only) one; a "
                                "case's repeats that shared a worker (repeats_per_worker) share its log_file"),
         ("worker_wall_s", FLOAT, "the worker's wall time from its launch to its reap, by the parent's clock (a "

@@ -23,11 +23,12 @@ from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
 from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
 from amp_bench.studies.flop_counts import FlopCounts
+from amp_bench.studies.retry import RETRY_SHARE, Allowance, pairs_to_retry
 from amp_bench.studies.session import Session, probe, record_machine, running, server_for, spawn_note
 from amp_bench.studies.time_left import TimeLeft
 from amp_bench.suite import Case
 from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, run_shared, still_busy
+from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, run_shared, still_busy, stops_on_contention
 from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 
 
@@ -142,8 +143,10 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     """Run cases one after another, each in a fresh worker (a repeat's modes together as a lockstep set
     where launch_units says so), and save each row as it finishes. `stop` (a job's StopSignals) ends the
     loop at a signal: the case it cut short, and those not started, get rows saying why (a died status);
-    `heartbeat` is told which case runs. Cases stopped early as `contended`, or not run while the machine
-    stayed busy (BUSY_STREAK), are run once more at the end if the machine is quiet then (retry_contended)."""
+    `heartbeat` is told which case runs. A repeat of a group whose measurement another process disturbed
+    (a mode stopped as contended, not run while the machine stayed busy (BUSY_STREAK), or measured on a
+    shared machine where the case stops on contention) is run once more at the end, all its modes, if the
+    machine is quiet then and the run's retry allowance holds it (retry_disturbed)."""
     info = machine.device
     # the hardware gate, decided once per planned case; the worker is handed the decision
     supports = {index: precision_support(case.precision, info) for index, case, _ in order}
@@ -151,7 +154,7 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     budget_s = order[0][1].budget_s if order else None
     run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(budget_s, len(runnable)), stop, heartbeat,
                len(order), time_left=TimeLeft([(c, r) for i, c, r in order if i in runnable], budget_s))
-    starved, streak, position = [], 0, 0
+    measured, streak, position = [], 0, 0
     for unit in launch_units(order, machine, reporter):
         if stop is not None and stop.requested:
             _save_died(store, order[position:], machine, stop)
@@ -164,13 +167,12 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
                        running=run.running)
             return
         for (index, case, repeat), row in zip(unit, rows):
-            if row["status"] == "contended":
-                starved.append((index, case, repeat))
             if index in runnable:
+                measured.append(((index, case, repeat), row))
                 streak = streak + 1 if row["status"] == "contended" or is_true(row.get("contended")) else 0
         position += len(unit)
-    if starved and not (stop is not None and stop.requested):
-        retry_contended(store, starved, machine, reporter, supports, run.planner, heartbeat, run.flops)
+    if not (stop is not None and stop.requested):
+        retry_disturbed(run, pairs_to_retry(measured, stops_on_contention))
 
 
 def in_lockstep(case: Case, machine: Machine) -> bool:
@@ -239,6 +241,8 @@ class _Run:
     saved: set = field(default_factory=set)  # plan indexes whose rows are saved
     time_left: TimeLeft | None = None  # the estimate the progress display shows
     flops: FlopCounts = field(default_factory=FlopCounts)  # FLOPs counted once per model, batch and layout
+    rows: dict = field(default_factory=dict)  # plan index -> its saved row
+    rerun_reasons: dict = field(default_factory=dict)  # plan index -> why it runs again (retry_disturbed)
 
     def unit(self, unit: list, live: list, position: int, evidence: str, streak: int) -> list[dict] | None:
         """One unit's rows in plan order (None when a job's stop cut it short): not run while the machine
@@ -335,12 +339,16 @@ class _Run:
         index, case, repeat = item
         if case.explain and repeat == 0:  # the first repeat's worker saved its profiled steps (launch.run_one):
             row.update(explain_row(row, self.store.dir))  # judged here, torch-free (issue 23)
+        if index in self.rerun_reasons:  # a disturbed pair's second run: it replaces the first's row
+            row["rerun_reason"] = self.rerun_reasons[index]
+            note = "run again at the end: its pair's first run was disturbed"
         if note:
             row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
         self.flops.carry(case, row)
         _stamp(row, self.machine)
         self.store.add(row, samples, key=part_key(index, case, repeat))
         self.saved.add(index)
+        self.rows[index] = row
         self.running.discard(index)
         if index in self.runnable:  # a gated case costs nothing: it is not in the budget's count
             self.planner.finished(row)
@@ -352,25 +360,48 @@ class _Run:
         return row
 
 
-def retry_contended(store, starved: list, machine: Machine, reporter: Reporter, supports: dict, planner,
-                    heartbeat=None, flops: FlopCounts | None = None) -> None:
-    """Run each case stopped as contended once more (alone, not in lockstep), if the run's budget is not
-    spent and the machine is quiet now (busy.quiet_now over 2 s); its new row replaces the stopped one and
-    says it was a retry. A machine still busy gets no retry (each would be stopped again): the note says why."""
+def retry_disturbed(run: _Run, pairs: list[list[tuple]]) -> None:
+    """Run each disturbed pair (a group's repeat, every mode: studies/retry.py) once more, as it first ran
+    (a lockstep set where it was one), while the machine is quiet (busy.quiet_now over 2 s) and the run's
+    retry allowance holds it; the new rows replace the old and say why they were run again. What is not
+    run again is said in a note and the manifest."""
     from amp_bench.launchers.busy import cores_needed, quiet_now
-    first = starved[0][1]
-    spent = planner.budget_s is not None and planner.clock() - planner.started >= planner.budget_s
-    quiet, how = (False, "the run's budget is spent") if spent else \
-        quiet_now(cores_needed(machine.device.type, first.threads_per_rank, first.nproc_per_node or 1))
-    if not quiet:
-        reporter.note(f"{len(starved)} case(s) stopped as contended were not run again: {how}")
-        store.update_manifest(lambda m: m.update(contended_not_retried=f"{len(starved)} case(s): {how}"))
+    if not pairs:
         return
-    reporter.note(f"running the {len(starved)} case(s) stopped as contended once more ({how})")
-    run = _Run(store, machine, reporter, supports, {index for index, _, _ in starved}, planner, None, heartbeat,
-               len(starved), flops=flops or FlopCounts())
-    for n, item in enumerate(starved):
-        run.item(item, n, note="run again at the end: its first run was stopped as contended")
+    first = pairs[0][0][1]
+    quiet, how = quiet_now(cores_needed(run.machine.device.type, first.threads_per_rank, first.nproc_per_node or 1))
+    planner = run.planner
+    elapsed = planner.clock() - planner.started
+    allowance = Allowance(elapsed, None if planner.budget_s is None else planner.budget_s - elapsed,
+                          budgeted=planner.budget_s is not None)
+    chosen = [pair for pair in pairs if quiet and allowance.take(_pair_cost(run, pair))]
+    left = len(pairs) - len(chosen)
+    if left:
+        why = how if not quiet else f"the run's retry allowance ({RETRY_SHARE:.0%} of its time, or its budget) is spent"
+        run.reporter.note(f"{left} disturbed pair(s) were not run again: {why}")
+        run.store.update_manifest(lambda m: m.update(contended_not_retried=f"{left} pair(s): {why}"))
+    if not chosen:
+        return
+    run.reporter.note(f"running {len(chosen)} disturbed pair(s) once more ({how})")
+    run.rerun_reasons = {index: _first_words(row) for pair in chosen for index, _, _ in pair
+                         if (row := run.rows.get(index)) is not None}
+    position = 0
+    for pair in chosen:
+        for unit in launch_units(pair, run.machine):
+            run.unit(unit, unit, position, "", 0)
+            position += len(unit)
+
+
+def _pair_cost(run: _Run, pair: list[tuple]) -> float | None:
+    """What running a pair again should take: its cases' estimates (studies/time_left.py)."""
+    costs = [run.time_left.estimate(case, repeat) for _, case, repeat in pair] if run.time_left else [None]
+    return None if any(c is None for c in costs) else sum(costs)
+
+
+def _first_words(row: dict) -> str:
+    """Why a row was run again: its status and its contention evidence, in one short line."""
+    evidence = str(row.get("contention") or row.get("reason") or "")
+    return f"{row.get('status')}: {evidence}"[:200]
 
 
 def _stamp(row: dict, machine: Machine) -> None:

@@ -48,6 +48,11 @@ class TimeLeft:
         if repeat == 0:
             self.firsts.append(own)
 
+    def estimate(self, case, repeat: int) -> float | None:
+        """Seconds one more run of this case and repeat should take (None: nothing to go by yet)."""
+        found = self._estimate(case, repeat)
+        return None if found is None else sum(found)
+
     def _estimate(self, case, repeat: int) -> tuple[float, float] | None:
         """(fixed s, window s) of a case still to run: a later repeat of a case seen; else the median first
         repeat (for a first repeat) or the median later repeat of the cases seen."""
