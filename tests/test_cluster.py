@@ -432,3 +432,12 @@ def test_the_software_record_is_taken_beside_the_probe_and_done_before_any_case(
     assert order == ["probe", "software"]  # side by side: the probe did not wait for the record to start
     assert probed["software"]["pip_freeze"] == ["torch==2.14.1"] and probed["device"]["type"] == "cpu"
     assert not [t for t in threading.enumerate() if t.name == "amp_bench-software-record"]
+
+
+@pytest.mark.slow
+def test_slurm_options_on_a_local_run_are_said_not_to_apply(write_suite, tmp_path):
+    proc = cli("run", str(write_suite(SUITE)), "--precision", "fp32", "--slurm-qos", "high", "--slurm-time", "5",
+               "--results-dir", str(tmp_path / "results"), "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: --slurm-qos, --slurm-time apply to --executor slurm only; this run is local: not used" in \
+        proc.stdout.replace("\n", " ")

@@ -139,6 +139,13 @@ def cmd_run(args, console) -> int:
     spec = _executor(args)
     if spec.remote:
         return _run_on_cluster(args, spec, overrides, console)
+    unused = sorted(name for name in vars(args) if name.startswith("slurm_") and getattr(args, name) is not None)
+    if unused or args.detach:  # said, not silently dropped: they shape SLURM jobs, and this run is local
+        named = ", ".join([f"--{n.replace('_', '-').replace('-time-min', '-time')}" for n in unused]
+                          + (["--detach"] if args.detach else []))
+        verb = "applies" if len(unused) + bool(args.detach) == 1 else "apply"
+        console.print(f"[yellow]note[/]: {named} {verb} to --executor slurm only; this run is local: not used",
+                      highlight=False, soft_wrap=True)
     return _here(lambda reporter: run_suite(args.suite, device=args.device, results_dir=args.results_dir,
                                             reporter=reporter, **overrides),
                  args, console, "every finished case is saved; `run --resume RUN_DIR` runs the rest")

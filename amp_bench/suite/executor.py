@@ -134,7 +134,8 @@ class ExecutorSpec:
 
 def flag(key: str) -> str:
     """The command-line option of an executor field."""
-    return {"type": "--executor", "partitions": "--slurm-partition"}.get(key, f"--slurm-{key.replace('_', '-')}")
+    return {"type": "--executor", "partitions": "--slurm-partition", "time_min": "--slurm-time"}.get(
+        key, f"--slurm-{key.replace('_', '-')}")
 
 
 def validate_executor(value, path: str, problems: Problems) -> dict | None:
