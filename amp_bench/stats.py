@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-
 UNSTABLE_CV = 0.10  # pyperf warns when stdev >= 10% of the mean
 
 

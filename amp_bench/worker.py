@@ -48,8 +48,8 @@ def _case_job(spec: dict, events: EventChannel, rank, phases) -> dict:
 
 
 def _lockstep_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # one process, never under torchrun
-    from amp_bench.platform.forking import unsafe_to_fork
     from amp_bench.measure.lockstep import conduct
+    from amp_bench.platform.forking import unsafe_to_fork
     # CUDA only: the thread count a fork server's child sets (torch.set_num_threads) starts torch's
     # pthreadpool, which torch itself re-creates in a forked child (pthread_atfork); OpenMP's pool starts
     # at the first parallel op, and the conductor runs none
@@ -61,8 +61,8 @@ def _lockstep_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # on
 
 
 def _fidelity_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # one process, never under torchrun
-    from amp_bench.studies.fidelity.train import train_precision
     from amp_bench.platform.device import DeviceInfo, Support
+    from amp_bench.studies.fidelity.train import train_precision
     from amp_bench.suite import FidelitySpec
     support = Support(**spec["support"])  # the parent's gate decision
     return train_precision(FidelitySpec.from_json(spec["spec"]), spec["precision"],
@@ -112,8 +112,8 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
 
 
 def _main_probe(requested: str, result_path: str) -> int:
-    from amp_bench.platform.provenance import gpu_facts, versions
     from amp_bench.platform.device import DeviceUnavailable, describe_support, probe_device
+    from amp_bench.platform.provenance import gpu_facts, versions
     try:
         device = probe_device(requested)
     except DeviceUnavailable as exc:

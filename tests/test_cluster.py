@@ -413,8 +413,8 @@ def test_the_software_record_is_taken_beside_the_probe_and_done_before_any_case(
     never beside a case's measured window."""
     import threading
 
-    from amp_bench.studies import session
     from amp_bench.launchers.process import WorkerOutcome
+    from amp_bench.studies import session
     order = []
 
     def slow_record():

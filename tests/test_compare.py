@@ -138,8 +138,8 @@ def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fing
     reason} written as `unsupported` rows; gaps: per repeat, the window's wall time over the sum of
     its steps (a host-bound case: > 1); unknown: the repeats whose contention is unknown (too short);
     levels: per repeat, a factor on all its steps (processes that run at different speeds)."""
-    from amp_bench.store.results import RunStore
     from amp_bench.stats import Window
+    from amp_bench.store.results import RunStore
     rng = rng or np.random.default_rng(0)
     store = RunStore(root, name)
     for case in cases:
@@ -363,6 +363,7 @@ def test_one_junit_writer_escapes_and_counts():
     """compare and nightly share analysis.junit: the file parses back, with every count and message
     intact, whatever characters a case id or a reason holds."""
     import xml.etree.ElementTree as ET
+
     from amp_bench.analysis.junit import TestCase, to_junit
     text = to_junit("gate", [("host smoke", [TestCase("h.smoke", 'a"b&<c>.step_time', failure="+5.0% vs\nlevel",
                                                       failure_type="regression"),
@@ -382,6 +383,7 @@ def test_one_junit_writer_escapes_and_counts():
 
 def test_compare_and_nightly_write_junit_through_the_one_writer():
     import inspect
+
     from amp_bench.analysis import compare_outputs
     from amp_bench.analysis.gate import nightly
     for module in (compare_outputs, nightly):
@@ -394,8 +396,8 @@ def paired_run(root, name, levels, speedup=1.6, fp32_ms=100.0, noise=0.01, seed=
     `level` (the machine at that moment) moves both alike; `speedup` is what bf16 buys; `stopped`: the
     repeats whose rows a contention monitor stopped early (status contended); `bursts`: repeat -> how
     much slower a steal burst made that repeat's bf16 window alone (the pair straddled it)."""
-    from amp_bench.store.results import RunStore
     from amp_bench.stats import Window
+    from amp_bench.store.results import RunStore
     rng = np.random.default_rng(seed)
     store = RunStore(root, name)
     for r, level in enumerate(levels):
@@ -490,7 +492,7 @@ def test_a_pair_that_straddled_a_steal_burst_does_not_decide_the_speedup_compari
     assert speedup.verdict == "no change" and 0.95 < speedup.ci_low < 1 < speedup.ci_high < 1.05, speedup
     assert speedup.baseline == pytest.approx(1.6, rel=0.02) and speedup.candidate == pytest.approx(1.6, rel=0.02)
     assert result.exit_code == EXIT_OK
-    from amp_bench.store.results import find_run_dirs, read_table, RESULT_COLUMNS
+    from amp_bench.store.results import RESULT_COLUMNS, find_run_dirs, read_table
     logs = [paired_log_ratios(read_table(find_run_dirs([d]), "results", RESULT_COLUMNS), "fp32")
             .query("precision == 'amp_bf16'")["_log"] for d in (base, cand)]
     _, low, high = welch_log_interval(*logs)

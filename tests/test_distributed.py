@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 
 import amp_bench
-from amp_bench.measure import ddp
-from amp_bench.launchers import torchrun
+from amp_bench.analysis.speedups import summarize
 from amp_bench.cli import main as cli_main
 from amp_bench.errors import SuiteError
+from amp_bench.launchers import torchrun
 from amp_bench.launchers.process import processes_with_token
+from amp_bench.measure import ddp
 from amp_bench.suite import load_suite
-from amp_bench.analysis.speedups import summarize
 from conftest import processes_with
 
 DDP_SUITE = """
@@ -309,8 +309,8 @@ def test_no_process_carries_an_unknown_token():
 def test_more_processes_than_gpus_or_nccl_on_the_cpu_is_unsupported(write_suite, monkeypatch):
     import torch
 
-    from amp_bench.platform.device import DeviceInfo
     from amp_bench.measure.step import UnsupportedCase
+    from amp_bench.platform.device import DeviceInfo
     case = load_suite(write_suite(DDP_SUITE)).cases("cuda")[2]  # np2
     rank = ddp.Rank(rank=0, local_rank=0, world_size=2, local_world_size=2, nnodes=1)
     gpu = DeviceInfo(type="cuda", name="Fake GPU", index=0, capability=(9, 0))

@@ -135,9 +135,10 @@ def test_a_disturbed_lockstep_pair_is_run_again_in_lockstep_and_replaces_its_row
     """The parent's contention watch stops the first lockstep set it watches (as a neighbour's burst would);
     at the end the machine is quiet: that repeat's two modes run again as a lockstep set, their rows
     replace the stopped ones and say why, and every pair is clean."""
+    from test_busy import _StarvedOnce
+
     import amp_bench
     from amp_bench.launchers import busy, launch
-    from test_busy import _StarvedOnce
     monkeypatch.setenv("AMP_BENCH_ON_CONTENTION", "stop")
     monkeypatch.setattr(_StarvedOnce, "watched", 0)
     monkeypatch.setattr(launch, "ContentionWatch", _StarvedOnce)

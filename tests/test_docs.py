@@ -7,9 +7,10 @@ import io
 import re
 import tokenize
 
+from test_structure import LAYERS
+
 from amp_bench.store import column_docs
 from conftest import ROOT
-from test_structure import LAYERS
 
 README = ROOT / "README.md"
 

@@ -10,12 +10,24 @@ from collections import Counter
 import pandas as pd
 import pytest
 
-from amp_bench.analysis.explain.alignment import (CPU_NOTE, Layer, alignment_table, misaligned_flop_share,
-                                                  misaligned_summary, read_layers)
+from amp_bench.analysis.explain.alignment import (
+    CPU_NOTE,
+    Layer,
+    alignment_table,
+    misaligned_flop_share,
+    misaligned_summary,
+    read_layers,
+)
 from amp_bench.analysis.explain.categories import CATEGORIES, classify_kernel, classify_op
 from amp_bench.analysis.explain.ceiling import ideal_factors
-from amp_bench.analysis.explain.decompose import (EXPLAIN_COLUMNS, PHASE_COLUMNS, decompose, explain_results,
-                                                  profile_columns, unavailable_columns)
+from amp_bench.analysis.explain.decompose import (
+    EXPLAIN_COLUMNS,
+    PHASE_COLUMNS,
+    decompose,
+    explain_results,
+    profile_columns,
+    unavailable_columns,
+)
 from amp_bench.analysis.explain.sentence import sentence
 from amp_bench.analysis.explain.trace import Profile, read_profile
 from conftest import FIXTURES, ROOT
@@ -385,8 +397,8 @@ def test_the_results_columns_are_the_categories_and_both_sides_name_the_same_reg
 def _tiny_step(out_features=100):
     import torch
 
-    from amp_bench.modes import get as get_mode
     from amp_bench.measure.step import TrainStep
+    from amp_bench.modes import get as get_mode
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
@@ -460,8 +472,8 @@ def test_the_step_after_the_window_captures_when_asked(tmp_path, monkeypatch):
 
     from amp_bench.measure import case as measure_case
     from amp_bench.measure.devices import for_device
-    from amp_bench.modes import get as get_mode
     from amp_bench.measure.step import TrainStep
+    from amp_bench.modes import get as get_mode
 
     model = torch.nn.Linear(16, 8)
     step = TrainStep(model, torch.nn.functional.mse_loss, torch.optim.SGD(model.parameters(), lr=0.1),

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import amp_bench
-from amp_bench.suite.model_refs import preload_modules
 from amp_bench.launchers import forkserver
 from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.platform.forking import unsafe_to_fork
+from amp_bench.suite.model_refs import preload_modules
 
 
 def test_a_server_that_could_not_fork_safely_says_why():

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from amp_bench import gpu_check, modes
-from amp_bench.measure import fp8
 from amp_bench.errors import SuiteError
+from amp_bench.measure import fp8
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.platform.peaks import peak_tflops
 from amp_bench.suite import load_suite
@@ -160,9 +160,9 @@ def test_bad_fp8_keys_name_file_and_field(write_suite, text, expected):
 @pytest.mark.slow
 def test_emulated_cpu_run_of_gpt2_tiny_and_a_user_mlp(write_suite, tmp_path):
     """Through the workers: converted layers recorded, rows in the summary and the report's data."""
+    from amp_bench.analysis.speedups import summarize
     from amp_bench.report.charts import speedup_chart
     from amp_bench.report.data import claims_table, collect
-    from amp_bench.analysis.speedups import summarize
     path = write_suite("models:\n" + GPT2_TINY + MLP + "seq_len: 16\nbatch_sizes: [4]\n"
                        "precisions: [fp32, fp8]\nallow_emulated: true\nfp8_compile: false\n"
                        "warmup_steps: 1\nsteps: 2\ntimeout_s: 300\n")
@@ -190,8 +190,8 @@ def test_emulated_cpu_run_of_gpt2_tiny_and_a_user_mlp(write_suite, tmp_path):
 
 def test_fidelity_trains_fp8_and_records_scales(tmp_path):
     """In this process (the worker's function): converted layers, the amax/scale table, a verdict."""
-    from amp_bench.studies.fidelity.datasets import load
     from amp_bench.analysis.fidelity import verdicts
+    from amp_bench.studies.fidelity.datasets import load
     from amp_bench.studies.fidelity.train import train_one
     from amp_bench.suite.schema import FidelitySpec, OptimizerSpec
     spec = FidelitySpec(suite="t", dataset="digits", model="mlp", epochs=1, batch_size=128, seeds=(0,),

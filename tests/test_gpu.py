@@ -8,10 +8,10 @@ import torch
 
 import amp_bench
 from amp_bench.measure.precision import autocast_region, set_fp32_math
-from amp_bench.modes import get as get_mode
 from amp_bench.measure.step import TrainStep, build_optimizer
-from amp_bench.suite import OptimizerSpec
 from amp_bench.measure.window import CudaStepTimer
+from amp_bench.modes import get as get_mode
+from amp_bench.suite import OptimizerSpec
 from conftest import ROOT
 
 pytestmark = pytest.mark.gpu

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-
 from pathlib import Path
 
 import pandas as pd
@@ -109,8 +108,9 @@ def test_the_check_suites_are_the_cases_the_plan_estimates_and_explain_is_where_
 def test_the_script_reads_the_plan_and_sets_nothing_on_the_gpu():
     """The check must not change the machine it measures: nvidia-smi is only queried (-L, --query-gpu),
     never given a setting (-pm, -pl, -ac, -lgc, -r, -c, ...)."""
-    from amp_bench.gpu_check import plan
     import re
+
+    from amp_bench.gpu_check import plan
     script = "\n".join(line for line in (ROOT / "scripts" / "gpu_check.sh").read_text().splitlines()
                        if not line.lstrip().startswith("#"))
     options = re.findall(r"nvidia-smi\s+(-\S+)", script)

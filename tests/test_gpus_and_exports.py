@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from fake_results import FLEET, write_gpu_fleet, write_machine_runs
 
 from amp_bench.analysis import exports
 from amp_bench.analysis.gpus import compare_gpus, load_prices, pivot_cells, price_for, reference_view
@@ -12,7 +13,6 @@ from amp_bench.cli import main
 from amp_bench.errors import UserError
 from amp_bench.report import build_report
 from amp_bench.report.data import collect
-from fake_results import FLEET, write_gpu_fleet, write_machine_runs
 
 
 @pytest.fixture

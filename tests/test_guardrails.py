@@ -9,12 +9,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.measure.telemetry.contention import HostTimes, cpu_contention, gpu_contention, read_host_times, resolvable_s
-from amp_bench.platform.device import (DeviceInfo, effective_cpu_flags, may_run, precision_support, probe_device)
 from amp_bench.analysis.headline import headlines
+from amp_bench.measure.telemetry.contention import (
+    HostTimes,
+    cpu_contention,
+    gpu_contention,
+    read_host_times,
+    resolvable_s,
+)
 from amp_bench.measure.window import CpuStepTimer, StopRule, measure_window
+from amp_bench.platform.device import DeviceInfo, effective_cpu_flags, may_run, precision_support, probe_device
 from amp_bench.stats import median_ci, relative_half_width
-
 
 # --------------------------------------------------------------------------- the adaptive window
 
@@ -165,8 +170,8 @@ def test_unknown_contention_is_neither_contended_nor_hidden(tmp_path):
     """A row whose contention is unknown is comparable: a point of its series, no contended mark in
     the summary or the headline; a contended repeat's reason wins over another's unknown."""
     from amp_bench.analysis.gate.history import run_series
-    from amp_bench.store.results import RunStore, contended, load_results
     from amp_bench.analysis.speedups import summarize
+    from amp_bench.store.results import RunStore, contended, load_results
     unknown = {"contended": None, "contention": "unknown (window 8 ms is shorter than /proc/stat can resolve: "
                                                 "needs 0.40 s)"}
     store = RunStore(tmp_path, "run")

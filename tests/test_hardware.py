@@ -1,7 +1,14 @@
 """Hardware gating, tested with fakes that replay what real GPUs and CPUs report."""
 import pytest
 
-from amp_bench.platform.device import (DeviceInfo, DeviceUnavailable, may_run, precision_support, probe_device, read_cpu_info)
+from amp_bench.platform.device import (
+    DeviceInfo,
+    DeviceUnavailable,
+    may_run,
+    precision_support,
+    probe_device,
+    read_cpu_info,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -118,8 +125,9 @@ def test_a_kept_cpu_probe_is_reused_until_what_it_depends_on_changes(monkeypatch
     request, a GPU device node appearing or amp_bench's code changing probes afresh; a GPU's probe is
     never kept."""
     import os
-    from amp_bench.studies import probe_cache, session
+
     from amp_bench.launchers.process import WorkerOutcome
+    from amp_bench.studies import probe_cache, session
     started = []
     found = {"type": "cpu", "name": "Xeon"}
 

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_bench.analysis.headroom import ratios_vs_fp32
-
 from amp_bench.studies.headroom import run_headroom, search_max_batch
 from conftest import ROOT
 
@@ -113,8 +112,8 @@ headroom: {memory_cap_gb: 0.5, max_batch_size: 1024, resolution: 1, measure: fal
 
 @pytest.mark.slow
 def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_suite, tmp_path):
-    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.launchers.launch import run_one
+    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.studies.session import probe
     from amp_bench.suite import load_suite
 

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from amp_bench.analysis.gate.changepoints import detect, state
-from amp_bench.errors import UserError
 from amp_bench.analysis.gate.history import alerts, analyse, evaluate, load_annotations
+from amp_bench.errors import UserError
 from amp_bench.store.results import RunStore
 from conftest import ROOT
 

@@ -58,9 +58,9 @@ def test_one_label_reads_every_axis():
 def test_every_axis_of_a_suite_case_is_an_axis_of_the_rows(write_suite):
     """The suite's Case builds group_id from its axes: two cases with different group ids differ in a
     column CASE_AXES names, so readers keep them apart as the ids do."""
+    from amp_bench.launchers.launch import base_row
     from amp_bench.platform.device import DeviceInfo
     from amp_bench.suite import load_suite
-    from amp_bench.launchers.launch import base_row
     suite = load_suite(write_suite("""
 models: [torchvision/resnet18, {ref: torchvision/resnet18, label: r18b}]
 batch_sizes: [8, 16]

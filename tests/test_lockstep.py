@@ -245,6 +245,7 @@ def test_a_stop_during_a_set_cuts_short_every_member_and_keeps_saved_rows(write_
     """A job's stop arrives while the second lockstep set runs: the first set's rows stay as measured,
     both members of the second say the stop came while they ran, the rest that it came before."""
     import signal
+
     from amp_bench.executors.job_env import StopSignals
     from amp_bench.launchers.launch import base_row
     from amp_bench.platform.device import DeviceInfo
@@ -300,6 +301,7 @@ def test_a_refusing_conductor_has_its_members_run_one_after_another(write_suite,
 
 def test_the_run_table_says_how_its_pairs_ran():
     import pandas as pd
+
     from amp_bench.cli.console import lockstep_note
     lockstep = "paired, trimmed t on log ratios (6 repeats, in lockstep)"
     alone = "paired, trimmed t on log ratios (6 repeats)"
@@ -311,6 +313,7 @@ def test_the_run_table_says_how_its_pairs_ran():
 
 def test_a_pair_is_in_lockstep_only_when_both_its_rows_are():
     import pandas as pd
+
     from amp_bench.analysis.speedups import paired_speedups
     rows = []
     for repeat in range(3):

@@ -9,9 +9,9 @@ import pytest
 from amp_bench.measure import case as measure
 from amp_bench.measure.devices.cpu import CpuOps
 from amp_bench.measure.devices.cuda import CudaOps
-from amp_bench.platform.device import DeviceInfo
 from amp_bench.measure.precision import Fp32MathError, set_fp32_math
 from amp_bench.modes import get as get_mode
+from amp_bench.platform.device import DeviceInfo
 from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 from conftest import ROOT
 

@@ -3,9 +3,9 @@ import threading
 import time
 
 import pytest
-
-from amp_bench.platform.nvml import (ENERGY_WRAP, NvmlReader, NvmlSampler, decode_clock_events, device_handle, load_nvml)
 from fake_nvml import FakeNvml
+
+from amp_bench.platform.nvml import ENERGY_WRAP, NvmlReader, NvmlSampler, decode_clock_events, device_handle, load_nvml
 
 GIB = 2**30
 

@@ -1,5 +1,6 @@
 """Packaging: pyproject and environment.yml agree; README's commands are what CI runs."""
 import re
+
 import pytest
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11

@@ -5,7 +5,13 @@ import pytest
 import torch
 
 from amp_bench import modes
-from amp_bench.measure.precision import (autocast_engages, autocast_region, make_grad_scaler, read_fp32_math_flags, set_fp32_math)
+from amp_bench.measure.precision import (
+    autocast_engages,
+    autocast_region,
+    make_grad_scaler,
+    read_fp32_math_flags,
+    set_fp32_math,
+)
 from amp_bench.modes import get as get_mode
 
 
@@ -114,8 +120,8 @@ def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
     """prepare_case checks the flags as they resolved; here the write is lost (as if a library
     turned cuDNN's TF32 back on) and the fp32 case must fail with a one-line reason."""
     from amp_bench.measure import precision
-    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.measure.case import prepare_case
+    from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 
     case = Case(suite="s", model=ModelSpec(ref="python:toy_models:mlp", label="mlp"), batch_size=2, precision="fp32",

@@ -2,8 +2,9 @@
 import shutil
 from pathlib import Path
 
-from amp_bench.report import build_report
 from test_report_browser import assert_every_chart_drew, render  # skips this module without chromium
+
+from amp_bench.report import build_report
 
 DATA = Path(__file__).resolve().parent / "data" / "predict"
 

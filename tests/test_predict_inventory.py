@@ -100,7 +100,8 @@ def test_each_gpus_fractions_say_which_are_measured():
     assert fractions(specs["a100-80gb"])[0] == []
 
 
-def test_the_notes_never_call_a_measured_fraction_unmeasured(capsys):
+def test_the_notes_never_call_a_measured_fraction_unmeasured(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # a narrow COLUMNS left in the process would cut the notes column
     assert main(["predict", str(DATA / "cpu_run"), "--target", "h100-sxm,h200"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "H100 SXM 80GB (tf32, fp16, bf16, fp8, bandwidth)" in out and "H200 SXM 141GB (fp32, tf32, fp16, fp8)" in out

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fake_results import write_gpu_fleet, write_machine_runs, write_study_runs
 
 from amp_bench.report import build_report
-from fake_results import write_gpu_fleet, write_machine_runs, write_study_runs
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None and os.environ.get("CI") != "true":  # .ci/run installs it; a laptop may lack it

@@ -2,13 +2,12 @@
 import math
 
 import numpy as np
-
 import pandas as pd
 import pytest
+from fake_results import write_machine_runs
 
 from amp_bench.errors import UserError
 from amp_bench.report.data import claims_table, collect, environment_table, find_run_dirs, not_measured, verdict
-from fake_results import write_machine_runs
 
 
 @pytest.fixture
@@ -81,6 +80,7 @@ def test_merging_a_machine_without_any_ratio_draws_every_row(two_machines, tmp_p
     """A CPU run (no tf32) merged with GPU runs: the tf32 chart has an empty row for it, and the
     crosses for missing baselines land in their own machine's row."""
     import json
+
     from amp_bench.report import build_report
     from amp_bench.store.results import RunStore
     cpu = RunStore(tmp_path / "results", "20261129T010000Z-node-c-cpu")

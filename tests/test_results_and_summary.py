@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from amp_bench import load_results
+from amp_bench.analysis.speedups import summarize
 from amp_bench.errors import UserError
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, make_run_id
-from amp_bench.analysis.speedups import summarize
 
 
 def test_run_id_is_utc_time_host_device():
@@ -33,6 +33,7 @@ def test_a_writer_killed_between_its_part_and_the_tables_loses_no_row(tmp_path):
     node) leaves a row that only parts/ holds. Readers catch the tables up before they read."""
     import json
     import os
+
     from amp_bench.store.results import find_runs
     first = RunStore(tmp_path, "run")
     first.write_manifest(status="running")

@@ -3,9 +3,9 @@ underflow in fp16 unless the loss is scaled."""
 import pytest
 import torch
 
-from amp_bench.modes import get as get_mode
 from amp_bench.measure.scaler_health import gradient_underflow, scale_history
 from amp_bench.measure.step import TrainStep
+from amp_bench.modes import get as get_mode
 
 
 def _step(precision="amp_fp16", loss_fn=torch.nn.functional.cross_entropy, model=None):

@@ -1,10 +1,10 @@
 """The training step: AMP done as users write it; GradScaler skips counted exactly."""
 import torch
-
-from amp_bench.modes import get as get_mode
-from amp_bench.measure.step import TrainStep, build_optimizer
-from amp_bench.suite import OptimizerSpec
 from toy_models import inf_grad, mlp
+
+from amp_bench.measure.step import TrainStep, build_optimizer
+from amp_bench.modes import get as get_mode
+from amp_bench.suite import OptimizerSpec
 
 
 def test_fp16_skip_counting_with_injected_inf_gradients():

@@ -247,11 +247,11 @@ def fake_mode():
 
 
 def test_a_registered_mode_flows_to_gate_suite_summary_and_charts(fake_mode, tmp_path):
+    from amp_bench.analysis.speedups import summarize
     from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.report.charts import speedup_chart
     from amp_bench.report.data import claims_table, machine_label
     from amp_bench.suite import load_suite
-    from amp_bench.analysis.speedups import summarize
 
     h100 = DeviceInfo("cuda", "NVIDIA H100 80GB HBM3", index=0, capability=(9, 0))
     a100 = DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", index=0, capability=(8, 0))
@@ -283,11 +283,11 @@ def test_a_registered_mode_flows_to_gate_suite_summary_and_charts(fake_mode, tmp
 # --------------------------------------------------------------------------- one throughput formula
 
 def test_one_throughput_formula_for_worker_ddp_ingest_and_compare(tmp_path):
-    from amp_bench.measure import ddp as distributed
     from amp_bench.analysis.compare import compare
+    from amp_bench.measure import ddp as distributed
+    from amp_bench.stats import Window
     from amp_bench.store.ingest import ingest
     from amp_bench.store.results import RunStore
-    from amp_bench.stats import Window
 
     times_ms = [9.0, 10.0, 11.0, 10.0, 9.5, 10.5]  # symmetric: median == mean, so every path agrees
     batch = 16

@@ -1,19 +1,19 @@
 """Per-phase memory and FLOP counting run for real on the CPU; peak table, MFU and fingerprints."""
 import json
 import os
-import time
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
-from amp_bench.store.fingerprint import fingerprint_columns
+from amp_bench.measure.step import TrainStep, build_optimizer
 from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
-from amp_bench.platform.peaks import peak_tflops
 from amp_bench.measure.telemetry.phase_memory import PHASES, CpuPhaseProbe, CudaPhaseProbe, phase_columns
 from amp_bench.modes import get as get_mode
-from amp_bench.measure.step import TrainStep, build_optimizer
+from amp_bench.platform.peaks import peak_tflops
+from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.suite import OptimizerSpec
 from conftest import ROOT
 

@@ -7,7 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amp_bench.measure.window import CpuStepTimer, CudaStepTimer
-
 from amp_bench.stats import StepStats
 
 

@@ -23,23 +23,32 @@ finding: exit 1); one only the candidate runs is "new in candidate" (neutral).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from amp_bench import stats
-from amp_bench.analysis.intervals import (BOOTSTRAP, MIN_REPEATS, Threshold,  # noqa: F401 (re-exported)
-                                          bootstrap_median_ratio, judge, mann_whitney_p, repeats_interval,
-                                          spread_text, welch_log_interval, widen_by_noise)
 from amp_bench.analysis.compare_outputs import to_json, to_junit, to_markdown, write_outputs  # noqa: F401 (re-exported)
 from amp_bench.analysis.drift import speedup_results, wander, widen_for_wander
 from amp_bench.analysis.gate.history import history_noise
+from amp_bench.analysis.intervals import (  # noqa: F401 (re-exported)
+    BOOTSTRAP,
+    MIN_REPEATS,
+    Threshold,
+    bootstrap_median_ratio,
+    judge,
+    mann_whitney_p,
+    repeats_interval,
+    spread_text,
+    welch_log_interval,
+    widen_by_noise,
+)
+from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS, headline_memory
 from amp_bench.errors import UserError
 from amp_bench.store.fingerprint import fingerprint_mismatch, fingerprints
 from amp_bench.store.results import contended, contention_reason
-from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS, headline_memory
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_NO_DATA, EXIT_UNSTABLE = 0, 1, 2, 3, 4
 MIN_SAMPLES = 5  # per side, for a time comparison
@@ -386,10 +395,3 @@ def _peak_memory(case_id, b, c, threshold: Threshold) -> MetricResult:
         verdict = judge(low, high, threshold.relative, worse_when_higher=True)
     return MetricResult(case_id, "peak_memory", bm, cm, cm / bm if bm else None, low, high, None, verdict,
                         f"{len(base_mem)} vs {len(cand_mem)} repeats")
-
-
-# ----------------------------------------------------------------------------- outputs
-
-def to_frame(comparison: Comparison) -> pd.DataFrame:
-    return pd.DataFrame([asdict(r) for r in comparison.results],
-                        columns=list(MetricResult.__dataclass_fields__))

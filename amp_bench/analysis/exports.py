@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from amp_bench.errors import UserError
 from amp_bench.analysis.speedups import headline_memory
+from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column
 from amp_bench.store.results import load_results
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-
 RUN_COLUMNS = [
     "run_id", "suite", "dataset", "model", "precision", "seed", "status", "reason", "epochs", "steps",
     "batch_size", "train_examples", "test_examples", "test_accuracy", "test_loss", "train_accuracy",

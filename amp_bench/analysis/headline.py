@@ -17,7 +17,6 @@ from amp_bench.store import identity
 from amp_bench.store.flags import is_true
 
 
-
 def _number(value) -> float | None:
     try:
         number = float(value)

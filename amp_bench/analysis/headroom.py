@@ -7,7 +7,6 @@ import pandas as pd
 
 from amp_bench.store.flags import is_true
 
-
 FITS = ("ok", "nonfinite")  # memory held; a non-finite loss in a 2-step probe is not a memory verdict
 
 

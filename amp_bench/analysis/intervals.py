@@ -12,6 +12,7 @@ import numpy as np
 
 from amp_bench.errors import UserError
 
+
 @dataclass(frozen=True)
 class Threshold:
     """'3%' (relative) or '0B' / '64MiB' (absolute bytes, memory only)."""

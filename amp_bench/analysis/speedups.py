@@ -24,7 +24,6 @@ from amp_bench.store import identity
 from amp_bench.store.flags import is_true, true_rows
 from amp_bench.store.identity import EAGER, group_keys  # one comparison group: the run and the case's axes
 
-
 # per case, the compile figures carried into the summary (median over ok repeats; counts: the most)
 COMPILE_MEDIANS = ["compile_time_s", "compile_first_step_ms"]
 COMPILE_MAXIMA = ["graph_breaks", "recompiles", "recompiles_in_window", "unique_graphs"]
@@ -158,10 +157,9 @@ def _dropped_pairs(table: pd.DataFrame, frame: pd.DataFrame, base: str) -> pd.Da
     and those a contended stop broke (a side without figures); `contended_vs_<base>` when what is left
     cannot carry the figure (fewer than MIN_CLEAN_PAIRS clean pairs of a run that planned more)."""
     name = f"speedup_vs_{base}"
-    keyed = frame.assign(_stopped=frame["status"] == "contended")
-    stopped = keyed.groupby(group_keys() + ["repeat"], dropna=False).apply(
-        lambda rows: rows.set_index("precision")["_stopped"], include_groups=False)
-    broken = (stopped.unstack("precision").fillna(False) if isinstance(stopped, pd.Series) else stopped)
+    stopped = frame.assign(_stopped=frame["status"] == "contended")  # any: merged runs may repeat a precision
+    broken = stopped.groupby(group_keys() + ["repeat", "precision"], dropna=False)["_stopped"].any().unstack(
+        "precision", fill_value=False)
     counts = {}
     if base in broken:
         either = broken.apply(lambda col: col | broken[base])

@@ -12,12 +12,12 @@ import signal
 from pathlib import Path
 from typing import Callable
 
-from amp_bench.measure.ddp import SCALING
 from amp_bench.launchers import busy, torchrun
-from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
 from amp_bench.launchers.busy import ContentionWatch, cores_needed
 from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.launchers.process import WorkerOutcome
+from amp_bench.measure.ddp import SCALING
+from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
 from amp_bench.stats import phase_column
 from amp_bench.store.results import RunStore, utc_now
 from amp_bench.suite import Case

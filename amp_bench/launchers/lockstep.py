@@ -21,8 +21,17 @@ from typing import Callable
 
 from amp_bench.launchers import process
 from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import (base_row, case_spec, contention_watch, death_reason, finish, for_repeat,
-                                        run_job, run_one, worker_setting)
+from amp_bench.launchers.launch import (
+    base_row,
+    case_spec,
+    contention_watch,
+    death_reason,
+    finish,
+    for_repeat,
+    run_job,
+    run_one,
+    worker_setting,
+)
 from amp_bench.platform.device import DeviceInfo, Support
 from amp_bench.store.results import RunStore
 from amp_bench.suite import Case

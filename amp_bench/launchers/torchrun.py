@@ -20,7 +20,6 @@ import sys
 
 from amp_bench.measure.ddp import rank_result_path, threads_per_rank
 
-
 # --------------------------------------------------------------------------- parent side
 
 def launch_command(case, rdzv_id: str) -> list[str]:

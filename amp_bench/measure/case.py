@@ -16,17 +16,10 @@ from dataclasses import dataclass
 
 from amp_bench import modes
 from amp_bench.measure import compiling
-from amp_bench.measure.channel import EventChannel, read_rss_bytes, read_status_bytes
+from amp_bench.measure.channel import EventChannel, read_rss_bytes
 from amp_bench.measure.devices import for_device
 from amp_bench.measure.phases import PhaseClock
 from amp_bench.measure.telemetry.contention import WindowWatch
-
-
-def apply_memory_cap(case, ops) -> dict:
-    """Cap this worker's memory at case.memory_cap_bytes so that running out is an ordinary,
-    catchable OOM: the device's own kind of cap (DeviceOps.cap_memory; CUDA: the caching
-    allocator's fraction, CPU: an address-space limit above the bare torch process)."""
-    return ops.cap_memory(case)
 
 
 def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: dict, steps_taken: int) -> None:
@@ -89,9 +82,9 @@ def prepare_case(case, device, record: dict, support):
     registry's modes.Mode); raises UnsupportedCase when the mode can't run here."""
     import torch
 
-    from amp_bench.platform.device import may_run, not_run_reason
     from amp_bench.measure.precision import autocast_engages, check_fp32_math, read_fp32_math_flags, set_fp32_math
     from amp_bench.measure.step import UnsupportedCase
+    from amp_bench.platform.device import may_run, not_run_reason
 
     record["emulated"] = support.emulated
     record["emulated_reason"] = support.reason if support.emulated else ""
@@ -252,7 +245,7 @@ def _set_up(case, device, rank, support, phases: PhaseClock) -> _Setup:
     record.update(ops.tune_allocator(case))
     mode = prepare_case(case, device, record, support)
     if case.memory_cap_bytes:
-        record.update(apply_memory_cap(case, ops))
+        record.update(ops.cap_memory(case))  # running out is an ordinary, catchable OOM
     seed_case(case)
     record["rss_before_model_bytes"] = read_rss_bytes()
     if rank is not None:
@@ -302,8 +295,7 @@ def _warmup_step_done(setup: _Setup, events: EventChannel, index: int, total: in
 
 def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int, baton=None):
     """The timed window with its trackers: ((per-step ms, window s, stop reason), the trackers' columns)."""
-    from amp_bench.measure.trackers import (CompileTracker, ContentionTracker, MemoryTracker, NvmlTracker,
-                                            run_window)
+    from amp_bench.measure.trackers import CompileTracker, ContentionTracker, MemoryTracker, NvmlTracker, run_window
     from amp_bench.measure.window import measure_window
     from amp_bench.stats import MEASURED_PHASE
     case, rule = setup.case, setup.rule

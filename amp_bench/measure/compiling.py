@@ -14,7 +14,6 @@ import time
 SETTLE_STEPS = 3  # compilation has settled after this many steps in a row compiled nothing new
 MAX_SETTLE_STEPS = 50  # ...or after this many steps beyond warmup_steps (then the row says it never settled)
 REASONS_KEPT = 3  # graph-break and recompile reasons written to the row and the log
-CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
 class CompileError(Exception):

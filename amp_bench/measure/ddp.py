@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-
 SCALING = "weak: per-process batch fixed"
 
 
@@ -70,8 +69,8 @@ class Rank:
 
     def check(self, case, device, backend: str) -> None:
         """Raises UnsupportedCase (on every rank alike, before any collective)."""
-        from amp_bench.measure.step import UnsupportedCase
         from amp_bench.measure.devices import for_device
+        from amp_bench.measure.step import UnsupportedCase
         ops = for_device(device.torch_device)
         if backend == "nccl" and ops.dist_backend != "nccl":
             raise UnsupportedCase(f"dist_backend nccl needs CUDA GPUs; the {ops.type.upper()} runs {ops.dist_backend}")

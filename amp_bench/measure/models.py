@@ -17,6 +17,7 @@ import torch
 
 from amp_bench.suite.model_refs import import_callable, kind_of, transformers_types
 
+
 @dataclass
 class Workload:
     model: torch.nn.Module

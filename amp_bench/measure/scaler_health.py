@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from amp_bench.measure.models import forward
 from amp_bench import modes
+from amp_bench.measure.models import forward
 from amp_bench.measure.precision import autocast_region
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from amp_bench.measure.models import forward
 from amp_bench import modes
+from amp_bench.measure.models import forward
 from amp_bench.measure.precision import autocast_region, make_grad_scaler
 from amp_bench.suite import OptimizerSpec
 

@@ -10,12 +10,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from amp_bench.errors import UserError
-from amp_bench.store.results import (RESULT_COLUMNS, RESULTS_FILE, SAMPLE_COLUMNS, SAMPLES_FILE, find_run_dirs, read_manifests, read_table)
 from amp_bench import modes
 from amp_bench.analysis.speedups import summarize
+from amp_bench.errors import UserError
 from amp_bench.stats import measured as measured_samples
 from amp_bench.store.flags import is_true, text_column
+from amp_bench.store.results import (
+    RESULT_COLUMNS,
+    RESULTS_FILE,
+    SAMPLE_COLUMNS,
+    SAMPLES_FILE,
+    find_run_dirs,
+    read_manifests,
+    read_table,
+)
 
 # The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
 CLAIMED_SPEEDUP = (1.5, 3.0)

@@ -12,8 +12,15 @@ import pandas as pd
 from amp_bench import modes
 from amp_bench.analysis.headline import headlines
 from amp_bench.report import charts, compile_section, explain_section, gpus_section, predict_section
-from amp_bench.report.data import (CLAIMED_MEMORY_SAVING, CLAIMED_SPEEDUP, ReportData, claims_table,
-                                   environment_table, not_measured, step_samples)
+from amp_bench.report.data import (
+    CLAIMED_MEMORY_SAVING,
+    CLAIMED_SPEEDUP,
+    ReportData,
+    claims_table,
+    environment_table,
+    not_measured,
+    step_samples,
+)
 from amp_bench.store.flags import is_true, true_rows
 
 CSS = """

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import modes
-
 from amp_bench.report import charts
 from amp_bench.report.data import ReportData
 from amp_bench.store.flags import is_true, text_column

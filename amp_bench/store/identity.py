@@ -13,6 +13,7 @@ import pandas as pd
 
 from amp_bench.store.columns import EAGER  # the compile_mode of an eager case (suite.schema's: one word)
 from amp_bench.store.flags import is_true
+
 # what makes a case, besides its precision; the value a row written before the axis existed meant
 CASE_AXES: dict[str, object] = {
     "model_label": None, "batch_size": None, "image_size": None, "seq_len": None, "channels_last": False,

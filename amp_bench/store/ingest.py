@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from amp_bench.errors import UserError
+from amp_bench.stats import MEASURED_PHASE, Window, samples_per_second
 from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.store.results import RunStore, make_run_id
-from amp_bench.stats import MEASURED_PHASE, Window, samples_per_second
 
 
 def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:

@@ -20,9 +20,8 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.errors import UserError
+from amp_bench.store.columns import EXPLAIN_COLUMNS, RESULT_COLUMNS, SAMPLE_COLUMNS, SLURM_COLUMNS, order_columns  # noqa: F401
 from amp_bench.store.flags import text_column, true_rows
-from amp_bench.store.columns import (EXPLAIN_COLUMNS, RESULT_COLUMNS, SAMPLE_COLUMNS, SLURM_COLUMNS,  # noqa: F401
-                                     order_columns)
 from amp_bench.store.typed import text_dtypes, typed
 
 RESULTS_FILE = "results.csv"

@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from amp_bench.store.columns import (BOOL, BY_NAME, FLOAT, INT, READ_AS_FLOAT, RESULT_COLUMNS, TEXT,
-                                     Column)
+from amp_bench.store.columns import BOOL, BY_NAME, FLOAT, INT, READ_AS_FLOAT, RESULT_COLUMNS, TEXT, Column
 from amp_bench.store.flags import TRUE_TEXT
 
 

@@ -18,6 +18,9 @@ import pandas as pd
 
 from amp_bench.analysis.explain.judge import explain_row
 from amp_bench.errors import UserError
+from amp_bench.launchers.forkserver import ForkServer
+from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, run_shared, still_busy, stops_on_contention
+from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
@@ -27,9 +30,6 @@ from amp_bench.studies.retry import RETRY_SHARE, Allowance, pairs_to_retry
 from amp_bench.studies.session import Session, probe, record_machine, running, server_for, spawn_note
 from amp_bench.studies.time_left import TimeLeft
 from amp_bench.suite import Case
-from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, run_shared, still_busy, stops_on_contention
-from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 
 
 class Reporter:

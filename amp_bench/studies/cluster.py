@@ -23,14 +23,22 @@ from pathlib import Path
 from amp_bench.errors import UserError
 from amp_bench.executors import job_states, slurm
 from amp_bench.executors.job_env import StopSignals, this_job
+from amp_bench.launchers.launch import base_row
 from amp_bench.platform.device import DeviceInfo
 from amp_bench.store.results import RunStore, make_run_id, utc_now
 from amp_bench.store.run_state import DIED_STATUSES, RERUN_STATUSES, Heartbeat, live_beats, read_heartbeats, run_state
-from amp_bench.studies.benchmark import (Machine, Reporter, make_plan, part_key, plan_order, rows_by_index, run_cases,
-                                         schedule)
+from amp_bench.studies.benchmark import (
+    Machine,
+    Reporter,
+    make_plan,
+    part_key,
+    plan_order,
+    rows_by_index,
+    run_cases,
+    schedule,
+)
 from amp_bench.studies.session import new_store, probe, record_machine, server_for, workers_record
 from amp_bench.suite import Case, ExecutorSpec, load_suite, validate_overrides
-from amp_bench.launchers.launch import base_row
 
 PROBE_MARGIN_S = 600  # a job's time limit: its cases' timeouts, plus this for start-up and the probe
 MAX_TIME_MIN = 24 * 60

@@ -15,8 +15,8 @@ from pathlib import Path
 from amp_bench.executors import job_states, slurm
 from amp_bench.executors.job_env import this_job
 from amp_bench.store.results import RunStore
-from amp_bench.suite import ExecutorSpec, load_suite
 from amp_bench.studies.cluster import CANCEL_GRACE_S, plan_device
+from amp_bench.suite import ExecutorSpec, load_suite
 
 STUDY_TIME_MIN = 120  # a study job's time limit when none is given (its probes and seeds vary too much to add up)
 

@@ -16,8 +16,8 @@ import pytest
 
 
 def _device_record(requested: str = "auto") -> dict:
-    from amp_bench.platform.provenance import versions
     from amp_bench.platform.device import probe_device
+    from amp_bench.platform.provenance import versions
     device = probe_device(requested)
     return {"device": device, "versions": versions()}
 
@@ -37,10 +37,10 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "auto", **overrides) -> dict:
     import torch
 
-    from amp_bench.platform.device import precision_support, probe_device
     from amp_bench.measure.case import build_step, prepare_case, seed_case
     from amp_bench.measure.devices import for_device
     from amp_bench.measure.step import UnsupportedCase
+    from amp_bench.platform.device import precision_support, probe_device
     from amp_bench.suite import load_suite
 
     info = probe_device(device)

@@ -8,18 +8,18 @@ import contextlib
 import os
 import signal
 import socket
-import threading
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from amp_bench.platform.provenance import host_facts, software_record
-from amp_bench.studies import probe_cache
-from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.errors import UserError
-from amp_bench.platform.device import DeviceInfo, DeviceUnavailable, check_device_name
 from amp_bench.launchers.forkserver import ForkServer, launch
+from amp_bench.platform.device import DeviceInfo, DeviceUnavailable, check_device_name
+from amp_bench.platform.provenance import host_facts, software_record
+from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.store.results import RunStore, make_run_id, utc_now
+from amp_bench.studies import probe_cache
 from amp_bench.suite import Suite, load_suite, validate_overrides
 
 PROBE_TIMEOUT_S = 180.0

@@ -15,15 +15,24 @@ Torch-free: model references and datasets are checked through modules imported a
 """
 from amp_bench.errors import SuiteError
 from amp_bench.suite.checks import Problems
-from amp_bench.suite.fields import (
-    DEVICE_BLOCKS, DIST_BACKENDS, FIDELITY_MODELS, HEADROOM_FIELDS, MAX_BATCH_SIZE, MAX_PROCS, OPTIMIZER_IMPLS,
-    OPTIMIZERS, SECTIONS, SETTING_KEYS, TOP_ONLY,
-)
-from amp_bench.suite.fields import validate_overrides
-from amp_bench.suite.load import load_suite
 from amp_bench.suite.executor import ExecutorSpec, executor_spec
-from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, ModelSpec, OptimizerSpec
+from amp_bench.suite.fields import (
+    DEVICE_BLOCKS,
+    DIST_BACKENDS,
+    FIDELITY_MODELS,
+    HEADROOM_FIELDS,
+    MAX_BATCH_SIZE,
+    MAX_PROCS,
+    OPTIMIZER_IMPLS,
+    OPTIMIZERS,
+    SECTIONS,
+    SETTING_KEYS,
+    TOP_ONLY,
+    validate_overrides,
+)
+from amp_bench.suite.load import load_suite
 from amp_bench.suite.matrix import Suite, check_distributed, check_duplicates, expand
+from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, ModelSpec, OptimizerSpec
 
 __all__ = [
     "Case", "DEFAULTS", "ExecutorSpec", "executor_spec", "DEVICE_BLOCKS", "DIST_BACKENDS", "FIDELITY_MODELS", "FidelitySpec", "HEADROOM_FIELDS",

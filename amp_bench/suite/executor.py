@@ -18,8 +18,19 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 from amp_bench.errors import SuiteError
-from amp_bench.suite.checks import (Problems, _bool, _check_keys, _checked_fields, _choice, _int, _join, _mapping,
-                                    _number, _optional, _str)
+from amp_bench.suite.checks import (
+    Problems,
+    _bool,
+    _check_keys,
+    _checked_fields,
+    _choice,
+    _int,
+    _join,
+    _mapping,
+    _number,
+    _optional,
+    _str,
+)
 from amp_bench.suite.schema import DEFAULTS
 
 EXECUTORS = ("local", "slurm")

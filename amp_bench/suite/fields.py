@@ -16,10 +16,31 @@ from typing import Callable
 from amp_bench import modes
 from amp_bench.errors import SuiteError
 from amp_bench.suite.checks import (
-    Problems, _axis, _bool, _check_keys, _checked_fields, _choice, _int, _join, _mapping, _number, _optional,
-    _str, _validate_section,
+    Problems,
+    _axis,
+    _bool,
+    _check_keys,
+    _checked_fields,
+    _choice,
+    _int,
+    _join,
+    _mapping,
+    _number,
+    _optional,
+    _str,
+    _validate_section,
 )
-from amp_bench.suite.schema import COMPILE_MODES, DATASETS, DEFAULT_MODELS, DEFAULTS, EAGER, FP8_RECIPES, ModelSpec, OptimizerSpec, compile_mode_name
+from amp_bench.suite.schema import (
+    COMPILE_MODES,
+    DATASETS,
+    DEFAULT_MODELS,
+    DEFAULTS,
+    EAGER,
+    FP8_RECIPES,
+    ModelSpec,
+    OptimizerSpec,
+    compile_mode_name,
+)
 
 MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")

@@ -17,7 +17,13 @@ from amp_bench.errors import SuiteError
 from amp_bench.suite.checks import Problems, _check_keys, _mapping, _str, _type_name
 from amp_bench.suite.executor import validate_executor
 from amp_bench.suite.fields import (
-    DEVICE_BLOCKS, SECTIONS, SETTING_KEYS, TOP_ONLY, _validate_fidelity, _validate_headroom, _validate_predict,
+    DEVICE_BLOCKS,
+    SECTIONS,
+    SETTING_KEYS,
+    TOP_ONLY,
+    _validate_fidelity,
+    _validate_headroom,
+    _validate_predict,
     _validate_settings,
 )
 from amp_bench.suite.matrix import Suite

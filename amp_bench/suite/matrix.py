@@ -16,9 +16,13 @@ from amp_bench import modes
 from amp_bench.errors import SuiteError
 from amp_bench.suite.checks import Problems
 from amp_bench.suite.fields import (
-    DEVICE_BLOCKS, _check_fidelity_combination, _fidelity_dataset_and_model, _validate_fidelity, _validate_headroom,
+    DEVICE_BLOCKS,
+    _check_fidelity_combination,
+    _fidelity_dataset_and_model,
+    _validate_fidelity,
+    _validate_headroom,
+    validate_overrides,
 )
-from amp_bench.suite.fields import validate_overrides
 from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, OptimizerSpec, compile_mode_name
 
 

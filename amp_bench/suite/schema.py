@@ -220,7 +220,7 @@ class Case(TrainingSettings):
     repeats_per_worker: int = _SETTINGS["repeats_per_worker"]  # consecutive repeats measured as windows of one worker
     cpu_allocator: str = _SETTINGS["cpu_allocator"]  # keep: freed memory kept for reuse; system: glibc's defaults
     search_dirs: tuple[str, ...] = ()
-    memory_cap_bytes: int | None = None  # headroom probes: see measure.apply_memory_cap
+    memory_cap_bytes: int | None = None  # headroom probes: DeviceOps.cap_memory
     instrument: bool = True  # the per-phase memory step (and its peak rates) after the window (probes skip it)
     count_flops: bool = True  # count the step's FLOPs after the window (a run counts once: studies/flop_counts.py)
     # DDP under torchrun when nproc_per_node is set (even to 1); None: one plain worker process

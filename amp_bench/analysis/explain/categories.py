@@ -95,10 +95,6 @@ def classify_kernel(name: str) -> str:
     return "other"
 
 
-def is_cast_kernel(name: str) -> bool:
-    return bool(_CAST_KERNEL.search(name.lower()))
-
-
 _OP_SETS: dict[str, set[str]] = {
     "gemm": {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm", "_addmm_activation",
              "mkldnn_linear", "_mkldnn_linear", "mv", "addmv", "dot", "einsum", "_int_mm", "_weight_int8pack_mm",

@@ -90,11 +90,6 @@ class Profile:
     def categories_sum_ms(self) -> float:
         return sum(self.categories_ms.values())
 
-    @property
-    def overlap_ms(self) -> float:
-        """Category time beyond busy time: overlapping threads (CPU)."""
-        return self.categories_sum_ms - self.busy_ms
-
     def share(self, category: str) -> float | None:
         total = self.categories_sum_ms
         return self.categories_ms.get(category, 0.0) / total if total else None

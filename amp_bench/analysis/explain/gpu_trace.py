@@ -23,11 +23,32 @@ communication and layout wherever they were launched.
 """
 from __future__ import annotations
 
-from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, KINDS, classify_kernel, copy_is_cast, kernel_kind
+from amp_bench.analysis.explain.categories import (
+    ACCELERATED,
+    CATEGORIES,
+    KINDS,
+    classify_kernel,
+    copy_is_cast,
+    kernel_kind,
+)
+from amp_bench.analysis.explain.events import (
+    GPU_CATS,
+    EventNode,
+    NoGpuActivity,
+    Profile,
+    StepTimes,
+    Windows,
+    _is_optimizer_region,
+    _phase_of,
+    _Phases,
+    _shapes,
+    _union,
+    from_steps,
+    nest_events,
+    per_step_phases,
+    within,
+)
 from amp_bench.analysis.explain.kernels import kernel_math, tensor_core_summary, without_dtypes
-from amp_bench.analysis.explain.events import (GPU_CATS, NoGpuActivity, Profile, StepTimes, Windows, nest_events, _is_optimizer_region,
-                                              EventNode, _phase_of, _Phases, _shapes, _union, from_steps, per_step_phases,
-                                              within)
 
 NO_GPU_EVENTS = ("the CUDA trace holds no kernel, memcpy or memset in its steps: CUPTI recorded nothing (another "
                  "profiler such as Nsight Systems holds it, or a second profiler session in one process lost it: "
@@ -49,7 +70,6 @@ def _launches(events: list[dict]) -> dict:
 
 def _select(gpu: list[dict], launches: dict, windows: Windows) -> list[tuple[dict, EventNode | None, int | None]]:
     """(event, its launch, its step index or None) for every GPU event that counts."""
-    starts = [start for start, _ in windows.steps]
     kept = []
     for e in gpu:
         launch = launches.get((e.get("args") or {}).get("correlation"))

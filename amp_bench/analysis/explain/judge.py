@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from amp_bench import modes
-from amp_bench.analysis.explain.alignment import alignment_table, misaligned_flop_share, misaligned_summary, read_layers
 from amp_bench.analysis.explain import onednn
+from amp_bench.analysis.explain.alignment import alignment_table, misaligned_flop_share, misaligned_summary, read_layers
 from amp_bench.analysis.explain.decompose import profile_columns, unavailable_columns
 from amp_bench.analysis.explain.kernels import describe
 from amp_bench.analysis.explain.trace import NoGpuActivity, read_profile

@@ -23,11 +23,34 @@ from __future__ import annotations
 
 from amp_bench.analysis.explain import gpu_trace
 from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES
-from amp_bench.analysis.explain.events import (CPU_CATS, GPU_CATS, PHASE_PREFIX, PHASES, STEP_REGION,  # noqa: F401
-                                               NoGpuActivity, Profile, StepTimes, _counted_annotation, nest_events,
-                                               under_optimizer, _is_optimizer_region, EventNode, _op_category, _phase_of,
-                                               _GEMM_CONV_OPS, _Phases, _self_time, _shapes, _union, from_steps, load_trace,
-                                               per_step_phases, step_windows, timed_events, within)
+from amp_bench.analysis.explain.events import (  # noqa: F401
+    _GEMM_CONV_OPS,
+    CPU_CATS,
+    GPU_CATS,
+    PHASE_PREFIX,
+    PHASES,
+    STEP_REGION,
+    EventNode,
+    NoGpuActivity,
+    Profile,
+    StepTimes,
+    _counted_annotation,
+    _is_optimizer_region,
+    _op_category,
+    _phase_of,
+    _Phases,
+    _self_time,
+    _shapes,
+    _union,
+    from_steps,
+    load_trace,
+    nest_events,
+    per_step_phases,
+    step_windows,
+    timed_events,
+    under_optimizer,
+    within,
+)
 
 
 def _cpu_step(nodes: list[EventNode], phases: _Phases, phase_ms: dict) -> tuple[dict, float]:

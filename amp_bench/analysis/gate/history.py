@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from amp_bench.analysis.gate import annotations as notes
-from amp_bench.analysis.gate.changepoints import detect, segment, oriented, state
-from amp_bench.store.results import contended, contention_reason
+from amp_bench.analysis.gate.changepoints import detect, oriented, segment, state
 from amp_bench.analysis.speedups import headline_memory
+from amp_bench.store.results import contended, contention_reason
 
 # metric -> True when higher is worse
 METRICS = {"step_time_ms": True, "throughput": False, "peak_mem_bytes": True}

@@ -24,9 +24,9 @@ import yaml
 
 from amp_bench.analysis import junit
 from amp_bench.analysis.gate import annotations as notes
+from amp_bench.analysis.gate.history import HistoryResult, evaluate
 from amp_bench.analysis.junit import TestCase
 from amp_bench.errors import UserError
-from amp_bench.analysis.gate.history import HistoryResult, evaluate
 from amp_bench.store.results import write_text_atomic
 
 BASELINES_FILE = "baselines.yaml"

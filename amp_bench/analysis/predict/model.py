@@ -26,9 +26,9 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.analysis.predict.scaling import FLOOR_MS, HOST, math_unit, scale
+from amp_bench.analysis.predict.settings import fractions
 from amp_bench.analysis.predict.source import CaseSource, ModeSource, load_works, read_sources, target_tf32
 from amp_bench.errors import UserError
-from amp_bench.analysis.predict.settings import fractions
 from amp_bench.platform.gpu_specs import GpuSpec, by_key
 
 # Host time to launch one op in eager PyTorch: ~10 us (shared/FIELD_NOTES.md); cudaLaunchKernel alone took

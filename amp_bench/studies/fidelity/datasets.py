@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from amp_bench.suite.schema import DATASETS, DEFAULT_MODELS  # noqa: F401 - the names a suite may use
+
 SPLIT_SEED = 0
 
 

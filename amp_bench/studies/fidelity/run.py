@@ -8,11 +8,10 @@ This module does not import torch, so reading fidelity results never loads it.
 from __future__ import annotations
 
 import dataclasses
+
 import pandas as pd
 
-from amp_bench.analysis.fidelity import (EPOCH_COLUMNS, PROBE_COLUMNS, RUN_COLUMNS, SCALE_COLUMNS,
-                                         STEP_COLUMNS, verdicts)
-
+from amp_bench.analysis.fidelity import EPOCH_COLUMNS, PROBE_COLUMNS, RUN_COLUMNS, SCALE_COLUMNS, STEP_COLUMNS, verdicts
 
 # --------------------------------------------------------------------------- comparison
 

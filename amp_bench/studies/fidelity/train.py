@@ -13,7 +13,6 @@ from torch import nn
 
 from amp_bench import modes
 
-
 # --------------------------------------------------------------------------- models (worker side)
 
 def build_model(name: str, split, image_size: int | None):
@@ -82,7 +81,6 @@ def train_one(spec, precision: str, seed: int, device_type: str, torch_device, s
     """Train from `seed` for spec.epochs; the record carries the per-step, per-epoch and probe tables."""
     import random
 
-    from amp_bench import modes
     from amp_bench.measure.step import TrainStep, build_optimizer
 
     mode = modes.get(precision)
@@ -179,12 +177,11 @@ def train_precision(spec, precision: str, device, events, support) -> dict:
     `support`: the parent's hardware-gate decision (platform.device.precision_support)."""
     import os
 
-    from amp_bench.studies.fidelity.datasets import load
-    from amp_bench.platform.device import may_run
-    from amp_bench import modes
+    from amp_bench.measure.channel import is_oom
     from amp_bench.measure.precision import autocast_engages, set_fp32_math
     from amp_bench.measure.step import UnsupportedCase
-    from amp_bench.measure.channel import is_oom
+    from amp_bench.platform.device import may_run
+    from amp_bench.studies.fidelity.datasets import load
 
     mode = modes.get(precision)
     if not may_run(support, spec.allow_emulated):
