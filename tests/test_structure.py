@@ -195,6 +195,39 @@ def test_the_function_length_check_can_fail(tmp_path):
     assert long_functions([tmp_path / "long.py"], tmp_path) == {"long.py:1 long": MAX_FUNCTION_LINES + 1}
 
 
+# --------------------------------------------------------------------------- typed at the store's door
+
+def read_back_repairs(source: str) -> list[int]:
+    """Lines that repair what the store reads back typed (store/typed.py): `pd.to_numeric`, a comparison
+    with the text "True" or "nan", `.astype(bool)`."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name == "to_numeric" or (name == "astype" and node.args and getattr(node.args[0], "id", "") == "bool"):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            sides += [e for side in sides if isinstance(side, (ast.Tuple, ast.List, ast.Set)) for e in side.elts]
+            if any(isinstance(side, ast.Constant) and side.value in ("True", "nan") for side in sides):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_the_read_back_repair_check_can_fail():
+    source = ('x = pd.to_numeric(t["a"])\nok = v in (True, "True")\nif r != "nan":\n    pass\n'
+              'y = t["b"].astype(bool)\nz = t["c"].astype(int)\nplot(group="True")\n')
+    assert read_back_repairs(source) == [1, 2, 3, 5]
+
+
+def test_no_reader_outside_the_store_repairs_a_column():
+    """Every table comes back typed from the store (results, samples, the study tables): a reader
+    outside store/ takes its columns as they come, never converting or comparing text again."""
+    found = {str(p.relative_to(PACKAGE)): read_back_repairs(p.read_text(encoding="utf-8"))
+             for p in PACKAGE.rglob("*.py") if "store" not in p.relative_to(PACKAGE).parts}
+    assert not {name: lines for name, lines in found.items() if lines}
+
+
 # --------------------------------------------------------------------------- one seam per device
 
 DEVICE_TYPES = {"cpu", "cuda", "xpu", "mps", "hip", "rocm"}

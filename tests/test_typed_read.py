@@ -120,3 +120,25 @@ def test_a_table_without_rows_comes_back_as_before(tmp_path):
     pd.DataFrame(columns=RESULT_COLUMNS).to_csv(tmp_path / "run" / "results.csv", index=False)
     empty = read_table([tmp_path / "run"], "results", RESULT_COLUMNS)
     assert empty.empty and list(empty.columns) == RESULT_COLUMNS and set(map(str, empty.dtypes)) == {"object"}
+
+
+def test_every_declared_table_reads_back_typed(tmp_path):
+    """The samples and the study tables come back from the store typed as results do: the readers
+    (report, GPU check, fidelity and headroom verdicts) take their columns as they come."""
+    (tmp_path / "run").mkdir()
+    pd.DataFrame({"run_id": ["r", "r"], "model_label": ["m", "m"], "precision": ["fp32", "amp_bf16"],
+                  "limit_reached": ["True", ""], "max_batch_size": [64, None], "reason": ["", "12.10"],
+                  "memory_cap_bytes": [2**30, None]}).to_csv(tmp_path / "run" / "headroom.csv", index=False)
+    pd.DataFrame({"run_id": ["r"], "precision": ["fp16"], "seed": [0], "epoch": [0], "step": [3], "loss": [1.5],
+                  "scale": [""], "skipped": [1]}).to_csv(tmp_path / "run" / "fidelity_steps.csv", index=False)
+    headroom = read_table([tmp_path / "run"], "headroom")
+    assert list(headroom.columns[:3]) == ["run_id", "model_label", "precision"]
+    assert set(columns.STUDY_TABLES["headroom"]) <= set(headroom.columns)
+    assert str(headroom["limit_reached"].dtype) == "boolean" and headroom["limit_reached"].isna().iloc[1]
+    assert str(headroom["max_batch_size"].dtype) == "Int64" and headroom["memory_cap_bytes"].dtype == np.float64
+    assert headroom["reason"].isna().iloc[0] and headroom["reason"].iloc[1] == "12.10"
+    steps = read_table([tmp_path / "run"], "fidelity_steps")
+    assert str(steps["skipped"].dtype) == "boolean" and bool(steps["skipped"].iloc[0])
+    assert steps["scale"].dtype == np.float64 and str(steps["step"].dtype) == "Int64"
+    for name, kinds in columns.STUDY_TABLES.items():
+        assert set(kinds.values()) <= set(columns.KINDS) and kinds, name

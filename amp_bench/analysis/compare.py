@@ -322,7 +322,7 @@ def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None)
     rule: Welch's t on the repeats' logs, the night noise and the machines' wander, and never narrower
     (in log terms) than the step time's own: throughput is the step time seen from the other side."""
     def values(rows: pd.DataFrame) -> pd.Series:
-        column = pd.to_numeric(rows["throughput"], errors="coerce") if "throughput" in rows else pd.Series(dtype=float)
+        column = rows["throughput"] if "throughput" in rows else pd.Series(dtype=float)  # typed on read
         return column[column > 0]
     base, cand = values(b), values(c)
     floor = context.floors.get(case_id)

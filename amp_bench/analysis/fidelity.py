@@ -8,33 +8,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-RUN_COLUMNS = [
-    "run_id", "suite", "dataset", "model", "precision", "seed", "status", "reason", "epochs", "steps",
-    "batch_size", "train_examples", "test_examples", "test_accuracy", "test_loss", "train_accuracy",
-    "final_train_loss", "loss_first", "scaler_initial_scale", "scaler_final_scale", "scaler_min_scale",
-    "scaler_max_scale", "scaler_skipped_steps", "scaler_skipped_step_indices", "scaler_growth_steps",
-    "scaler_scale_below_one", "grad_underflow_fraction_unscaled", "grad_underflow_fraction_scaled",
-    "grad_zero_fraction_fp32", "grad_nonfinite_fraction_scaled", "output_dtype", "emulated", "optimizer", "lr",
-    "compile_mode", "fp8_recipe", "fp8_layers_converted", "fp8_layers_skipped", "fp8_skip_reasons",
-    "fp8_conv1d_as_linear", "fp8_matmul", "device", "device_name", "architecture", "torch_version", "data_source", "wall_s", "worker_start", "log_file", "hostname",
-    "fingerprint", "timestamp",
-]
+from amp_bench.store.columns import STUDY_TABLES
+from amp_bench.store.flags import text
 
-
-# fp8: per step, the amax of the first float8 layers' input and weight and the scale float8 derives from it
-SCALE_COLUMNS = ["run_id", "precision", "seed", "step", "layer", "tensor", "amax", "scale"]
-
-
-STEP_COLUMNS = ["run_id", "precision", "seed", "epoch", "step", "loss", "scale", "skipped"]
-
-
-EPOCH_COLUMNS = ["run_id", "precision", "seed", "epoch", "train_loss", "test_loss", "test_accuracy"]
-
-
-PROBE_COLUMNS = ["run_id", "precision", "seed", "epoch", "step", "probe_scale", "grad_elements",
-                 "grad_zero_fraction_fp32", "grad_zero_fraction_unscaled", "grad_underflow_fraction_unscaled",
-                 "grad_nonfinite_fraction_unscaled", "grad_zero_fraction_scaled", "grad_underflow_fraction_scaled",
-                 "grad_nonfinite_fraction_scaled"]
+# the tables' columns, in order (declared with their kinds in store/columns.py)
+RUN_COLUMNS, STEP_COLUMNS, EPOCH_COLUMNS, PROBE_COLUMNS, SCALE_COLUMNS = (
+    list(STUDY_TABLES[name]) for name in ("fidelity", "fidelity_steps", "fidelity_epochs", "fidelity_probes",
+                                          "fidelity_fp8_scales"))
 
 
 def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
@@ -103,19 +83,18 @@ def failed_rows(runs: pd.DataFrame, allow_unsupported: bool = True) -> list[str]
     out = []
     for _, row in runs.iterrows():
         if row.get("status") not in allowed:
-            reason = str(row.get("reason") or "").strip()
+            reason = text(row.get("reason")).strip()
             out.append(f"{row.get('precision')} seed {row.get('seed')}: {row.get('status')}"
-                       + (f" ({reason.splitlines()[0][:200]})" if reason and reason != "nan" else ""))
+                       + (f" ({reason.splitlines()[0][:200]})" if reason else ""))
     return out
 
 
 def load_fidelity(run_dirs: list[Path]) -> dict[str, pd.DataFrame]:
     """The fidelity tables of these run directories (empty frames where there are none), and the
     tolerance each run was judged with."""
-    tables = {"fidelity": RUN_COLUMNS, "fidelity_steps": STEP_COLUMNS, "fidelity_epochs": EPOCH_COLUMNS,
-              "fidelity_probes": PROBE_COLUMNS, "fidelity_fp8_scales": SCALE_COLUMNS}
     from amp_bench.store.results import read_manifest, read_table
-    out = {name: read_table(run_dirs, name, columns) for name, columns in tables.items()}
+    out = {name: read_table(run_dirs, name, list(STUDY_TABLES[name])) for name in STUDY_TABLES
+           if name.startswith("fidelity")}
     tolerance = {}
     for d in run_dirs:
         manifest = read_manifest(d) or {}

@@ -78,9 +78,7 @@ def price_for(device_name: str, partition: str, prices: dict[str, float]) -> flo
 
 def _medians(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     ok = identity.keyed(results[results["status"] == "ok"])
-    present = [c for c in columns if c in ok]
-    for column in present:
-        ok[column] = pd.to_numeric(ok[column], errors="coerce")
+    present = [c for c in columns if c in ok]  # typed on read
     keys = identity.group_keys() + ["precision"]
     return ok.groupby(keys, dropna=False)[present].median().reindex(columns=columns)
 
@@ -110,9 +108,10 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
         "samples_per_watt": table["samples_per_joule"], "mfu": table["mfu"], "run_id": table["run_id"]})
     device = text_column(table, "device_name")
     partition = text_column(table, "slurm_partition")
-    out["price_per_gpu_hour"] = [price_for(d, p, prices) if prices else None for d, p in zip(device, partition)]
-    gpus = pd.to_numeric(out["world_size"])  # keyed in the summary: 1 where a run said nothing
-    out["samples_per_dollar"] = out["throughput"] * 3600 / (pd.to_numeric(out["price_per_gpu_hour"]) * gpus)
+    out["price_per_gpu_hour"] = pd.Series([price_for(d, p, prices) if prices else None for d, p in zip(device, partition)],
+                                          index=out.index, dtype=float)
+    gpus = out["world_size"]  # keyed in the summary: 1 where a run said nothing
+    out["samples_per_dollar"] = out["throughput"] * 3600 / (out["price_per_gpu_hour"] * gpus)
     out["case"] = identity.case_labels(out)
     rank = out["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))
     out = out.assign(_rank=rank, _mode=out["precision"].map(modes.order_key))

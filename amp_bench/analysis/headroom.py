@@ -5,23 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from amp_bench.store.flags import is_true
+from amp_bench.store.columns import STUDY_TABLES
+from amp_bench.store.flags import is_true, text
 
 FITS = ("ok", "nonfinite")  # memory held; a non-finite loss in a 2-step probe is not a memory verdict
 
 
-HEADROOM_COLUMNS = [
-    "run_id", "suite", "model_label", "image_size", "seq_len", "channels_last", "world_size", "nproc_per_node",
-    "precision", "device", "device_name", "status", "reason", "max_batch_size", "first_oom_batch_size",
-    "limit_reached", "start_batch_size", "max_batch_size_limit", "resolution", "memory_cap_bytes", "probes",
-    "batch_ratio_vs_fp32", "batch_ratio_is_lower_bound", "throughput_at_max",
-    "step_time_ms_at_max", "peak_mem_at_max_bytes", "throughput_ratio_vs_fp32", "measure_status", "hostname",
-    "fingerprint", "timestamp",
-]
-
-
-PROBE_COLUMNS = ["run_id", "model_label", "precision", "probe", "batch_size", "status", "reason", "peak_mem_bytes",
-                 "worker_seconds", "worker_start", "log_file"]
+# the tables' columns, in order (declared with their kinds in store/columns.py)
+HEADROOM_COLUMNS, PROBE_COLUMNS = list(STUDY_TABLES["headroom"]), list(STUDY_TABLES["headroom_probes"])
 
 
 def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
@@ -48,8 +39,6 @@ def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-
-
 def failed_rows(table: pd.DataFrame, allow_unsupported: bool = True) -> list[str]:
     """'model precision: status (reason)' for every search that found no answer (a probe that failed
     otherwise, nothing fits) or whose measurement at the largest batch failed: the CLI exits 1 on
@@ -58,12 +47,12 @@ def failed_rows(table: pd.DataFrame, allow_unsupported: bool = True) -> list[str
     out = []
     for _, row in table.iterrows():
         label = f"{row.get('model_label')} {row.get('precision')}"
-        reason = str(row.get("reason") or "").strip()
-        reason = "" if reason == "nan" else reason.splitlines()[0][:200] if reason else ""
-        measured = row.get("measure_status")
+        reason = text(row.get("reason")).strip()
+        reason = reason.splitlines()[0][:200] if reason else ""
+        measured = text(row.get("measure_status"))
         if row.get("status") not in allowed:
             out.append(f"{label}: {row.get('status')}" + (f" ({reason})" if reason else ""))
-        elif isinstance(measured, str) and measured not in ("ok", "nan"):
+        elif measured not in ("", "ok"):
             batch = row.get("max_batch_size")
             batch = f"{batch:.0f}" if isinstance(batch, (int, float)) else batch
             out.append(f"{label}: the measurement at its largest batch ({batch}) ended {measured}")

@@ -45,7 +45,8 @@ def _prepare(results: pd.DataFrame) -> pd.DataFrame:
         if key not in frame:
             frame[key] = np.nan
     for column in COMPILE_MEDIANS + COMPILE_MAXIMA:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce") if column in frame else np.nan
+        if column not in frame:
+            frame[column] = np.nan
     if "rss_before_model_bytes" in frame and "peak_rss_bytes" in frame:
         # CPU: peak RSS minus the RSS before the model was built (drops torch's own footprint)
         growth = frame["peak_rss_bytes"] - frame["rss_before_model_bytes"]
@@ -171,7 +172,7 @@ def _dropped_pairs(table: pd.DataFrame, frame: pd.DataFrame, base: str) -> pd.Da
     pairs = table[f"{name}_pairs"].fillna(0)
     too_few = (pairs < MIN_CLEAN_PAIRS) & (pairs + table[f"{name}_dropped"] >= MIN_CLEAN_PAIRS) & \
         (table[f"{name}_dropped"] > 0)
-    table[f"contended_vs_{base}"] = (table[f"{name}_busy"].fillna(False).astype(bool) | too_few) & \
+    table[f"contended_vs_{base}"] = (table[f"{name}_busy"].eq(True) | too_few) & \
         (table["precision"] != base)
     return table.drop(columns=[f"{name}_busy"])
 

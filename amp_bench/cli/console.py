@@ -13,7 +13,7 @@ from rich.table import Table
 
 from amp_bench import modes
 from amp_bench.platform.provenance import tf32_override_notes
-from amp_bench.store.flags import is_true, peak_memory, true_rows
+from amp_bench.store.flags import is_true, peak_memory, text, true_rows
 from amp_bench.store.identity import EAGER, case_label
 
 
@@ -82,9 +82,8 @@ def rich_reporter(console):
             line = case_line(case, row, self.said)
             if line:
                 self.console.print(line, highlight=False)
-            for warning in filter(None, str(row.get("warnings") or "").split(" | ")):
-                if warning != "nan":
-                    self.console.print(f"            [yellow]warning:[/] {escape(warning)}", highlight=False)
+            for warning in filter(None, text(row.get("warnings")).split(" | ")):
+                self.console.print(f"            [yellow]warning:[/] {escape(warning)}", highlight=False)
 
         def time_left(self, seconds):
             if seconds is not None and self.run_task is not None:

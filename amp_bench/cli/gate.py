@@ -21,7 +21,7 @@ def _print_contended(console, contended) -> None:
     from amp_bench.analysis.gate.history import TONIGHT_CONTENDED
     if contended.empty:
         return
-    latest = contended[contended["latest"].astype(bool)]
+    latest = contended[contended["latest"]]
     console.print(f"[yellow]contended[/]: {len(contended)} case runs left out of the series "
                   "(a busy machine's figures are not comparable)", highlight=False)
     for _, r in latest.head(30).iterrows():

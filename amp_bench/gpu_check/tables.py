@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from amp_bench import modes
@@ -30,7 +31,7 @@ MATMUL_MEASURED = {"H200": 790.0}
 def fmt(value, digits: int = 3) -> str:
     if hasattr(value, "item"):  # numpy scalars
         value = value.item()
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, (bool,)):
         return "yes" if value else "no"
@@ -52,12 +53,8 @@ def markdown(frame: pd.DataFrame) -> str:
 
 
 def _flag(value) -> str:
-    """yes / no for a flag however it came back (bool, numpy bool, the CSV's 'True'); '' when unknown."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, str):
-        value = {"true": True, "false": False}.get(value.lower(), value)
-    return fmt(value) if isinstance(value, bool) else ""
+    """yes / no for a yes/no cell (typed on read: a bool, or NA when unknown); '' when unknown."""
+    return fmt(value) if isinstance(value, (bool, np.bool_)) else ""
 
 
 def environment(env: dict) -> list[str]:
@@ -275,7 +272,7 @@ def explain_section(suite: pd.DataFrame, top: int = 20) -> list[str]:
     classifier gave each: what to read against a real trace when the classifier is in doubt."""
     if suite.empty or "explain_status" not in suite:
         return []
-    rows = suite[suite["explain_status"].notna() & (suite["explain_status"].astype(str) != "")]
+    rows = suite[suite["explain_status"].notna()]  # typed on read: an empty cell is NA
     if rows.empty:
         return []
     lines = ["## Explain on this device", ""]

@@ -212,7 +212,7 @@ def step_time_chart(samples: pd.DataFrame):
 
 
 def scaler_chart(results: pd.DataFrame):
-    if "scaler_skipped_steps" not in results or not (pd.to_numeric(results["scaler_skipped_steps"]) > 0).any():
+    if "scaler_skipped_steps" not in results or not (results["scaler_skipped_steps"] > 0).any():
         return None
     frame = results[results["precision"].isin(modes.scaler_names())].copy()
     frame["machine"] = machine_label(frame)

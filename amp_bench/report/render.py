@@ -38,7 +38,7 @@ th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
 
 
 def _fmt_cell(value, column: str) -> str:
-    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and not np.isfinite(value)):
         return "-"
     if isinstance(value, (float, np.floating)):
         if "saving" in column or column in ("mfu", "scaling efficiency"):

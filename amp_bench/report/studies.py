@@ -58,8 +58,7 @@ def scaler_health_table(runs: pd.DataFrame) -> pd.DataFrame:
         "skipped at step": amp["scaler_skipped_step_indices"].map(indices),
         "scale: initial": amp["scaler_initial_scale"], "min": amp["scaler_min_scale"],
         "final": amp["scaler_final_scale"],
-        "fell below 1": amp["scaler_scale_below_one"].map(lambda v: "-" if v != v else ("YES" if v in (True, "True")
-                                                                                       else "no")),
+        "fell below 1": amp["scaler_scale_below_one"].map(lambda v: "-" if pd.isna(v) else "YES" if v else "no"),
         "grads lost, unscaled": amp["grad_underflow_fraction_unscaled"].map(pct),
         "grads lost, with scaler": amp["grad_underflow_fraction_scaled"].map(pct),
         "zero grads in fp32": amp["grad_zero_fraction_fp32"].map(pct)})
@@ -70,15 +69,13 @@ def headroom_for_reading(headroom: pd.DataFrame) -> pd.DataFrame:
         return "none" if v != v or v is None else f"{v / 2**30:.3g} GiB"
     return pd.DataFrame({
         "device": headroom["device_name"], "model": headroom["model_label"],
-        "processes": headroom.get("world_size", pd.Series(np.nan, index=headroom.index)),
+        "processes": headroom["world_size"],
         "precision": headroom["precision"],
         "status": headroom["status"], "largest batch": headroom["max_batch_size"],
         "first OOM": headroom["first_oom_batch_size"],
-        "limit reached": headroom["limit_reached"].map(lambda v: "yes" if v in (True, "True") else ""),
+        "limit reached": headroom["limit_reached"].map(lambda v: "yes" if is_true(v) else ""),
         "x fp32's batch": [("-" if v != v else ("≥" if is_true(lb) else "") + f"{v:.2f}x")
-                           for v, lb in zip(headroom["batch_ratio_vs_fp32"],
-                                            headroom.get("batch_ratio_is_lower_bound",
-                                                         pd.Series(False, index=headroom.index)))],
+                           for v, lb in zip(headroom["batch_ratio_vs_fp32"], headroom["batch_ratio_is_lower_bound"])],
         "samples/s there": headroom["throughput_at_max"],
         "x fp32's samples/s": headroom["throughput_ratio_vs_fp32"].map(lambda v: "-" if v != v else f"{v:.2f}x"),
         "memory cap": headroom["memory_cap_bytes"].map(cap), "probes": headroom["probes"],

@@ -339,6 +339,44 @@ SAMPLE_DECLARED: list[Column] = _cols("samples", [
     ("step_time_ms", FLOAT, "the step's time, ms"), ("loss", FLOAT, "the step's loss"),
 ])
 
+
+
+def _table(spec: str) -> dict[str, str]:
+    """'name name:i name:f name:b ...' -> {name: kind}, in the file's order: text unless marked int, float, bool."""
+    marks = {"": TEXT, "i": INT, "f": FLOAT, "b": BOOL}
+    return {name: marks[mark] for name, _, mark in (word.partition(":") for word in spec.split())}
+
+
+# The study tables (docs/fidelity-and-headroom.md): each column's kind, in the file's order. The studies
+# write them (studies/fidelity/, studies/headroom.py); analysis/fidelity.py and analysis/headroom.py read them.
+STUDY_TABLES: dict[str, dict[str, str]] = {
+    "fidelity": _table(
+        "run_id suite dataset model precision seed:i status reason epochs:i steps:i batch_size:i train_examples:i "
+        "test_examples:i test_accuracy:f test_loss:f train_accuracy:f final_train_loss:f loss_first:f "
+        "scaler_initial_scale:f scaler_final_scale:f scaler_min_scale:f scaler_max_scale:f scaler_skipped_steps:i "
+        "scaler_skipped_step_indices scaler_growth_steps:i scaler_scale_below_one:b grad_underflow_fraction_unscaled:f "
+        "grad_underflow_fraction_scaled:f grad_zero_fraction_fp32:f grad_nonfinite_fraction_scaled:f output_dtype "
+        "emulated:b optimizer lr:f compile_mode fp8_recipe fp8_layers_converted:i fp8_layers_skipped:i "
+        "fp8_skip_reasons fp8_conv1d_as_linear:i fp8_matmul device device_name architecture torch_version "
+        "data_source wall_s:f worker_start log_file hostname fingerprint timestamp"),
+    "fidelity_steps": _table("run_id precision seed:i epoch:i step:i loss:f scale:f skipped:b"),
+    "fidelity_epochs": _table("run_id precision seed:i epoch:i train_loss:f test_loss:f test_accuracy:f"),
+    "fidelity_probes": _table(
+        "run_id precision seed:i epoch:i step:i probe_scale:f grad_elements:i grad_zero_fraction_fp32:f "
+        "grad_zero_fraction_unscaled:f grad_underflow_fraction_unscaled:f grad_nonfinite_fraction_unscaled:f "
+        "grad_zero_fraction_scaled:f grad_underflow_fraction_scaled:f grad_nonfinite_fraction_scaled:f"),
+    # fp8: per step, the amax of the first float8 layers' input and weight and the scale float8 derives from it
+    "fidelity_fp8_scales": _table("run_id precision seed:i step:i layer tensor amax:f scale:f"),
+    "headroom": _table(
+        "run_id suite model_label image_size:i seq_len:i channels_last:b world_size:i nproc_per_node:i precision "
+        "device device_name status reason max_batch_size:i first_oom_batch_size:i limit_reached:b start_batch_size:i "
+        "max_batch_size_limit:i resolution:i memory_cap_bytes:i probes:i batch_ratio_vs_fp32:f "
+        "batch_ratio_is_lower_bound:b throughput_at_max:f step_time_ms_at_max:f peak_mem_at_max_bytes:i "
+        "throughput_ratio_vs_fp32:f measure_status hostname fingerprint timestamp"),
+    "headroom_probes": _table("run_id model_label precision probe:i batch_size:i status reason peak_mem_bytes:i "
+                              "worker_seconds:f worker_start log_file"),
+}
+
 # The documented columns, in order; records may carry more (appended after these). Adding columns
 # keeps FORMAT_VERSION: an older reader keeps unknown columns after its own, a newer one reads older
 # files with the new columns empty (or their read default).
@@ -348,12 +386,20 @@ SLURM_COLUMNS = [c.name for c in _SLURM]
 SAMPLE_COLUMNS = [c.name for c in SAMPLE_DECLARED]
 BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 READ_DEFAULTS = {c.name: c.default for c in COLUMNS if c.default is not None}
+# every table the store reads back typed: name -> {column: kind}
+TABLE_KINDS: dict[str, dict[str, str]] = {"results": {c.name: c.kind for c in COLUMNS},
+                                          "samples": {c.name: c.kind for c in SAMPLE_DECLARED}, **STUDY_TABLES}
 # int columns the typed read leaves float64 for now, until their readers outside store/ take Int64:
 # image_size and seq_len are empty for the other kind of model, and store/identity.py's case_label
 # compares them (`float(size) > 0`); memory in bytes and FLOPs are divided into savings, rates
 # and MFU, and an empty one would be pd.NA where report/data.py's verdict asks `np.isfinite(value)`.
+# The same holds for the study tables' sizes and bytes (read_as_float).
 READ_AS_FLOAT = frozenset({"image_size", "seq_len", "flops_per_step",
                            *(c.name for c in COLUMNS if c.kind == INT and c.name.endswith("_bytes"))})
+
+
+def read_as_float(name: str, kind: str) -> bool:
+    return kind == INT and (name in READ_AS_FLOAT or name.endswith("_bytes"))
 
 
 def order_columns(table: pd.DataFrame) -> pd.DataFrame:

@@ -20,6 +20,20 @@ def is_true(value) -> bool:
     return str(value).strip().lower() in TRUE_TEXT
 
 
+def text(value) -> str:
+    """One text cell: "" where it is empty (a typed text column's blank is NaN)."""
+    return value if isinstance(value, str) else ""
+
+
+def positive(value) -> float | None:
+    """One figure that is known: a number above 0; None for NaN, 0, empty or not a number."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number == number and number > 0 else None
+
+
 def true_rows(column: pd.Series | None, index=None) -> pd.Series:
     """A whole column as booleans; a missing column (None) is all False over `index`."""
     if column is None:

@@ -20,7 +20,14 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.errors import UserError
-from amp_bench.store.columns import EXPLAIN_COLUMNS, RESULT_COLUMNS, SAMPLE_COLUMNS, SLURM_COLUMNS, order_columns  # noqa: F401
+from amp_bench.store.columns import (  # noqa: F401 (re-exported)
+    EXPLAIN_COLUMNS,
+    RESULT_COLUMNS,
+    SAMPLE_COLUMNS,
+    SLURM_COLUMNS,
+    TABLE_KINDS,
+    order_columns,
+)
 from amp_bench.store.flags import text_column, true_rows
 from amp_bench.store.typed import text_dtypes, typed
 
@@ -329,15 +336,16 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
     """One table (NAME.csv) of every run directory that has it, concatenated; header-only files are
     left out (concatenating them would turn every column to object). Empty: a frame with `columns`.
     with_run_dir adds a `run_dir` column (where each row came from). An unreadable file is a
-    UserError naming it, never skipped. A results table with rows comes back typed (store/typed.py):
-    every declared column in its kind, with its read default, present even where no run wrote it."""
-    results = name == RESULTS_FILE[: -len(".csv")]
+    UserError naming it, never skipped. A declared table (results, samples, the study tables) with rows
+    comes back typed (store/typed.py): every declared column in its kind, with its read default, present
+    even where no run wrote it."""
+    declared = name in TABLE_KINDS
     frames = []
     for run_dir in run_dirs:
         file = Path(run_dir) / f"{name}.csv"
         if file.is_file() and file.stat().st_size:
             try:
-                frame = pd.read_csv(file, dtype=text_dtypes() if results else None)
+                frame = pd.read_csv(file, dtype=text_dtypes(name) if declared else None)
             except (ValueError, pd.errors.ParserError) as exc:
                 raise UserError(f"{file}: unreadable results table ({exc})") from None
             if not frame.empty:  # copy(): one block per dtype, so the added column does not fragment it
@@ -347,7 +355,7 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
     # one block per dtype: frames with different columns concatenate into one block per column,
     # and a caller adding a column to that would trip pandas' fragmentation warning
     table = pd.concat(frames, ignore_index=True).copy()
-    return typed(table) if results else table
+    return typed(table, table=name) if declared else table
 
 
 def contended(table: pd.DataFrame) -> pd.Series:

@@ -1,4 +1,5 @@
-"""Results rows read back typed, once, from the column declarations (store/columns.py).
+"""Tables read back typed, once, from the column declarations (store/columns.py): results, samples and
+the study tables.
 
 A column read back from CSV holds True/False, "True"/"False", 1/0, 1.0/0.0 or is empty, depending on
 the pandas version and on whether the run had any value at all; an integer column with one empty
@@ -13,34 +14,32 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from amp_bench.store.columns import BOOL, BY_NAME, FLOAT, INT, READ_AS_FLOAT, RESULT_COLUMNS, TEXT, Column
+from amp_bench.store.columns import BOOL, FLOAT, INT, READ_DEFAULTS, TABLE_KINDS, TEXT, read_as_float
 from amp_bench.store.flags import TRUE_TEXT
 
 
-def text_dtypes(declared=BY_NAME) -> dict[str, type]:
-    """read_csv's dtype for the declared text columns: their cells stay text ("12.10" is not 12.1)."""
-    return {name: str for name, column in declared.items() if column.kind == TEXT}
+def text_dtypes(table: str = "results") -> dict[str, type]:
+    """read_csv's dtype for a table's text columns: their cells stay text ("12.10" is not 12.1)."""
+    return {name: str for name, kind in TABLE_KINDS[table].items() if kind == TEXT}
 
 
-def read_kind(column: Column) -> str:
-    """The kind the typed frame gives a column: its declared kind, float for READ_AS_FLOAT."""
-    return FLOAT if column.name in READ_AS_FLOAT else column.kind
-
-
-def typed(frame: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
-    """The frame with every declared column in its kind and read default, and every name in `columns`
-    (default: RESULT_COLUMNS) present, empty where no row had it. Other columns are kept as they are,
-    in their order; missing ones are added after them. A frame without rows comes back as it is (the
-    readers join it with empty frames of their own)."""
+def typed(frame: pd.DataFrame, columns: list[str] | None = None, table: str = "results") -> pd.DataFrame:
+    """The frame with every column `table` declares (store/columns.py: results, samples, the study tables) in
+    its kind and read default, and every name in `columns` (default: the table's) present, empty where no row
+    had it. Other columns are kept as they are, in their order; missing ones are added after them. A frame
+    without rows comes back as it is (the readers join it with empty frames of their own)."""
     if frame.empty:
         return frame
-    columns = RESULT_COLUMNS if columns is None else columns
+    kinds = TABLE_KINDS[table]
+    defaults = READ_DEFAULTS if table == "results" else {}
+    columns = list(kinds) if columns is None else columns
     names = list(frame.columns) + [c for c in columns if c not in frame.columns]
     out = {}
     for name in names:
         values = frame[name] if name in frame.columns else pd.Series(np.nan, index=frame.index, dtype=object)
-        column = BY_NAME.get(name)
-        out[name] = values if column is None else as_kind(values, read_kind(column), column.default)
+        kind = kinds.get(name)
+        out[name] = values if kind is None else \
+            as_kind(values, FLOAT if read_as_float(name, kind) else kind, defaults.get(name))
     return pd.DataFrame({name: values.array for name, values in out.items()}, index=frame.index)
 
 

@@ -25,7 +25,7 @@ from amp_bench.analysis.explain.sentence import sentence
 from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.analysis.speedups import clean_pairs, paired_log_ratios
 from amp_bench.store import identity
-from amp_bench.store.flags import true_rows
+from amp_bench.store.flags import positive, text, true_rows
 from amp_bench.store.results import EXPLAIN_COLUMNS  # the results-table columns, in order: one list
 
 DISTORTED_RATIO = 1.5
@@ -195,11 +195,11 @@ def _pooled(rows: pd.DataFrame) -> Noise | None:
     """Every profiled step of these rows (one per repeat), pooled: the noise rule's samples."""
     pooled: dict[str, list[float]] = {}
     processes = 0
-    for text in rows.get("explain_step_samples", pd.Series(dtype=object)):
-        if not isinstance(text, str) or not text.startswith("{"):
+    for cell in rows.get("explain_step_samples", pd.Series(dtype=object)):
+        if not isinstance(cell, str) or not cell.startswith("{"):
             continue
         processes += 1
-        for key, values in json.loads(text).items():
+        for key, values in json.loads(cell).items():
             pooled.setdefault(key, []).extend(values)
     return Noise(pooled, processes) if processes else None
 
@@ -207,29 +207,22 @@ def _pooled(rows: pd.DataFrame) -> Noise | None:
 def _measured_spread(rows: pd.DataFrame) -> noise.Spread | None:
     """The measured step time's spread over the repeats: their medians and confidence intervals."""
     values = [v for c in ("step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high") if c in rows
-              for v in pd.to_numeric(rows[c], errors="coerce").dropna()]
+              for v in rows[c].dropna()]
     return noise.spread(values, processes=len(rows)) if values else None
 
 
 def ideal_for(precision: str, row: dict, base: dict) -> ceilings.Ideal:
     """Each category's ideal speedup for a mode, from what the rows say of the hardware."""
     if row["device_type"].startswith("cuda"):
-        accelerated, source = ceilings.gpu_units(_number(row.get("peak_tflops")), _number(base.get("peak_tflops")),
-                                                 _number(row.get("peak_tflops_bf16")), precision)
-    elif row.get("cpu_bf16_isa") in ("", "nan", None):
+        accelerated, source = ceilings.gpu_units(positive(row.get("peak_tflops")), positive(base.get("peak_tflops")),
+                                                 positive(row.get("peak_tflops_bf16")), precision)
+    elif not text(row.get("cpu_bf16_isa")):
         accelerated, source = None, "these results do not say the CPU's ISA (cpu_bf16_isa): no ceiling"
     else:
         ratio, source = ceilings.cpu_unit(precision, row.get("cpu_bf16_isa", ""))
         accelerated = {k: ratio for k in ACCELERATED}
     return ceilings.ideal_factors(precision, accelerated, source)
 
-
-def _number(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and number > 0 else None
 
 
 def _cases(results: pd.DataFrame):

@@ -16,6 +16,7 @@ from amp_bench.analysis.explain.alignment import alignment_table, misaligned_flo
 from amp_bench.analysis.explain.decompose import profile_columns, unavailable_columns
 from amp_bench.analysis.explain.kernels import describe
 from amp_bench.analysis.explain.trace import NoGpuActivity, read_profile
+from amp_bench.store.flags import positive
 
 CAPTURED = "captured"  # the worker's explain_status when it saved a trace for this module to read
 
@@ -30,13 +31,6 @@ def layers_path(trace_path) -> Path:
             break
     return trace_path.with_name(name + ".layers.json")
 
-
-def _number(value) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and number > 0 else None  # NaN and 0 are "not known"
 
 
 def layer_rows(results, run_dirs) -> list[dict]:
@@ -56,7 +50,7 @@ def layer_rows(results, run_dirs) -> list[dict]:
         except Exception:  # noqa: BLE001 a lost file drops its layers from the table, nothing else
             continue
         multiple = 16 if modes.get(str(row.get("precision"))).float8_linear else 8
-        for layer in alignment_table(layers, int(_number(row.get("flops_per_step")) or 0) or None, device_type):
+        for layer in alignment_table(layers, int(positive(row.get("flops_per_step")) or 0) or None, device_type):
             out.append({"run_id": row.get("run_id"), "case_id": row.get("case_id"), "repeat": row.get("repeat"),
                         "precision": row.get("precision"), "multiple": multiple,
                         "aligned": layer[f"aligned_{multiple}"], **layer})
@@ -74,13 +68,13 @@ def explain_row(row: dict, run_dir) -> dict:
     try:
         path = Path(run_dir) / trace
         profile = read_profile(path, device_type, trace_path=trace)
-        table = alignment_table(read_layers(layers_path(path)), int(_number(row.get("flops_per_step")) or 0) or None,
+        table = alignment_table(read_layers(layers_path(path)), int(positive(row.get("flops_per_step")) or 0) or None,
                                 device_type)
         mode = modes.get(str(row.get("precision")))
         multiple = 16 if mode.float8_linear else 8  # fp8 wants 16
         units = describe(profile.tensor_cores, mode.uses_autocast, multiple) if device_type == "cuda" else \
             onednn.describe(onednn.read_records(onednn.records_path(path)))
-        return profile_columns(profile, _number(row.get("step_time_ms_median")), misaligned_flop_share(table, multiple),
+        return profile_columns(profile, positive(row.get("step_time_ms_median")), misaligned_flop_share(table, multiple),
                                misaligned_summary(table, multiple), units)
     except NoGpuActivity as exc:  # issue 33: never "ok, idle 100%" for a trace CUPTI recorded nothing in
         return {**unavailable_columns(str(exc)), "explain_trace": trace}

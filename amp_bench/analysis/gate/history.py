@@ -23,6 +23,7 @@ import pandas as pd
 from amp_bench.analysis.gate import annotations as notes
 from amp_bench.analysis.gate.changepoints import detect, oriented, segment, state
 from amp_bench.analysis.speedups import headline_memory
+from amp_bench.store.flags import text_column
 from amp_bench.store.results import contended, contention_reason
 
 # metric -> True when higher is worse
@@ -94,9 +95,9 @@ class HistoryResult:
 def _ok_rows(results: pd.DataFrame) -> pd.DataFrame:
     """The ok rows, machine/suite/host filled in, with `_contended` and `_contention` (issue 12)."""
     ok = results[results["status"] == "ok"].copy()
-    for column in ("fingerprint", "suite", "hostname"):
-        ok[column] = ok[column].astype(object).where(ok[column].notna(), "unknown" if column == "fingerprint" else "") \
-            if column in ok else ("unknown" if column == "fingerprint" else "")
+    for column in ("suite", "hostname"):
+        ok[column] = text_column(ok, column)
+    ok["fingerprint"] = text_column(ok, "fingerprint").replace("", "unknown")
     ok["_contended"] = contended(ok)
     ok["_contention"] = contention_reason(ok)
     ok["timestamp"] = pd.to_datetime(ok["timestamp"], utc=True, errors="coerce", format="mixed")
