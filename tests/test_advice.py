@@ -1,0 +1,98 @@
+"""Advice: each rule fires where its evidence is, stays silent where it is not, and prices its change from the
+same step's own figures, on real readings: the first H200 reading's GPT-2 explain case (its row and its 20
+longest kernels, docs/gpu-validation/2026-12-04-h200-5436a8a/) and the CPU main job's ResNet-50 (its row, its
+layers and oneDNN's verbose step, tests/data/advice/: 2-core AMD EPYC, AVX512-BF16, 2026-12-04)."""
+import gzip
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from amp_bench.analysis.advice import advise, from_row, intrinsic
+from amp_bench.analysis.advice.rules import FUSED_SHARE
+from conftest import ROOT
+
+H200 = ROOT / "docs" / "gpu-validation" / "2026-12-04-h200-5436a8a"
+ADVICE = Path(__file__).parent / "data" / "advice"
+
+
+def h200_gpt2():
+    """The H200 GPT-2 (2 layers, bs 256, seq 128, amp_bf16) row with its kernel table: ms per step."""
+    suite = pd.read_csv(H200 / "part2_suite.csv")
+    row = suite[suite["model_label"] == "gpt2-explain"].iloc[0].to_dict()
+    evidence = from_row(row, None)
+    steps = int(row["explain_profiled_steps"])
+    summary = (H200 / "part2_summary.md").read_text()
+    table = summary[summary.index("The 20 longest kernels"):]
+    for name, _, _, total in re.findall(r"^\| (.+?) \| (\w+) \| (\d+) \| ([\d.]+) \|$", table, re.M):
+        evidence.kernels_ms[name] = float(total) / steps
+    return evidence
+
+
+def resnet50_cpu(tmp_path, precision="amp_bf16"):
+    stem = f"resnet50-bs8-224px-{precision}-r0"
+    row = json.loads((ADVICE / f"{stem}.row.json").read_text())
+    traces = tmp_path / "traces"
+    traces.mkdir(exist_ok=True)
+    shutil.copy(ADVICE / f"{stem}.layers.json", traces / f"{stem}.layers.json")
+    with gzip.open(ADVICE / f"{stem}.onednn.txt.gz") as src:
+        (traces / f"{stem}.onednn.txt").write_bytes(src.read())
+    return from_row(row, tmp_path)
+
+
+def test_gpt2s_misaligned_vocabulary_on_an_h200_is_priced_at_its_aligned_gemms_efficiency():
+    evidence = h200_gpt2()
+    (pad,) = advise(evidence)  # no convolution, a fused AdamW, 3% idle: the one item
+    assert pad.rule == "pad_dims" and pad.change == "pad the vocabulary to a multiple of 64 (50257 -> 50304)"
+    assert pad.variant == {"pad_vocab_to_multiple_of": 64}
+    assert "lm_head Linear(768 -> 50257) holds 72% of the GEMM FLOPs" in pad.evidence
+    assert "3 misaligned-kernel GEMMs took 60.8 ms of the 106.2 ms step (57%)" in pad.evidence
+    assert "align1" in pad.evidence
+    # 72.5% of the FLOPs at the 3.8 ms the aligned 27.5% took: ~10.1 ms instead of 60.8 ms
+    assert pad.predicted_ms == pytest.approx(103.36 - (60.75 - 0.725 / 0.275 * 3.83) * 103.36 / 106.17, rel=0.01)
+    assert pad.low_ms < pad.predicted_ms < pad.high_ms < pad.step_ms
+    assert 1.8 < pad.speedup < 2.0
+    (softmax,) = intrinsic(evidence)
+    assert "runs in fp32 under autocast by design" in softmax and "not advice" in softmax
+
+
+def test_resnet50_nchw_on_a_cpu_is_told_channels_last_from_onednns_reorders(tmp_path):
+    evidence = resnet50_cpu(tmp_path)
+    (layout,) = advise(evidence)  # aligned or not, a CPU's kernels do not say alignment cost anything
+    assert layout.rule == "channels_last" and layout.variant == {"channels_last": True}
+    assert "oneDNN reordered activations between NCHW and its blocked layout for 106 ms" in layout.evidence
+    assert 1.05 < layout.speedup < 1.25 and layout.low_ms < layout.predicted_ms < layout.high_ms
+    assert intrinsic(evidence) == []
+
+
+def test_rules_stay_silent_where_their_evidence_is_not(tmp_path):
+    evidence = resnet50_cpu(tmp_path)
+    evidence.case["channels_last"] = True
+    assert advise(evidence) == []  # already channels_last
+    gpt2 = h200_gpt2()
+    gpt2.device_type = "cpu"
+    assert advise(gpt2) == []  # the same kernels on a CPU say nothing about alignment
+    gpt2 = h200_gpt2()
+    gpt2.kernels_ms = {k: v for k, v in gpt2.kernels_ms.items() if "align1" not in k}
+    assert advise(gpt2) == []  # misaligned layers, but their GEMMs ran on the aligned path
+
+
+def test_the_optimizer_rule_prices_the_fused_pass_and_the_host_rule_a_doubled_batch(tmp_path):
+    evidence = resnet50_cpu(tmp_path)
+    evidence.case.update(channels_last=True, optimizer="adamw", optimizer_impl="foreach")
+    evidence.categories_ms["optimizer"] = 120.0  # an AdamW step of a larger share
+    (fused,) = advise(evidence)
+    assert fused.rule == "optimizer_impl" and fused.variant == {"optimizer_impl": "fused"}
+    saving = 120.0 * (1 - FUSED_SHARE["adamw"]) * evidence.step_ms / evidence.profiled_ms
+    assert fused.predicted_ms == pytest.approx(evidence.step_ms - saving)
+    evidence.case["optimizer_impl"] = "fused"
+    assert advise(evidence) == []
+    evidence.host_ms = 0.5 * evidence.profiled_ms  # half the step between ops
+    (host,) = advise(evidence)
+    busy = evidence.profiled_ms - evidence.host_ms
+    assert host.rule == "host_bound" and host.variant == {"batch_size": 16} and "(8 -> 16)" in host.change
+    per_sample = (2 * busy + evidence.host_ms) / 2
+    assert host.predicted_ms == pytest.approx(evidence.measured(per_sample))
