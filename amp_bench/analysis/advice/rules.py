@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from amp_bench.analysis.advice.evidence import Evidence
+from amp_bench.store.flags import is_true
 
 MIN_SAVING_SHARE = 0.02  # an item that would save under 2% of the step is not advice, it is noise
 
@@ -134,7 +135,7 @@ def channels_last(evidence: Evidence) -> Advice | None:
     AMP, layout alone 1.47x, FIELD_NOTES). Priced as the layout conversions gone: their share of the
     convolution time times the step's convolution category, between half of it and 1.2 times it."""
     conv_ms = evidence.categories_ms.get("conv", 0.0)
-    if evidence.case.get("channels_last") in (True, "True", 1) or evidence.share(conv_ms) < 0.10:
+    if is_true(evidence.case.get("channels_last")) or evidence.share(conv_ms) < 0.10:
         return None
     transposes = {n: ms for n, ms in evidence.kernels_ms.items() if re.search(r"nchwToNhwc|nhwcToNchw", n)}
     if transposes:  # a GPU's kernels say it directly
@@ -173,7 +174,7 @@ def optimizer_impl(evidence: Evidence) -> Advice | None:
     if impl not in ("for-loop", "foreach") or name not in FUSED_SHARE or not optimizer_ms:
         return None
     saving = optimizer_ms * (1 - FUSED_SHARE[name])
-    sync = " and GradScaler's per-step host sync" if evidence.case.get("scaler_host_sync") in (True, "True") else ""
+    sync = " and GradScaler's per-step host sync" if is_true(evidence.case.get("scaler_host_sync")) else ""
     return _item("optimizer_impl", evidence, saving, (saving * 0.5, saving * 1.2),
                  change=f"use the fused {name} (fused=True)", variant={"optimizer_impl": "fused"},
                  evidence=(f"the {impl} {name} step took {optimizer_ms:.1f} ms ({evidence.share(optimizer_ms):.0%} of "
