@@ -1,40 +1,51 @@
-"""One case identity and one label (amp_bench/store/identity.py): a new axis of the matrix is one entry
+"""One case identity and one label (amp_bench/identity.py): a new axis of the matrix is one entry
 in CASE_AXES, and every reader that groups or names cases sees it."""
 import pandas as pd
 
+from amp_bench import identity
 from amp_bench.analysis.explain.categories import CATEGORIES
-from amp_bench.store import identity
 
 
-def _rows():
+def _rows(compiled: bool = False):
     """One model on one GPU in fp32 and amp_bf16, twice: once with SGD, once with AdamW (`optimizer`,
-    a column every row has, but not an axis of the matrix until a test makes it one)."""
+    a column every row has, but not an axis of the matrix until a test makes it one); eager, and with
+    `compiled` also under torch.compile. Each row's case_id is the one identity gives it."""
     rows = []
     for optimizer, slower in (("sgd", 1.0), ("adamw", 1.2)):
-        for precision, ms in (("fp32", 100.0), ("amp_bf16", 50.0)):
-            for repeat in range(3):
-                rows.append({
-                    "run_id": "r1", "suite": "s", "case_id": f"m-{optimizer}-{precision}", "model_label": "m",
-                    "batch_size": 8, "image_size": 224, "seq_len": None, "channels_last": False, "world_size": 1,
-                    "compile_mode": "eager", "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3",
-                    "architecture": "Hopper", "precision": precision, "status": "ok", "repeat": repeat,
-                    "optimizer": optimizer, "step_time_ms_median": ms * slower * (1 + 0.01 * repeat),
-                    "throughput": 8 / (ms * slower) * 1e3, "peak_mem_allocated_bytes": 1e9,
-                    "explain_status": "ok", "explain_busy_ms": ms, "explain_host_ms": 1.0,
-                    **{f"explain_{c}_ms": (ms / len(CATEGORIES)) for c in CATEGORIES}})
+        for compile_mode, faster in (("eager", 1.0), ("default", 0.8))[: 2 if compiled else 1]:
+            for precision, ms in (("fp32", 100.0 * slower * faster), ("amp_bf16", 50.0 * slower * faster)):
+                for repeat in range(3):
+                    row = {
+                        "run_id": "r1", "suite": "s", "model_label": "m", "batch_size": 8, "image_size": 224,
+                        "seq_len": None, "channels_last": False, "world_size": 1, "compile_mode": compile_mode,
+                        "device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "architecture": "Hopper",
+                        "hostname": "h", "fingerprint": "f", "timestamp": "2026-12-01T00:00:00+00:00",
+                        "precision": precision, "status": "ok", "repeat": repeat, "optimizer": optimizer,
+                        "step_time_ms_median": ms * (1 + 0.01 * repeat), "throughput": 8 / ms * 1e3,
+                        "peak_mem_allocated_bytes": 1e9, "explain_status": "ok", "explain_busy_ms": ms,
+                        "explain_host_ms": 1.0, **{f"explain_{c}_ms": (ms / len(CATEGORIES)) for c in CATEGORIES}}
+                    rows.append({**row, "case_id": identity.case_id(row, precision),
+                                 "group_id": identity.group_id(row)})
     return pd.DataFrame(rows)
 
 
-def test_a_new_axis_in_one_place_separates_cases_in_every_reader(monkeypatch):
+def test_a_new_axis_in_one_place_separates_cases_in_every_reader(monkeypatch, tmp_path):
+    """`optimizer` becomes an axis in CASE_AXES alone: every reader that groups or names cases keeps the
+    SGD and AdamW cases apart (summary, headline, explain, GPUs compared, charts, the compile section, the
+    nightly series and the exports), where without the axis the first six pool them."""
     from amp_bench.analysis.explain.decompose import explain_results
+    from amp_bench.analysis.exports import otava_tables, to_bmf
+    from amp_bench.analysis.gate.history import run_series, series_keys
     from amp_bench.analysis.gpus import compare_gpus
     from amp_bench.analysis.headline import headlines
     from amp_bench.analysis.speedups import summarize
     from amp_bench.report.charts import _x_label
-    rows = _rows()
-    merged = summarize(rows)
-    assert len(merged) == 2 and len(headlines(merged)) == 1  # without the axis: one case, its runs pooled
+    from amp_bench.report.compile_section import compile_table, speedup_matrix
+    merged = summarize(_rows(compiled=True))
+    assert len(merged) == 4 and len(headlines(merged[merged["compile_mode"] == "eager"])) == 1  # one case, pooled
+    assert len(speedup_matrix(merged)) == 2  # one case, two precisions
     monkeypatch.setitem(identity.CASE_AXES, "optimizer", None)
+    rows, compiled = _rows(), _rows(compiled=True)
     summary = summarize(rows)
     assert len(summary) == 4 and set(summary["optimizer"]) == {"sgd", "adamw"}
     sentences = headlines(summary)
@@ -42,6 +53,27 @@ def test_a_new_axis_in_one_place_separates_cases_in_every_reader(monkeypatch):
     assert len({label for label, _ in explain_results(rows)}) == 2
     assert compare_gpus(summary, rows)["case"].nunique() == 2
     assert _x_label(summary).nunique() == 2
+    assert len(compile_table(summarize(compiled))) == 8 and len(speedup_matrix(summarize(compiled))) == 4
+    assert run_series(rows).groupby(series_keys()).ngroups == 4  # two cases in two precisions
+    (tmp_path / "r1").mkdir()
+    rows.to_csv(tmp_path / "r1" / "results.csv", index=False)
+    assert len(to_bmf(tmp_path)) == 4 and len(otava_tables(tmp_path)) == 4
+    assert rows["case_id"].nunique() == 4 and "optimizer-adamw" in rows["case_id"].iloc[-1]  # the id says it too
+
+
+def test_the_compile_section_keeps_cases_that_differ_only_in_image_size_apart():
+    """Two cases alike but for the image size were one row of the compile matrix, their speedups
+    pooled into one median: each is its own row now, named by its label."""
+    from amp_bench.analysis.speedups import summarize
+    from amp_bench.report.compile_section import compile_table, speedup_matrix
+    rows = _rows(compiled=True)
+    rows = rows[rows["optimizer"] == "sgd"]
+    small = rows.assign(image_size=160, step_time_ms_median=rows["step_time_ms_median"] / 2)
+    both = pd.concat([rows, small], ignore_index=True)
+    both["case_id"] = [identity.case_id(r, r["precision"]) for _, r in both.iterrows()]
+    matrix = speedup_matrix(summarize(both))
+    assert len(matrix) == 4 and {case for case, _ in matrix.index} == {"m bs 8 224px", "m bs 8 160px"}
+    assert compile_table(summarize(both))["case"].nunique() == 2
 
 
 def test_one_label_reads_every_axis():

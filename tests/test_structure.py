@@ -90,7 +90,7 @@ def test_no_import_circle_in_the_package():
 
 
 # The layers, top to bottom; a layer imports only from the layers it names (and the shared base).
-BASE = {"amp_bench", "amp_bench.errors", "amp_bench.modes", "amp_bench.stats"}
+BASE = {"amp_bench", "amp_bench.errors", "amp_bench.identity", "amp_bench.modes", "amp_bench.stats"}
 LAYERS = {  # layer -> the layers it may import
     "cli": {"studies", "executors", "launchers", "measure", "platform", "suite", "report", "analysis", "store"},
     "worker": {"studies", "measure", "platform", "suite"},

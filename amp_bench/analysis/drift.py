@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.analysis.intervals import MIN_REPEATS, judge, trimmed_log_interval, trimmed_log_mean
-from amp_bench.analysis.speedups import clean_pairs, paired_log_ratios
+from amp_bench.analysis.speedups import clean_pairs, pair_keys, paired_log_ratios
 
 Z95 = 1.959964
 
@@ -35,7 +35,8 @@ def wander(ok: pd.DataFrame) -> float | None:
     if ok.empty or "group_id" not in ok:
         return None
     variances = []
-    for _, group in ok.groupby(["run_id", "group_id"], dropna=False):
+    ok = identity.keyed(ok)
+    for _, group in ok.groupby(pair_keys(ok), dropna=False):
         logs = group.pivot_table(index="repeat", columns="precision", values="step_time_ms_median", aggfunc="first")
         logs = np.log(logs.dropna(axis=0, how="any"))
         if len(logs) < MIN_REPEATS:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from amp_bench import identity
 from amp_bench.analysis.speedups import headline_memory
 from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column
@@ -52,7 +53,7 @@ def _ok_rows(path, machine: str | None) -> pd.DataFrame:
             raise UserError(f"--machine {machine!r}: not in {path} (it has: {', '.join(sorted(rows['machine'].unique()))})")
         rows = chosen
     rows["peak_memory_bytes"] = headline_memory(rows)  # the figures are typed on read (load_results)
-    return rows
+    return identity.keyed(rows)  # one series: a suite's case (identity.case_keys), named by its case_id
 
 
 def _interval(value: float, lows: pd.Series, highs: pd.Series) -> dict:
@@ -70,10 +71,12 @@ def to_bmf(path, machine: str | None = None) -> dict:
     if len(machines) > 1:
         raise UserError(f"{path}: holds {len(machines)} machines ({'; '.join(machines)}); Bencher takes one testbed "
                         "per report: pass --machine NAME")
-    newest = rows.groupby(["suite", "case_id"])["run_id"].transform("max")
+    keys = ["suite", *identity.case_keys()]
+    newest = rows.groupby(keys, dropna=False)["run_id"].transform("max")
     rows = rows[rows["run_id"] == newest]
     report = {}
-    for (suite, case_id), case in rows.groupby(["suite", "case_id"], sort=True):
+    for _, case in rows.groupby(keys, dropna=False):
+        suite, case_id = case["suite"].iloc[0], case["case_id"].iloc[0]
         step = case["step_time_ms_median"]
         low = case["step_time_ms_ci_low"].fillna(step)
         high = case["step_time_ms_ci_high"].fillna(step)
@@ -86,8 +89,8 @@ def to_bmf(path, machine: str | None = None) -> dict:
             values = case[column].dropna()
             if not values.empty:
                 measures[slug] = _interval(values.median(), values, values)
-        report[f"{suite}/{case_id}"] = measures
-    return report
+        report[(suite, case_id)] = measures
+    return {f"{suite}/{case_id}": measures for (suite, case_id), measures in sorted(report.items())}
 
 
 def write_bmf(path, output: Path | None, machine: str | None = None) -> str:
@@ -110,7 +113,8 @@ def otava_tables(path, machine: str | None = None) -> dict[str, pd.DataFrame]:
     metrics = {"step_time_ms": "step_time_ms_median", "throughput": "throughput",
                "peak_memory_bytes": "peak_memory_bytes", "energy_j_per_sample": "energy_j_per_sample"}
     tables = {}
-    for (name, suite, case_id), series in rows.groupby(["machine", "suite", "case_id"], sort=True):
+    for _, series in rows.groupby(["machine", "suite", *identity.case_keys()], dropna=False):
+        name, suite, case_id = series["machine"].iloc[0], series["suite"].iloc[0], series["case_id"].iloc[0]
         per_run = series.groupby("run_id", sort=False)
         table = pd.DataFrame({
             "time": per_run["time"].min().dt.strftime("%Y-%m-%d %H:%M:%S +0000"),
@@ -119,8 +123,8 @@ def otava_tables(path, machine: str | None = None) -> dict[str, pd.DataFrame]:
             "torch": per_run["torch_version"].first() if "torch_version" in series else "",
             **{metric: per_run[column].median() for metric, column in metrics.items()}}).reset_index(drop=True)
         table = table.dropna(axis=1, how="all").sort_values("time", kind="stable")
-        tables[f"{_slug(name)}.{_slug(suite)}.{_slug(case_id)}"] = table
-    return tables
+        tables[(name, suite, case_id)] = table
+    return {".".join(map(_slug, key)): table for key, table in sorted(tables.items())}
 
 
 def write_otava(path, directory: Path, machine: str | None = None) -> list[Path]:

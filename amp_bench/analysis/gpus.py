@@ -19,10 +19,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.analysis.speedups import speedup_text
 from amp_bench.errors import UserError
-from amp_bench.store import identity
 from amp_bench.store.flags import text_column
 
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]

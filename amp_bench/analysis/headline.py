@@ -12,8 +12,7 @@ import math
 
 import pandas as pd
 
-from amp_bench import modes
-from amp_bench.store import identity
+from amp_bench import identity, modes
 from amp_bench.store.flags import is_true
 
 

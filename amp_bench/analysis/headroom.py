@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from amp_bench import identity
 from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.flags import is_true, text
 
@@ -18,7 +19,7 @@ HEADROOM_COLUMNS, PROBE_COLUMNS = list(STUDY_TABLES["headroom"]), list(STUDY_TAB
 def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
     """Each precision's largest batch and its throughput there, as multiples of fp32's."""
     table = table.copy()
-    keys = ["run_id", "model_label", "image_size", "seq_len", "channels_last", "world_size", "nproc_per_node"]
+    keys = ["run_id"] + [a for a in identity.case_axes() if a != "batch_size"]  # the batch is what was searched
     filled = table.reindex(columns=keys).astype(str)
     fp32 = table[(table["precision"] == "fp32") & (table["status"] == "ok")]
     base = {tuple(filled.loc[i]): r for i, r in fp32.iterrows()}
@@ -46,7 +47,7 @@ def failed_rows(table: pd.DataFrame, allow_unsupported: bool = True) -> list[str
     allowed = {"ok", "unsupported"} if allow_unsupported else {"ok"}
     out = []
     for _, row in table.iterrows():
-        label = f"{row.get('model_label')} {row.get('precision')}"
+        label = f"{identity.case_label(row, without=('batch_size',))} {row.get('precision')}"
         reason = text(row.get("reason")).strip()
         reason = reason.splitlines()[0][:200] if reason else ""
         measured = text(row.get("measure_status"))

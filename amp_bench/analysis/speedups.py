@@ -18,11 +18,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.analysis.intervals import paired_log_interval, trimmed_log_mean
-from amp_bench.store import identity
+from amp_bench.identity import EAGER, group_keys  # one comparison group: the run and the case's axes
 from amp_bench.store.flags import is_true, true_rows
-from amp_bench.store.identity import EAGER, group_keys  # one comparison group: the run and the case's axes
 
 # per case, the compile figures carried into the summary (median over ok repeats; counts: the most)
 COMPILE_MEDIANS = ["compile_time_s", "compile_first_step_ms"]
@@ -236,6 +235,7 @@ def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
     (`_log`: base median / this median), of its throughput ratio (`_tlog`), whether either side was
     contended (`_busy`), and the base side's interval columns (`_base_*`). group_keys() + precision +
     repeat identify a pair: the two modes ran in that repeat, one after the other or in lockstep."""
+    ok = identity.keyed(ok)
     keys = pair_keys(ok) + ["repeat"]
     sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended",
              "interleave", "worker_window"]
@@ -249,12 +249,9 @@ def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
 
 
 def pair_keys(rows: pd.DataFrame) -> list[str]:
-    """What makes two rows one comparison group: the run and the group identity every row carries
-    (suite.schema.Case.group_id: model, batch, size, layout, processes, compile mode); rows without it
-    (written by hand) by their columns."""
-    if "group_id" in rows and rows["group_id"].notna().all() and "run_id" in rows:
-        return ["run_id", "group_id"]
-    return group_keys()
+    """What makes two (keyed) rows one comparison group: identity's group keys, the run and the case's
+    axes; and the group_id every run writes, which keeps apart rows written by hand without the axes."""
+    return group_keys() + (["group_id"] if "group_id" in rows and rows["group_id"].notna().all() else [])
 
 
 MIN_CLEAN_PAIRS = 2  # a paired interval needs two pairs; fewer clean ones and contended pairs stay in, flagged

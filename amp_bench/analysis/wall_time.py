@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from amp_bench.identity import case_label
 from amp_bench.stats import WORKER_PHASES, phase_column
-from amp_bench.store.identity import case_label
 
 OWN_PHASES = [name for name in WORKER_PHASES if name != "wait"]
 

@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from amp_bench import modes
+from amp_bench.identity import EAGER, case_label
 from amp_bench.platform.provenance import tf32_override_notes
 from amp_bench.store.flags import is_true, peak_memory, text, true_rows
-from amp_bench.store.identity import EAGER, case_label
 
 
 def _fmt_bytes(value) -> str:
@@ -225,7 +225,7 @@ def summary_table(table, title: str) -> Table:
     from amp_bench.analysis.speedups import speedup_text
     ref = modes.reference()
     cpu = (table["device"] == "cpu").all()
-    show_layout = table["channels_last"].any()  # the summary's keys are typed (store.identity.keyed)
+    show_layout = table["channels_last"].any()  # the summary's keys are typed (identity.keyed)
     later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
     show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != EAGER).any()
     lockstep = lockstep_note(table.get(f"speedup_vs_{ref}_method"))

@@ -33,7 +33,7 @@ def _print_contended(console, contended) -> None:
 def cmd_history(args, console) -> int:
     from rich.table import Table
 
-    from amp_bench.analysis.gate.history import SERIES_KEYS, evaluate, load_annotations, to_json, to_markdown
+    from amp_bench.analysis.gate.history import evaluate, load_annotations, series_keys, to_json, to_markdown
     from amp_bench.store.cache import load_cached
     results = load_cached(args.results, use_cache=not getattr(args, "no_cache", False))
     annotations_path = args.annotations
@@ -43,7 +43,7 @@ def cmd_history(args, console) -> int:
     result = evaluate(results, load_annotations(annotations_path), _thresholds(args),
                       annotations_path=annotations_path)
     series = result.series
-    console.print(f"{series[SERIES_KEYS].drop_duplicates().shape[0]} series over "
+    console.print(f"{series[series_keys()].drop_duplicates().shape[0]} series over "
                   f"{series['run_id'].nunique()} runs, {len(result.changes)} changes in their history"
                   + (f"; annotations: {annotations_path}" if annotations_path else ""), highlight=False)
     for warning in result.warnings:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.store.flags import text_column
 
 GIB = 2**30
@@ -82,14 +82,15 @@ def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
     """One row per case: speed against fp32 and tf32 of the same group, memory, telemetry, the
     GradScaler host sync and the FP32 math flags as they resolved."""
     rows = []
-    ms = suite.set_index(["group_id", "precision"])["step_time_ms_median"].to_dict()
-    ordered = suite.assign(_order=suite["precision"].map(modes.order_key)).sort_values(["group_id", "_order"])
-    for _, r in ordered.iterrows():
+    keys = identity.keyed(suite)[identity.group_keys()].assign(_order=suite["precision"].map(modes.order_key))
+    suite = suite.assign(_group=list(keys[identity.group_keys()].itertuples(index=False, name=None)))  # one group
+    ms = suite.set_index(["_group", "precision"])["step_time_ms_median"].to_dict()
+    for _, r in suite.loc[keys.sort_values([*identity.group_keys(), "_order"]).index].iterrows():
         own = r.get("step_time_ms_median")
         ok = r["status"] == "ok"
 
         def vs(base):
-            b = ms.get((r["group_id"], base))
+            b = ms.get((r["_group"], base))
             return b / own if ok and b and own and not (math.isnan(b) or math.isnan(own)) else None
 
         def gib(column):
@@ -203,14 +204,16 @@ def plain_loop_section(overhead: pd.DataFrame, suite: pd.DataFrame) -> list[str]
     if overhead.empty:
         return lines + ["(not run)", ""]
     first = overhead.iloc[0]
-    label = (f"{first['model']} {first['image_size']}px batch {first['batch']} "
-             f"{'channels_last' if _flag(first['channels_last']) == 'yes' else 'NCHW'} {first['precision']} "
+    channels_last = _flag(first["channels_last"]) == "yes"
+    case = {"model_label": first["model"], "batch_size": first["batch"], "image_size": first["image_size"],
+            "channels_last": channels_last}
+    label = (f"{identity.case_label(case)}{'' if channels_last else ' NCHW'} {first['precision']} "
              f"{first['optimizer']} ({first['impl']})")
     rows = [{"measured by": "amp_bench worker (overhead rounds)", "samples/s": overhead["harness_throughput"].median(),
              "median ms/step": overhead["harness_ms"].median()},
             {"measured by": "plain hand-written loop", "samples/s": overhead["plain_throughput"].median(),
              "median ms/step": overhead["plain_ms"].median()}]
-    case = _case(suite, str(first["model"]), str(first["precision"]), _flag(first["channels_last"]) == "yes")
+    case = _case(suite, str(first["model"]), str(first["precision"]), channels_last)
     if case is not None and case["batch_size"] == first["batch"]:
         rows.insert(0, {"measured by": f"the suite's case {case['case_id']}", "samples/s": case["throughput"],
                         "median ms/step": case["step_time_ms_median"]})
@@ -390,6 +393,6 @@ def fp8_line(suite: pd.DataFrame) -> list[str]:
         return []
     ratio = bf16["step_time_ms_median"] / fp8["step_time_ms_median"]
     return ["## fp8 against compiled bf16", "",
-            f"GPT-2 small bs {fmt(fp8['batch_size'])} seq {fmt(fp8.get('seq_len'))}, both compiled: fp8 "
+            f"{identity.case_label(fp8, without=('compile_mode',))}, both compiled: fp8 "
             f"{fmt(fp8['step_time_ms_median'])} ms/step against amp_bf16 {fmt(bf16['step_time_ms_median'])}: "
             f"{ratio:.3f}x.", ""]

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.report.data import machine_label, precision_sort_key
-from amp_bench.store import identity
 from amp_bench.store.flags import is_true, text_column, true_rows
 
 TEMPLATE = "plotly_white"
@@ -18,9 +17,9 @@ def _px():
     return px
 
 
-def _x_label(frame: pd.DataFrame) -> pd.Series:
-    """A case without its model (the charts facet by model): store.identity's label."""
-    return identity.case_labels(frame, model=False)  # keyed -1 sizes read as none
+def _x_label(frame: pd.DataFrame, without: tuple[str, ...] = ()) -> pd.Series:
+    """A case without its model (the charts facet by model): the identity module's label."""
+    return identity.case_labels(frame, model=False, without=without)  # keyed -1 sizes read as none
 
 
 def _facets(frame: pd.DataFrame) -> dict:
@@ -187,7 +186,7 @@ def scaling_chart(summary: pd.DataFrame):
     frame = summary[summary["scaling_efficiency"].notna()].copy()
     if frame.empty:
         return None
-    frame["x"] = "bs " + frame["batch_size"].astype(int).astype(str)
+    frame["x"] = _x_label(frame, without=("nproc_per_node", "world_size"))  # the x axis is the world size
     frame = frame.sort_values("world_size")
     fig = _px().line(frame, x="world_size", y="scaling_efficiency", color="precision", markers=True,
                      line_dash="x" if frame["x"].nunique() > 1 else None, color_discrete_map=modes.colours(),
@@ -205,7 +204,7 @@ def step_time_chart(samples: pd.DataFrame):
     if samples.empty:
         return None
     frame = samples.copy()
-    frame["x"] = "bs " + frame["batch_size"].astype(int).astype(str)
+    frame["x"] = _x_label(frame)
     fig = _px().box(frame, x="x", y="step_time_ms", color="precision", points="outliers", color_discrete_map=modes.colours(),
                     hover_data={"repeat": True, "step": True}, labels={"x": "batch size"}, **_facets(frame))
     return _finish(fig, "Per-step time distribution over the measured steps (all repeats)", "step time (ms)")
@@ -216,7 +215,7 @@ def scaler_chart(results: pd.DataFrame):
         return None
     frame = results[results["precision"].isin(modes.scaler_names())].copy()
     frame["machine"] = machine_label(frame)
-    frame["x"] = frame["case_id"] + " r" + frame["repeat"].astype(str)
+    frame["x"] = _x_label(frame) + " " + frame["precision"] + " r" + frame["repeat"].astype(str)
     fig = _px().bar(frame, x="x", y="scaler_skipped_steps", hover_data={"scaler_final_scale": True, "steps": True},
                     labels={"x": "case and repeat", "scaler_skipped_steps": "skipped steps"}, **_facets(frame))
     return _finish(fig, "GradScaler skipped optimizer steps inside the measured window (those steps did less work)",

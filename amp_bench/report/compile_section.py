@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
+from amp_bench.identity import EAGER
 from amp_bench.report.data import machine_label, precision_sort_key
 
-EAGER = "eager"
 REF = modes.reference()  # the registry's baseline names the first speedup column
 COLUMNS = {
     f"speedup_vs_{REF}_eager": f"speedup vs {REF} eager", "speedup_vs_eager": "speedup vs same precision eager",
@@ -22,19 +22,28 @@ def has_compile(summary: pd.DataFrame) -> bool:
     return "compile_mode" in summary and (summary["compile_mode"] != EAGER).any()  # keyed: eager where absent
 
 
-def compile_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per case (model, batch, layout, precision) and compile mode, eager first; failed cases
-    keep their status (compile_error among them) and no figures."""
-    if not has_compile(summary):
-        return pd.DataFrame()
+def _cases(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with its machine and `case`: every axis but the compile mode (identity's label), the
+    machine too where there are several, so no two cases are pooled."""
     frame = summary.copy()
     frame["machine"] = machine_label(frame)
+    frame["case"] = identity.case_labels(frame, without=("compile_mode",))
+    if frame["machine"].nunique() > 1:
+        frame["case"] = frame["case"] + " on " + frame["machine"]
+    return frame
+
+
+def compile_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per case (every axis but the compile mode), precision and compile mode, eager first;
+    failed cases keep their status (compile_error among them) and no figures."""
+    if not has_compile(summary):
+        return pd.DataFrame()
+    frame = _cases(summary)
     frame["_eager_last"] = frame["compile_mode"] != EAGER
     frame["_order"] = precision_sort_key(frame["precision"])
-    frame = frame.sort_values(["machine", "model_label", "batch_size", "channels_last", "_order", "_eager_last",
-                               "compile_mode"], kind="stable")
-    keep = ["machine", "model_label", "batch_size", "precision", "compile_mode", "status"] + \
-        [c for c in COLUMNS if c in frame]
+    axes = [a for a in identity.case_axes() if a != "compile_mode"]
+    frame = frame.sort_values(["machine", *axes, "_order", "_eager_last", "compile_mode"], kind="stable")
+    keep = ["machine", "case", "precision", "compile_mode", "status"] + [c for c in COLUMNS if c in frame]
     table = frame.reindex(columns=keep).rename(columns=COLUMNS)
     failed = frame["status"] != "ok"
     table.loc[failed.values, [COLUMNS[c] for c in COLUMNS if c in frame and c not in ("graph_breaks",)]] = None
@@ -42,11 +51,11 @@ def compile_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_matrix(summary: pd.DataFrame, column: str = f"speedup_vs_{REF}_eager") -> pd.DataFrame:
-    """precision (rows) x compile mode (columns) of one speedup, per model and batch size."""
+    """precision (rows) x compile mode (columns) of one speedup, per case (_cases: never two pooled)."""
     if not has_compile(summary):
         return pd.DataFrame()
-    frame = summary.assign(case=summary["model_label"].astype(str) + " bs" + summary["batch_size"].astype(str))
-    matrix = frame.pivot_table(index=["case", "precision"], columns="compile_mode", values=column, aggfunc="median")
+    matrix = _cases(summary).pivot_table(index=["case", "precision"], columns="compile_mode", values=column,
+                                         aggfunc="median")
     columns = [EAGER] + sorted(c for c in matrix.columns if c != EAGER)
     return matrix.reindex(columns=[c for c in columns if c in matrix.columns])
 

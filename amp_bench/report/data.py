@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.analysis.speedups import summarize
 from amp_bench.errors import UserError
 from amp_bench.stats import measured as measured_samples
@@ -136,8 +136,7 @@ def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozens
     """Each AMP case's speedup and memory saving next to the seed articles' claims, against fp32 and,
     where it was run, against tf32 (the picture changes on Ampere and later). Headroom runs measure
     each precision at its own largest batch, so there is no same-batch baseline to claim against."""
-    from amp_bench.store.identity import group_keys
-    keys = group_keys()
+    keys = identity.group_keys()
     rows = []
     amp = summary[summary["precision"].isin(modes.amp_names()) & ~summary["run_id"].isin(headroom_runs)]
     # a later baseline (tf32) is worth a row where it could run (measured, or failed for a reason worth seeing)
@@ -223,8 +222,8 @@ def step_samples(data: ReportData) -> pd.DataFrame:
     if data.samples.empty:
         return data.samples
     measured = measured_samples(data.samples)
-    info = data.results[["run_id", "case_id", "repeat", "model_label", "batch_size", "device_name",
-                         "hostname", "architecture"]].drop_duplicates(["run_id", "case_id", "repeat"])
+    info = data.results.reindex(columns=["run_id", "case_id", "repeat", *identity.case_axes(), "device_name",
+                                         "hostname", "architecture"]).drop_duplicates(["run_id", "case_id", "repeat"])
     joined = measured.merge(info, on=["run_id", "case_id", "repeat"], how="inner")
     joined["machine"] = machine_label(joined)
     return joined

@@ -11,7 +11,7 @@ import pandas as pd
 from amp_bench.analysis.explain.categories import CATEGORIES, HOST, LABELS
 from amp_bench.analysis.explain.decompose import category_table, explain_results
 from amp_bench.analysis.explain.sentence import sentence
-from amp_bench.store.identity import case_labels
+from amp_bench.identity import case_labels
 
 SECTION = ("explain", "Where the time goes")
 HOW_TO = ("Each case ran 3-8 extra training steps under torch.profiler after its timed window (as many as the "

@@ -90,7 +90,7 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
     columns |= {"peak memory (MiB)": summary["peak_mem_bytes"] / 2**20,
                 f"memory saving vs {ref}": summary[f"mem_saving_vs_{ref}"], "notes": caveats(summary)}
     table = pd.DataFrame(columns)
-    if summary["channels_last"].any():  # the summary's keys are typed (store.identity.keyed)
+    if summary["channels_last"].any():  # the summary's keys are typed (identity.keyed)
         table.insert(3, "layout", np.where(summary["channels_last"], "channels_last", "nchw"))
     if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling
         table.insert(3, "procs", summary["world_size"].astype(int))
@@ -337,7 +337,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
 def _case_medians(results: pd.DataFrame, summary: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Median across ok repeats of per-row telemetry, aligned with the summary's rows (same case
     keys: run, model, batch, sizes, layout, device, precision)."""
-    from amp_bench.store import identity
+    from amp_bench import identity
     present = [c for c in columns if c in results and results[c].notna().any()]
     if not present:
         return pd.DataFrame()

@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from amp_bench import identity
 from amp_bench.errors import UserError
 from amp_bench.store.results import PARTS_DIR, RESULTS_FILE, RUN_SUBDIRS, catch_up
 from amp_bench.store.typed import text_dtypes, typed
 
 CACHE_DIR = ".amp_bench_cache"
 CACHE_FILE = "results.pkl"
-VERSION = 3  # 2: contended, contention; 3: typed (store/typed.py), text columns read as text
-COLUMNS = ["run_id", "suite", "case_id", "status", "device", "device_name", "batch_size", "repeat", "hostname",
-           "fingerprint", "timestamp", "step_time_ms_median", "throughput", "peak_mem_allocated_bytes",
-           "peak_rss_bytes", "contended", "contention"]
+VERSION = 4  # 2: contended, contention; 3: typed (store/typed.py), text columns read as text; 4: the case's axes
+COLUMNS = ["run_id", "suite", "status", "device", "device_name", "repeat", "hostname", "fingerprint", "timestamp",
+           "step_time_ms_median", "throughput", "peak_mem_allocated_bytes", "peak_rss_bytes", "contended",
+           "contention", *identity.case_keys()]  # a series is a case (its axes and precision)
 _TEXT = {name: kind for name, kind in text_dtypes().items() if name in COLUMNS}  # read as text, not numbers
 
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from amp_bench.identity import EAGER
 from amp_bench.platform.nvml import NVML_COLUMNS
 from amp_bench.stats import WORKER_PHASES, phase_column
 
 BOOL, INT, FLOAT, TEXT = "bool", "int", "float", "text"
 KINDS = (BOOL, INT, FLOAT, TEXT)
-EAGER = "eager"  # compile_mode of a case that is not compiled: the read default of rows from before compile
 
 
 @dataclass(frozen=True)
@@ -368,8 +368,8 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
     # fp8: per step, the amax of the first float8 layers' input and weight and the scale float8 derives from it
     "fidelity_fp8_scales": _table("run_id precision seed:i step:i layer tensor amax:f scale:f"),
     "headroom": _table(
-        "run_id suite model_label image_size:i seq_len:i channels_last:b world_size:i nproc_per_node:i precision "
-        "device device_name status reason max_batch_size:i first_oom_batch_size:i limit_reached:b start_batch_size:i "
+        "run_id suite model_label image_size:i seq_len:i channels_last:b world_size:i nproc_per_node:i compile_mode "
+        "precision device device_name status reason max_batch_size:i first_oom_batch_size:i limit_reached:b start_batch_size:i "
         "max_batch_size_limit:i resolution:i memory_cap_bytes:i probes:i batch_ratio_vs_fp32:f "
         "batch_ratio_is_lower_bound:b throughput_at_max:f step_time_ms_at_max:f peak_mem_at_max_bytes:i "
         "throughput_ratio_vs_fp32:f measure_status hostname fingerprint timestamp"),
@@ -390,7 +390,7 @@ READ_DEFAULTS = {c.name: c.default for c in COLUMNS if c.default is not None}
 TABLE_KINDS: dict[str, dict[str, str]] = {"results": {c.name: c.kind for c in COLUMNS},
                                           "samples": {c.name: c.kind for c in SAMPLE_DECLARED}, **STUDY_TABLES}
 # int columns the typed read leaves float64 for now, until their readers outside store/ take Int64:
-# image_size and seq_len are empty for the other kind of model, and store/identity.py's case_label
+# image_size and seq_len are empty for the other kind of model, and amp_bench/identity.py's case_label
 # compares them (`float(size) > 0`); memory in bytes and FLOPs are divided into savings, rates
 # and MFU, and an empty one would be pd.NA where report/data.py's verdict asks `np.isfinite(value)`.
 # The same holds for the study tables' sizes and bytes (read_as_float).

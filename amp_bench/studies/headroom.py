@@ -139,10 +139,9 @@ def _plan(session, path, overrides: dict) -> tuple:
         # without a cap the search would end in the kernel's OOM killer, which may pick another process;
         # a cap holds per process, so DDP ranks share this one out
         spec = dataclasses.replace(spec, memory_cap_bytes=default_cpu_cap())
-    templates: dict[tuple, object] = {}  # one per model, sizes, layout and precision; batch is searched
+    templates: dict[tuple, object] = {}  # one per case's axes but the batch (searched), and precision
     for case in cases:
-        key = (case.model.label, case.image_size, case.seq_len, case.channels_last, case.nproc_per_node,
-               case.precision)
+        key = (*(v for axis, v in case.axes.items() if axis != "batch_size"), case.precision)
         templates.setdefault(key, case)
     return spec, list(templates.values()), shared_cap
 
@@ -185,10 +184,9 @@ class _Search:
                                    count_flops=False)
         found = search_max_batch(lambda batch: self.probe(base, batch, support), spec.start_batch_size, spec.max_batch_size,
                                  spec.resolution)
-        row = {"run_id": self.store.run_id, "suite": self.session.suite.name, "model_label": template.model.label,
-               "image_size": template.image_size, "seq_len": template.seq_len,
-               "channels_last": template.channels_last, "world_size": template.world_size,
-               "nproc_per_node": template.nproc_per_node, "precision": template.precision, "device": info.type,
+        axes = {axis: value for axis, value in template.axes.items() if axis != "batch_size"}
+        row = {"run_id": self.store.run_id, "suite": self.session.suite.name, **axes,
+               "precision": template.precision, "device": info.type,
                "device_name": info.name, "status": found.status, "reason": found.reason,
                "max_batch_size": found.largest_fit, "first_oom_batch_size": found.smallest_oom,
                "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,

@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from amp_bench import identity
+from amp_bench.identity import EAGER
+
 # --------------------------------------------------------------------------- defaults
 # A None marked "derived" is computed where the field is read (load.py, fields.py, matrix.py) from what
 # the comment names; other Nones are passed on as they are and mean what their comment says.
@@ -126,7 +129,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 _SETTINGS, _MODEL = DEFAULTS["settings"], DEFAULTS["model"]
-EAGER = "eager"  # the compile axis' value for "not compiled"
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 FP8_RECIPES = ("tensorwise", "rowwise")
 
@@ -243,34 +245,18 @@ class Case(TrainingSettings):
         return (self.nproc_per_node or 1) * self.nnodes
 
     @property
-    def _base_id(self) -> str:
-        parts = [self.model.label, f"bs{self.batch_size}"]
-        if self.image_size:
-            parts.append(f"{self.image_size}px")
-        if self.seq_len:
-            parts.append(f"seq{self.seq_len}")
-        if self.channels_last:
-            parts.append("cl")
-        if self.distributed:  # keeps DDP cases apart from plain ones (and np1 from np2)
-            parts.append(f"np{self.nproc_per_node}" if self.nnodes == 1 else f"{self.nnodes}x{self.nproc_per_node}")
-        return "-".join(parts)
+    def axes(self) -> dict:
+        """The case's value on each axis that makes a case (identity.CASE_AXES), as its rows carry them."""
+        named = {"model_label": self.model.label, "world_size": self.world_size}
+        return {axis: named[axis] if axis in named else getattr(self, axis, None) for axis in identity.CASE_AXES}
 
     @property
     def group_id(self) -> str:
-        """Identity of the case without its precision: cases sharing it are compared (a compile mode
-        is compared with itself; the summary pairs it with eager separately)."""
-        return self._base_id + self.compile_suffix
-
-    @property
-    def compile_suffix(self) -> str:
-        """'' when eager, so eager case ids are what they were before compile existed."""
-        if not self.compiled:
-            return ""
-        return "-compiled" if self.compile_mode == "default" else f"-c-{self.compile_mode}"
+        return identity.group_id(self.axes)
 
     @property
     def case_id(self) -> str:
-        return f"{self._base_id}-{self.precision}{self.compile_suffix}"
+        return identity.case_id(self.axes, self.precision)
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.analysis.explain import ceiling as ceilings
 from amp_bench.analysis.explain import noise
 from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES, HOST, LABELS
 from amp_bench.analysis.explain.sentence import sentence
 from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.analysis.speedups import clean_pairs, paired_log_ratios
-from amp_bench.store import identity
 from amp_bench.store.flags import positive, text, true_rows
 from amp_bench.store.results import EXPLAIN_COLUMNS  # the results-table columns, in order: one list
 
@@ -255,7 +254,7 @@ def _cases(results: pd.DataFrame):
             row["case_id"] = str(rows.iloc[0].get("case_id", ""))
             row["device_type"] = str(rows.iloc[0].get("device", "cpu"))
             row["emulated"] = bool(true_rows(rows["emulated"]).any()) if "emulated" in rows else False
-            row["cpu_bf16_isa"] = str(rows.iloc[0].get("cpu_bf16_isa", "") or "")
+            row["cpu_bf16_isa"] = text(rows.iloc[0].get("cpu_bf16_isa"))
             row["noise"] = _pooled(used)
             row["contended"] = (int(true_rows(rows["contended"]).sum()) if "contended" in rows else 0, len(rows))
             by_mode[precision] = row
@@ -318,9 +317,9 @@ def measured_speedups(results: pd.DataFrame, baseline: str) -> dict:
     if ok.empty or not {"step_time_ms_median", "repeat", "run_id", "group_id", "case_id"} <= set(ok.columns):
         return {}  # rows without the identity every run writes (hand-made): the breakdown's own figure
     out = {}
-    for case_id, pairs in paired_log_ratios(ok, baseline).groupby("case_id"):
+    for _, pairs in paired_log_ratios(ok, baseline).groupby(identity.case_keys(), dropna=False):
         pairs = clean_pairs(pairs)
         found = paired_log_interval(pairs["_log"])
         if found:  # one pair: the breakdown's own reading of the windows' spread says it better
-            out[case_id] = (found[0], (found[1], found[2]))
+            out[pairs["case_id"].iloc[0]] = (found[0], (found[1], found[2]))
     return out

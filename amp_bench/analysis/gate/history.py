@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from amp_bench import identity
 from amp_bench.analysis.gate import annotations as notes
 from amp_bench.analysis.gate.changepoints import detect, oriented, segment, state
 from amp_bench.analysis.speedups import headline_memory
@@ -29,7 +30,13 @@ from amp_bench.store.results import contended, contention_reason
 # metric -> True when higher is worse
 METRICS = {"step_time_ms": True, "throughput": False, "peak_mem_bytes": True}
 DEFAULT_THRESHOLDS = {"step_time_ms": 0.03, "throughput": 0.03, "peak_mem_bytes": 0.02}
-SERIES_KEYS = ["case_id", "fingerprint"]
+
+
+def series_keys() -> list[str]:
+    """One series: a case (identity.case_keys: its axes and precision) on one machine (its fingerprint)."""
+    return [*identity.case_keys(), "fingerprint"]
+
+
 load_annotations = notes.load  # the old name
 
 
@@ -87,7 +94,7 @@ class HistoryResult:
 
     @property
     def red_series(self) -> int:
-        """Series (a case on a machine, SERIES_KEYS) with at least one red metric: the unit the
+        """Series (a case on a machine, series_keys) with at least one red metric: the unit the
         header's series count uses, so "N red series" and "M series" count the same thing."""
         return len({(s.case_id, s.fingerprint) for s in self.red})
 
@@ -101,20 +108,20 @@ def _ok_rows(results: pd.DataFrame) -> pd.DataFrame:
     ok["_contended"] = contended(ok)
     ok["_contention"] = contention_reason(ok)
     ok["timestamp"] = pd.to_datetime(ok["timestamp"], utc=True, errors="coerce", format="mixed")
-    return ok
+    return identity.keyed(ok)
 
 
 def run_series(results: pd.DataFrame) -> pd.DataFrame:
     """One row per (case, fingerprint, run): medians across the run's ok repeats, in time order.
     Contended repeats are left out (a busy machine's figures are not a point of its series)."""
-    columns = ["case_id", "fingerprint", "run_id", "suite", "hostname", "timestamp", *METRICS]
+    columns = [*series_keys(), "run_id", "suite", "hostname", "timestamp", *METRICS]
     ok = _ok_rows(results)
     ok = ok[~ok["_contended"]]
     if ok.empty:
         return pd.DataFrame(columns=columns)
     ok["peak_mem_bytes"] = headline_memory(ok)
     ok["step_time_ms"] = ok["step_time_ms_median"]
-    table = ok.groupby(["case_id", "fingerprint", "run_id"], as_index=False, sort=False).agg(
+    table = ok.groupby([*series_keys(), "run_id"], as_index=False, sort=False, dropna=False).agg(
         suite=("suite", "first"), hostname=("hostname", "first"), timestamp=("timestamp", "min"),
         step_time_ms=("step_time_ms", "median"), throughput=("throughput", "median"),
         peak_mem_bytes=("peak_mem_bytes", "median"))
@@ -129,15 +136,15 @@ def contended_runs(results: pd.DataFrame) -> pd.DataFrame:
     if results.empty or not (contended(results) & (results["status"] == "ok")).any():
         return pd.DataFrame(columns=CONTENDED_COLUMNS)
     ok = _ok_rows(results)
-    table = ok.groupby(["case_id", "fingerprint", "run_id"], as_index=False, sort=False).agg(
+    table = ok.groupby([*series_keys(), "run_id"], as_index=False, sort=False, dropna=False).agg(
         suite=("suite", "first"), hostname=("hostname", "first"), timestamp=("timestamp", "min"),
         all_contended=("_contended", "all"),
         contention=("_contention", lambda r: "; ".join(sorted({x for x in r if x})) or "contended"))
     table = table[table["all_contended"]].copy()
     # latest: no judged run of the series after it (tonight's run was contended: not judged)
-    judged = run_series(results).groupby(["case_id", "fingerprint"])["timestamp"].max()
-    after = [judged.get((c, f)) for c, f in zip(table["case_id"], table["fingerprint"])]
-    table["latest"] = [a is None or pd.isna(a) or pd.isna(t) or t > a for a, t in zip(after, table["timestamp"])]
+    judged = run_series(results).groupby(series_keys(), dropna=False, as_index=False)["timestamp"].max()
+    after = table.merge(judged.rename(columns={"timestamp": "_judged"}), on=series_keys(), how="left")["_judged"]
+    table["latest"] = [pd.isna(a) or pd.isna(t) or t > a for a, t in zip(after, table["timestamp"])]
     return table.sort_values(["timestamp", "run_id", "case_id"]).reset_index(drop=True)[CONTENDED_COLUMNS]
 
 
@@ -163,7 +170,8 @@ def evaluate(results: pd.DataFrame, annotations: list[dict] | None = None,
     entries = notes.resolve(list(annotations or []), series.groupby("run_id")["timestamp"].min())
     changes: list[Change] = []
     states: list[SeriesState] = []
-    for (case_id, fingerprint), group in series.groupby(SERIES_KEYS, sort=False):
+    for _, group in series.groupby(series_keys(), sort=False, dropna=False):
+        case_id, fingerprint = str(group["case_id"].iloc[0]), str(group["fingerprint"].iloc[0])
         suite, host = str(group["suite"].iloc[-1]), str(group["hostname"].iloc[-1])
         for metric, higher_is_worse in METRICS.items():
             raw = group[metric].to_numpy(float)
@@ -300,7 +308,7 @@ def _pct(ratio: float) -> str:
 def to_markdown(result: HistoryResult, max_changes: int = 200) -> str:
     series = result.series
     lines = [f"# amp_bench history: {result.red_series} red series ({len(result.red)} red metrics)", "",
-             f"{series[SERIES_KEYS].drop_duplicates().shape[0]} series, {series['run_id'].nunique()} runs, "
+             f"{series[series_keys()].drop_duplicates().shape[0]} series, {series['run_id'].nunique()} runs, "
              f"{len(result.changes)} changes in their history.", ""]
     lines += [f"- warning: {w}" for w in result.warnings] + ([""] if result.warnings else [])
     if result.red:
@@ -336,8 +344,8 @@ def history_noise(tree: str | Path, fingerprints: set[str]) -> dict[str, float]:
     if fingerprints:
         series = series[series["fingerprint"].isin(fingerprints)]
     out = {}
-    for case_id, g in series.groupby("case_id"):
+    for _, g in series.groupby(identity.case_keys(), dropna=False):
         values = g["step_time_ms"].dropna().to_numpy(float)
         if len(values) >= 6:
-            out[case_id] = noise_scale(np.log(values[values > 0]), 0.0)
+            out[g["case_id"].iloc[0]] = noise_scale(np.log(values[values > 0]), 0.0)
     return out

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from amp_bench import modes
+from amp_bench import identity, modes
 from amp_bench.analysis.predict import inventory
 from amp_bench.analysis.predict.scaling import FP32_MEANINGS, Work
 from amp_bench.errors import UserError
 from amp_bench.platform.gpu_specs import GpuSpec, find
-from amp_bench.store import identity
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import read_table
 
@@ -97,7 +96,7 @@ def read_sources(run_dir, source_gpu: str | None = None) -> list[CaseSource]:
         if column not in results:
             raise UserError(f"{run_dir / 'results.csv'}: no {column!r} column")
     usable = _usable(results)
-    keys = [k for k in identity.case_axes() if k in usable]  # what makes one case (store/identity.py)
+    keys = [k for k in identity.case_axes() if k in usable]  # what makes one case (amp_bench/identity.py)
     cases = []
     for _, rows in usable.groupby(keys, dropna=False, sort=False) if keys else []:
         first = rows.iloc[0]
