@@ -8,11 +8,14 @@ and name through it); pandas is imported only by the functions that take a frame
 """
 from __future__ import annotations
 
+import re
+
 EAGER = "eager"  # the compile axis' value for "not compiled", and the read default of rows from before it
 # what makes a case, besides its precision; the value a row written before the axis existed meant
 CASE_AXES: dict[str, object] = {
     "model_label": None, "batch_size": None, "image_size": None, "seq_len": None, "channels_last": False,
     "nproc_per_node": None, "world_size": 1, "compile_mode": EAGER,
+    "variant": "",  # an advice item a case tries (run --try): "" for the suite's own cases
 }
 # where a case ran: merged results keep runs (and so machines) apart
 RUN_KEYS = ["run_id", "suite", "device", "device_name"]
@@ -54,6 +57,7 @@ ID_WORDS = {
     "nproc_per_node": lambda row: _nodes_by_processes(row) if _positive(row.get("nproc_per_node")) else "",
     "world_size": lambda row: "",  # in nproc_per_node's word
     "compile_mode": lambda row: "",  # compile_suffix, after the precision
+    "variant": lambda row: f"try-{_slug(row.get('variant'))}" if _text(row.get("variant")) else "",
 }
 
 
@@ -126,6 +130,7 @@ LABEL_WORDS = {
     "nproc_per_node": lambda v, row: "DDP" if _positive(v) else "",  # a plain process says nothing
     "world_size": _processes,
     "compile_mode": lambda v, row: ("compiled" if v == "default" else f"compiled ({v})") if _compiled(v) else "",
+    "variant": lambda v, row: f"try {v}" if _text(v) else "",
 }
 
 
@@ -150,6 +155,15 @@ def case_labels(frame, model: bool = True, without: tuple[str, ...] = ()):
 def _other(axis: str, value, sep: str) -> str:
     """An axis without words of its own: its name and value; nothing when empty."""
     return "" if value is None or value != value else f"{axis}{sep}{value}"
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _slug(value) -> str:
+    """A text value as an id word: what is not a letter, digit, `_` or `.` becomes `-`."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", _text(value)).strip("-")
 
 
 def _yes(value) -> bool:

@@ -107,3 +107,21 @@ precisions: [fp32]
     assert len(rows) == 2 * 2 * 2 * 2 * 2 * 2
     keys = {tuple(str(row[a]) for a in identity.case_axes()) for row in rows.values()}
     assert len(keys) == len(rows)  # no two groups share their axes' values
+
+
+def test_a_variant_is_an_axis_of_its_own(write_suite):
+    """A case that tries an advice item (`variant`, set by run --try) keeps the suite case's axes: its id,
+    group, label and row say the variant, and a case without one is named as before."""
+    import dataclasses
+
+    from amp_bench.launchers.launch import base_row
+    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.suite import load_suite
+    (case,) = load_suite(write_suite("models: [torchvision/resnet18]\nbatch_sizes: [8]\nprecisions: [fp32]\n")
+                         ).cases("cpu")
+    tried = dataclasses.replace(case, variant="optimizer_impl=fused")
+    assert case.variant == "" and case.case_id == "resnet18-bs8-224px-fp32"
+    assert tried.case_id == "resnet18-bs8-224px-try-optimizer_impl-fused-fp32" and tried.group_id != case.group_id
+    row = base_row(tried, 0, DeviceInfo("cpu", "cpu"), {}, "r")
+    assert row["variant"] == "optimizer_impl=fused" and identity.case_label(row).endswith("try optimizer_impl=fused")
+    assert identity.case_label(base_row(case, 0, DeviceInfo("cpu", "cpu"), {}, "r")) == "resnet18 bs 8 224px"

@@ -248,9 +248,7 @@ def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
 def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> dict:
     return {
         "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
-        "model": case.model.ref, "model_label": case.model.label, "batch_size": case.batch_size,
-        "precision": case.precision, "channels_last": case.channels_last, "image_size": case.image_size,
-        "seq_len": case.seq_len, "device": device.type, "device_name": device.name,
+        "model": case.model.ref, **case.axes, "precision": case.precision, "device": device.type, "device_name": device.name,
         "architecture": device.architecture, "repeat": repeat, "warmup_steps": case.warmup_steps,
         "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
         "seed": case.seed, **_distributed_columns(case, device), **_compile_columns(case),

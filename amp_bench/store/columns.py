@@ -288,6 +288,8 @@ COLUMNS: list[Column] = [
         ("model_parameters", INT, "the model's parameter count"),
         ("model_attn_implementation", TEXT, "the attention implementation asked for (transformers)"),
         ("model_task", TEXT, "masked-lm, causal-lm or sequence-classification (transformers)"),
+        ("variant", TEXT, "the advice item the case tries (`run --try`, e.g. optimizer_impl=fused): an axis of the "
+                          "case; empty for a suite's own cases", ""),
     ]),
     *_cols("time", [
         ("warnings", TEXT, "|-separated: step-time CV >= 10%, GradScaler skips, host gaps, recompiles in the window"),

@@ -235,6 +235,7 @@ class Case(TrainingSettings):
     compile_optimizer: bool = _SETTINGS["compile_optimizer"]
     compile_cache: str = _SETTINGS["compile_cache"]
     compile_note: str = ""  # why the case is compiled when the suite's axis said eager (fp8_compile)
+    variant: str = ""  # the advice item it tries (run --try, e.g. optimizer_impl=fused); "" for a suite's own
 
     @property
     def distributed(self) -> bool:
