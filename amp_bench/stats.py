@@ -168,7 +168,8 @@ def achieved_rate(flops_per_step: float | None, step_time_ms: float | None, peak
     """Achieved TFLOP/s at the median step time and MFU against a dense peak: the one formula for a
     plain worker and for a DDP job (per-rank FLOPs at the job's step time: per-GPU MFU)."""
     achieved = flops_per_step / (step_time_ms / 1e3) / 1e12 if flops_per_step and step_time_ms else None
-    return {"achieved_tflops": achieved, "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None}
+    return {"achieved_tflops": achieved,
+            "mfu": achieved / peak_tflops if achieved is not None and peak_tflops else None}
 
 
 # Where a case's worker spends its wall time, from its launch to the parent's reap, in the order the phases

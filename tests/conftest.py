@@ -150,7 +150,8 @@ def smoke_run(tmp_path_factory):
     session = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id for every process of this test command
     base = tmp_path_factory.getbasetemp()
     out = base.parent / f"smoke-{session}" if session else base / "smoke"
-    command = [sys.executable, "-m", "amp_bench", "run", "suites/smoke.yaml", "--device", "cpu", "--repeats", "2", "--steps", "8",
+    command = [sys.executable, "-m", "amp_bench", "run", "suites/smoke.yaml", "--device", "cpu", "--repeats", "2",
+               "--steps", "8",
                "--cpu-allocator", "system",  # glibc's defaults, through the CLI to the forked workers
                "--results-dir", str(out / "results"), "--reports-dir", str(out / "reports")]
     with FileLock(str(out) + ".lock"):

@@ -65,7 +65,8 @@ def test_report_command_on_a_real_cpu_run(smoke_run, tmp_path):
     assert "<script src=\"http" not in html and "cdn.plot.ly/plotly" not in html  # plotly.js is inline
     md = (tmp_path / "r.md").read_text()
     bf16 = native_on_this_cpu("amp_bf16")
-    assert ("| gpt2-tiny | 4 | amp_bf16 | ok |" if bf16 else "| gpt2-tiny | 4 | amp_bf16 (emulated) | unsupported |") in md
+    assert ("| gpt2-tiny | 4 | amp_bf16 | ok |" if bf16
+            else "| gpt2-tiny | 4 | amp_bf16 (emulated) | unsupported |") in md
     claims = pd.read_csv(tmp_path / "r.claims.csv")
     assert set(claims.baseline) == {"fp32"}  # no tf32 on a CPU, so no tf32 rows
     # a verdict on a contended or emulated figure carries its qualifier: "below (contended: ...)"

@@ -186,7 +186,8 @@ def _garbage(kind: str) -> st.SearchStrategy[str]:
             "zero_or_more": st.one_of(word, negative, huge),
             "number": st.one_of(word, negative, st.floats(min_value=1e7, allow_infinity=True).map(repr)),
             "key": unknown, "text": word.map(lambda w: f"{w}\n{w}"),
-            "in_file": word.map(lambda w: str(MISSING.parent / w)), "in_dir": word.map(lambda w: str(MISSING.parent / w)),
+            "in_file": word.map(lambda w: str(MISSING.parent / w)),
+            "in_dir": word.map(lambda w: str(MISSING.parent / w)),
             "results": word.map(lambda w: str(MISSING.parent / w)), "out_dir": st.just(str(A_FILE)),
             "out_file": st.just(str(A_DIR))}[kind]
 

@@ -259,14 +259,16 @@ def test_rows_for_jobs_that_ended_without_writing_them_say_what_slurm_said(tmp_p
     assert reconcile(store, states) == 1  # 7_2 is still queued: its case waits
     rows = pd.read_csv(store.dir / "results.csv").set_index("case_id")
     died = rows.loc[order[1][0].case_id]
-    assert died["status"] == "node_fail" and died["reason"] == "SLURM job 7_1 NODE_FAIL on gpu07 before this case finished"
+    assert died["status"] == "node_fail"
+    assert died["reason"] == "SLURM job 7_1 NODE_FAIL on gpu07 before this case finished"
     assert died["slurm_job_id"] == "7_1" and died["device_name"] == "NVIDIA A100-SXM4-80GB"
     assert rows.loc[order[0][0].case_id, "status"] == "ok"
     assert finalize(store, states) == "running"  # a job may still write
     states["7_2"] = JobState("7_2", "CANCELLED")
     assert reconcile(store, states, cancelled=True) == 1
     rows = pd.read_csv(store.dir / "results.csv").set_index("case_id")
-    assert rows.loc[order[2][0].case_id, "reason"].endswith("before it started (cancelled by amp_bench's parent: Ctrl-C)")
+    assert rows.loc[order[2][0].case_id,
+                    "reason"].endswith("before it started (cancelled by amp_bench's parent: Ctrl-C)")
     assert finalize(store, states) == "interrupted"
     assert "--resume" in read_manifest(store.dir)["interrupted_reason"]
 
@@ -345,7 +347,8 @@ def test_a_killed_local_parent_is_interrupted_and_resume_runs_only_what_is_missi
     # each case takes a second (a forked worker starts in a tenth of one): the kill lands between them
     path = write_suite(SUITE.replace("repeats: 1", "repeats: 2").replace(
         ", {ref: 'python:toy_models:mlp', label: wide, options: {hidden: 64}}", "").replace(
-        "{ref: 'python:toy_models:mlp', label: mlp}", "{ref: 'python:toy_models:sleepy', label: mlp, options: {ms: 250}}"))
+        "{ref: 'python:toy_models:mlp', label: mlp}",
+        "{ref: 'python:toy_models:sleepy', label: mlp, options: {ms: 250}}"))
     results = tmp_path / "results"
     parent = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(path), "--precision", "fp32",
                                "--results-dir", str(results), "--no-report"], cwd=ROOT,

@@ -292,7 +292,8 @@ def test_unsupported_on_both_sides_is_neutral(tmp_path):
     assert status["mlp-tf32"].detail == NO_TF32
     assert f"{NOT_RUN}: mlp-tf32 ({NO_TF32})" in result.notes
     junit = to_junit(result)
-    assert 'failures="0"' in junit and f'name="mlp-tf32.status">\n      <skipped message="{NOT_RUN}: {NO_TF32}"' in junit
+    assert 'failures="0"' in junit
+    assert f'name="mlp-tf32.status">\n      <skipped message="{NOT_RUN}: {NO_TF32}"' in junit
     assert f"| mlp-tf32 | status | - | - | - | --- | - | {NOT_RUN} |" in to_markdown(result)
     # the reasons differ between the sides: still neutral, and the detail says so
     other = generated_run(tmp_path, "other", 100, 3, 20, unsupported={**lost, "mlp-tf32": "tf32: not run"})
@@ -314,7 +315,8 @@ def test_a_mode_lost_in_the_candidate_is_a_finding(tmp_path):
     assert result.exit_code == EXIT_REGRESSION and result.summary == LOST
     lost = next(r for r in result.results if r.case_id == "mlp-tf32")
     assert (lost.metric, lost.verdict, lost.detail) == ("status", LOST, f"candidate: {NO_TF32}")
-    assert 'failures="1"' in to_junit(result) and f"<failure message=\"candidate: {NO_TF32}\">{LOST}" in to_junit(result)
+    assert 'failures="1"' in to_junit(result)
+    assert f"<failure message=\"candidate: {NO_TF32}\">{LOST}" in to_junit(result)
     assert json.loads(to_json(result))["exit_code"] == 1
     back = compare([cand], [base])
     assert back.exit_code == EXIT_OK and back.summary == "no regression"

@@ -203,7 +203,8 @@ def test_cpu_keeps_freed_memory_unless_told_or_the_allocator_is_not_glibcs(monke
     assert cpu.keep_freed_memory(case, lambda: untouched) == "system (LD_PRELOAD libjemalloc.so.2)"
     assert untouched.calls == []
     monkeypatch.setattr(cpu, "keep_freed_memory", lambda case: "keep")  # a capped case keeps cap_memory's malloc
-    assert CpuOps("cpu").tune_allocator(SimpleNamespace(cpu_allocator="keep", memory_cap_bytes=GiB))["cpu_allocator"].startswith("memory cap")
+    assert CpuOps("cpu").tune_allocator(SimpleNamespace(cpu_allocator="keep",
+                                                        memory_cap_bytes=GiB))["cpu_allocator"].startswith("memory cap")
     assert CpuOps("cpu").tune_allocator(case) == {"cpu_allocator": "keep"}
 
 
@@ -350,7 +351,8 @@ def test_a_gpu_step_is_judged_for_contention_on_the_host_core_it_needs():
 def test_cuda_settle_drops_the_cache_steps_once_then_resets_the_peaks():
     fake, record, steps = FakeCuda(), {}, []
     fake.work(1.0, alloc=30 * GiB, free=20 * GiB)  # cudnn.benchmark's search: 30 GiB reserved, 10 in use
-    step = SimpleNamespace(untimed_step=lambda inputs, target: steps.append("untimed") or fake.work(1.0, 4 * GiB, 4 * GiB))
+    step = SimpleNamespace(untimed_step=lambda inputs,
+                           target: steps.append("untimed") or fake.work(1.0, 4 * GiB, 4 * GiB))
     reader = SimpleNamespace(memory_used=lambda: 16 * GiB)
     CudaOps("cuda:0", cuda=fake).settle(step, None, None, reader, record)
     assert fake.calls == ["synchronize", "empty_cache", "synchronize", "reset_peak_memory_stats"]

@@ -68,11 +68,13 @@ def _missing_modules(source: str, files: list[str]) -> list[str]:
 
 
 def _repository_files() -> list[str]:
-    return [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py") if ".venv" not in p.parts and ".git" not in p.parts]
+    return [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py") if ".venv" not in p.parts
+            and ".git" not in p.parts]
 
 
 def test_the_missing_module_check_can_fail():
-    source = '"""Runs what runner.py says."""\nx = "child.py"  # code, not a comment\n# see measure/case.py and gone.py\n'
+    source = ('"""Runs what runner.py says."""\nx = "child.py"  # code, not a comment\n'
+              '# see measure/case.py and gone.py\n')
     assert _missing_modules(source, ["amp_bench/measure/case.py"]) == ["3: gone.py", "1: runner.py"]
 
 
@@ -95,9 +97,12 @@ def _timings_page():
 def test_a_benchmark_rewrites_its_own_row_of_its_own_table():
     page = _timings_page()
     text = "intro\n" + page.empty_section("main_job", ["machine", "setting", "wall"]) + "\nafter\n"
-    text = page.update(text, "main_job", {"machine": "EPYC", "setting": "as is", "wall": "110 s"}, ("machine", "setting"))
-    text = page.update(text, "main_job", {"machine": "Xeon", "setting": "as is", "wall": "124 s"}, ("machine", "setting"))
-    text = page.update(text, "main_job", {"machine": "EPYC", "setting": "as is", "wall": "111 s"}, ("machine", "setting"))
+    text = page.update(text, "main_job", {"machine": "EPYC", "setting": "as is", "wall": "110 s"},
+                       ("machine", "setting"))
+    text = page.update(text, "main_job", {"machine": "Xeon", "setting": "as is", "wall": "124 s"},
+                       ("machine", "setting"))
+    text = page.update(text, "main_job", {"machine": "EPYC", "setting": "as is", "wall": "111 s"},
+                       ("machine", "setting"))
     assert text.startswith("intro\n") and text.endswith("\nafter\n")
     assert page.rows(text, "main_job") == [{"machine": "EPYC", "setting": "as is", "wall": "111 s"},
                                            {"machine": "Xeon", "setting": "as is", "wall": "124 s"}]

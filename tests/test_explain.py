@@ -195,7 +195,8 @@ def test_cuda_trace_kernel_time_idle_and_launch_context():
         _x("aten::copy_", 10, 20, **{"Input type": ["c10::Half", "float", "Scalar"]}),
         _x("cudaLaunchKernel", 12, 5, "cuda_runtime", correlation=1),
         _x("aten::mm", 40, 20), _x("cudaLaunchKernel", 42, 5, "cuda_runtime", correlation=2),
-        _x("amp_bench::optimizer", 600, 400, "user_annotation"), _x("Optimizer.step#SGD.step", 610, 300, "user_annotation"),
+        _x("amp_bench::optimizer", 600, 400, "user_annotation"),
+        _x("Optimizer.step#SGD.step", 610, 300, "user_annotation"),
         _x("aten::_foreach_add_", 620, 50), _x("cudaLaunchKernel", 630, 5, "cuda_runtime", correlation=3),
         _x(copy_name, 100, 50, "kernel", tid=7, correlation=1),  # generic copy name, launched by a cast
         _x("ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_nn", 150, 200, "kernel", tid=7, correlation=2),
@@ -328,7 +329,8 @@ def test_profile_columns_mark_a_distorted_profile_and_unavailable_rows():
     assert cols["explain_host_ms"] == pytest.approx(2.0) and cols["explain_trace"] == "t.json.gz"
     assert profile_columns(profile, measured_ms=25.0)["explain_status"] == "ok"
     gone = unavailable_columns("profiling failed: RuntimeError: boom")
-    assert set(gone) == set(EXPLAIN_COLUMNS) and gone["explain_status"] == "unavailable" and gone["explain_gemm_ms"] is None
+    assert set(gone) == set(EXPLAIN_COLUMNS)
+    assert gone["explain_status"] == "unavailable" and gone["explain_gemm_ms"] is None
 
 
 def _rows(status_amp="ok"):
@@ -349,7 +351,8 @@ def test_explain_results_pairs_modes_with_fp32_and_uses_the_measured_speedup():
     assert "Python and framework time" not in sentence(d)  # host is 4% here: not worth a clause
     assert explain_results(_rows("unavailable")) == []  # no breakdown, no sentence
     two = pd.concat([_rows(), _rows().assign(device_name="NVIDIA H100 80GB HBM3", device="cuda")])
-    assert [label for label, _ in explain_results(two)] == ["resnet50 bs 8 on cpu", "resnet50 bs 8 on NVIDIA H100 80GB HBM3"]
+    assert [label for label, _ in explain_results(two)] == ["resnet50 bs 8 on cpu",
+                                                            "resnet50 bs 8 on NVIDIA H100 80GB HBM3"]
 
 
 def test_a_repeat_whose_profile_was_distorted_is_left_out_while_another_is_clean():
@@ -449,7 +452,8 @@ def test_a_real_cpu_profile_has_every_part(tmp_path):
     failed = capture(broken, x, y, "cpu", str(tmp_path / "b.json.gz"))
     assert failed["explain_status"] == "unavailable" and "boom" in failed["explain_reason"]
     cols = explain_row({**row, **failed}, tmp_path)  # the measured row stays; the breakdown says why not
-    assert cols["explain_status"] == "unavailable" and "boom" in cols["explain_reason"] and cols["explain_gemm_ms"] is None
+    assert cols["explain_status"] == "unavailable"
+    assert "boom" in cols["explain_reason"] and cols["explain_gemm_ms"] is None
     assert capture(step, x, y, "cpu", None)["explain_status"] == "unavailable"  # no run directory, no trace
 
 

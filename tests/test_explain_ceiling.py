@@ -51,7 +51,8 @@ def test_the_ideal_step_per_category():
 @settings(max_examples=200, deadline=None)
 @given(base=st.lists(st.floats(0.0, 100.0), min_size=len(KEYS), max_size=len(KEYS)),
        slack=st.lists(st.floats(1.0, 5.0), min_size=len(KEYS), max_size=len(KEYS)),
-       ratio=st.sampled_from([1.0, 2.0, 16.0, 29.5]), precision=st.sampled_from(["amp_bf16", "amp_fp16", "tf32", "fp8"]))
+       ratio=st.sampled_from([1.0, 2.0, 16.0, 29.5]),
+       precision=st.sampled_from(["amp_bf16", "amp_fp16", "tf32", "fp8"]))
 def test_no_step_built_from_its_categories_at_or_below_their_ideal_beats_the_ceiling(base, slack, ratio, precision):
     """The ceiling bounds: a mode whose every category is at its ideal reaches it exactly; one whose
     categories are anywhere slower than their ideal stays below it."""

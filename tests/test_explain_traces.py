@@ -22,7 +22,8 @@ HTA_FIGURES = json.loads((HTA / "hta_figures.json").read_text())
 KERNELS = json.loads((FIXTURES / "kernel_names.json").read_text())["kernels"]
 
 
-@pytest.mark.parametrize("trace", ["a100_alexnet.json.gz", "a100_nccl_sampled_rank0.json.gz", "inference_rank_1.json.gz"])
+@pytest.mark.parametrize("trace",
+                         ["a100_alexnet.json.gz", "a100_nccl_sampled_rank0.json.gz", "inference_rank_1.json.gz"])
 def test_gpu_totals_agree_with_hta_within_one_percent_and_idle_within_five(trace):
     """HTA's "X overlapping Y" rows count toward every kind they name (the rows of a kind sum to that
     kind's merged busy time), which is what the reader's kinds_ms holds."""
@@ -68,7 +69,8 @@ def _hta_arithmetic(trace: str) -> dict[str, float]:
     return {kind: us / 1e3 for kind, us in totals.items()}
 
 
-@pytest.mark.parametrize("trace", ["mi250_minitoy.json.gz", "a100_nccl_sampled_rank0.json.gz", "inference_rank_1.json.gz"])
+@pytest.mark.parametrize("trace",
+                         ["mi250_minitoy.json.gz", "a100_nccl_sampled_rank0.json.gz", "inference_rank_1.json.gz"])
 def test_where_hta_differs_its_integer_microseconds_are_the_whole_difference(trace):
     """amp_bench's events with HTA's rounding give HTA's printed kinds to the microsecond (the MI250 trace:
     0.096 and 0.035 ms against amp_bench's 0.111 and 0.038), so the difference is HTA's arithmetic, not
@@ -215,7 +217,8 @@ def test_explain_one_trace_and_two_from_the_cli_and_in_the_report(tmp_path):
     page = next(tmp_path.glob("explain-a100_alexnet-vs-a100_nccl_sampled_rank0-*.html")).read_text()
     md = next(tmp_path.glob("explain-a100_alexnet-vs-a100_nccl_sampled_rank0-*.md")).read_text()
     for text in (page, md):
-        assert "Tensor Core share of GEMM+conv" in text and "communication ms" in text and "against a100_alexnet" in text
+        assert "Tensor Core share of GEMM+conv" in text
+        assert "communication ms" in text and "against a100_alexnet" in text
     # never a guessed peak: each side's own GPU prices its side, and here neither is in the table
     assert "no dense FP32 peak for 'NVIDIA A100-PG509-200' (a100_alexnet) in the spec table" in md
     unnamed = _cli("--trace", HTA / "a100_nccl_sampled_rank0.json.gz", "--trace", HTA / "a100_alexnet.json.gz",
@@ -241,7 +244,8 @@ def test_onednn_kernels_are_read_from_its_verbose_lines():
     from amp_bench.analysis.explain import onednn
     lines = [
         "onednn_verbose,v1,primitive,exec,cpu,convolution,jit_bf16:avx512_core_bf16,forward_training,src:bf16:a:"
-        "blocked:abcd::f0 wei:bf16:ap:blocked:AcdB16a2b::f0,attr-scratchpad:user,alg:convolution_direct,mb8_ic3oc16,10.0",
+        "blocked:abcd::f0 "
+        "wei:bf16:ap:blocked:AcdB16a2b::f0,attr-scratchpad:user,alg:convolution_direct,mb8_ic3oc16,10.0",
         "onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx512_core_bf16,undef,src:bf16::blocked:ab::f0,"
         "attr-scratchpad:user,,8x14400:14400x64,5.0",
         "onednn_verbose,v1,primitive,exec,cpu,convolution,x64:gemm:jit,backward_weights,src:bf16:a:blocked:abcd::f0,"
@@ -254,4 +258,5 @@ def test_onednn_kernels_are_read_from_its_verbose_lines():
     said = onednn.describe(records)
     assert said["share"] == pytest.approx(15 / 20)  # reorders are not conv/matmul; gemm:jit names no ISA
     assert "AVX512-BF16/FP16 75%" in said["summary"] and "ISA not named 25%" in said["summary"]
-    assert onednn.unit("jit:avx512_core") == "FP32 vector (AVX-512/AVX2)" and onednn.unit("brgconv:avx512_core_amx") == "AMX"
+    assert onednn.unit("jit:avx512_core") == "FP32 vector (AVX-512/AVX2)"
+    assert onednn.unit("brgconv:avx512_core_amx") == "AMX"

@@ -24,10 +24,14 @@ def _runs(rows):
 
 def test_verdicts_pair_by_seed_and_follow_the_tolerance():
     runs = _runs([
-        {"precision": "fp32", "seed": 0, "test_accuracy": 0.90}, {"precision": "fp32", "seed": 1, "test_accuracy": 0.94},
-        {"precision": "amp_bf16", "seed": 0, "test_accuracy": 0.895}, {"precision": "amp_bf16", "seed": 1, "test_accuracy": 0.94},
-        {"precision": "amp_fp16", "seed": 0, "test_accuracy": 0.85}, {"precision": "amp_fp16", "seed": 1, "test_accuracy": 0.87},
-        {"precision": "tf32", "seed": 0, "test_accuracy": 0.95}, {"precision": "tf32", "seed": 2, "test_accuracy": 0.10},
+        {"precision": "fp32", "seed": 0, "test_accuracy": 0.90},
+        {"precision": "fp32", "seed": 1, "test_accuracy": 0.94},
+        {"precision": "amp_bf16", "seed": 0, "test_accuracy": 0.895},
+        {"precision": "amp_bf16", "seed": 1, "test_accuracy": 0.94},
+        {"precision": "amp_fp16", "seed": 0, "test_accuracy": 0.85},
+        {"precision": "amp_fp16", "seed": 1, "test_accuracy": 0.87},
+        {"precision": "tf32", "seed": 0, "test_accuracy": 0.95},
+        {"precision": "tf32", "seed": 2, "test_accuracy": 0.10},
     ])
     table = verdicts(runs, tolerance_pp=1.0).set_index("precision")
     assert table.loc["fp32", "verdict"] == "reference"

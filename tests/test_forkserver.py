@@ -74,7 +74,8 @@ def test_a_module_that_starts_a_thread_as_it_imports_keeps_the_run_on_fresh_inte
 @pytest.mark.slow
 def test_children_are_apart_and_one_that_dies_or_hangs_costs_only_its_row(write_suite, tmp_path):
     """A case holding 256 MiB first, then a small one: the small child's peak RSS does not carry the
-    first's (each child is reaped apart, and its high-water mark starts at the server's pages). A child that exits outright, and one cut at its deadline, leave the server forking the next."""
+    first's (each child is reaped apart, and its high-water mark starts at the server's pages). A child that exits
+    outright, and one cut at its deadline, leave the server forking the next."""
     suite = write_suite("""
 models:
   - {ref: "python:toy_models:ballast", label: ballast}
@@ -189,7 +190,8 @@ def test_a_run_the_zygote_would_start_differently_starts_its_own(zygote, monkeyp
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="a zygote's server watches its run through a pidfd (Linux 5.3+)")
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"),
+                    reason="a zygote's server watches its run through a pidfd (Linux 5.3+)")
 def test_a_run_killed_outright_takes_its_case_with_it_and_the_zygote_serves_on(zygote, write_suite, tmp_path):
     """SIGKILL of a run's parent: a run's own server dies with it (PR_SET_PDEATHSIG); a zygote's
     server sees its parent hang up, kills the running case's session and ends."""
@@ -200,7 +202,8 @@ def test_a_run_killed_outright_takes_its_case_with_it_and_the_zygote_serves_on(z
     suite = write_suite("models: [{ref: 'python:toy_models:sleeps', options: {seconds: 600}}]\nbatch_sizes: [4]\n"
                         "precisions: [fp32]\nwarmup_steps: 1\nsteps: 3\ntimeout_s: 300\nexplain: false\n")
     run = subprocess.Popen([sys.executable, "-m", "amp_bench", "run", str(suite), "--device", "cpu", "--no-report",
-                            "--results-dir", str(tmp_path / "results")], env={**os.environ, forkserver.ZYGOTE_ENV: path},
+                            "--results-dir", str(tmp_path / "results")],
+                           env={**os.environ, forkserver.ZYGOTE_ENV: path},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (list((tmp_path / "results").glob("*/logs/*sleeps*"))

@@ -120,7 +120,8 @@ def test_convert_records_what_it_did_and_trains():
 def test_fp8_trains_compiled_by_default_and_says_so(write_suite):
     head = "models:\n" + MLP + "batch_sizes: [4]\n"
     cases = load_suite(write_suite(head + "precisions: [fp32, fp8]\n")).cases("cpu")
-    assert [(c.case_id, c.compile_mode) for c in cases] == [("mlp-bs4-fp32", "eager"), ("mlp-bs4-fp8-compiled", "default")]
+    assert [(c.case_id, c.compile_mode) for c in cases] == [("mlp-bs4-fp32", "eager"),
+                                                            ("mlp-bs4-fp8-compiled", "default")]
     assert "fp8 trains under torch.compile by default" in cases[1].compile_note and not cases[0].compile_note
     eager = load_suite(write_suite(head + "precisions: [fp8]\nfp8_compile: false\n", "e.yaml")).cases("cpu")
     assert [(c.case_id, c.compile_note) for c in eager] == [("mlp-bs4-fp8", "")]

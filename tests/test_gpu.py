@@ -103,7 +103,8 @@ def test_smoke_suite_on_cuda(tmp_path):
     suite = tmp_path / "smoke.yaml"
     suite.write_text(smoke.replace("  - torchvision/resnet18\n", "", 1))
     results = amp_bench.run_suite(suite, device="cuda", results_dir=tmp_path / "results",
-                                  precisions=["fp32", "amp_fp16"], repeats=1, explain=False)  # part 2's suite checks explain
+                                  # part 2's suite checks explain
+                                  precisions=["fp32", "amp_fp16"], repeats=1, explain=False)
     by = results.set_index(["model_label", "precision"])
     assert len(results) == 2
     model = "gpt2-tiny"

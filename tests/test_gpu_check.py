@@ -257,10 +257,12 @@ def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop():
     plain = page[page.index("## Beside a plain"):]
     assert "the suite's case resnet50-bs64-224px-cl-amp_bf16 | 3333 | 19.2 |" in plain  # 64 / (24 ms * 0.8)
     # wall-clock window throughput first, the median step time beside it
-    assert "| plain hand-written loop | 3325 | 19.1 |" in plain and "| amp_bench worker (overhead rounds) | 3282 |" in plain
+    assert "| plain hand-written loop | 3325 | 19.1 |" in plain
+    assert "| amp_bench worker (overhead rounds) | 3282 |" in plain
     assert "Plain loop over harness, wall-clock window throughput (median of paired rounds): 1.013, within" in plain
     suite = page[page.index("## Suite"):page.index("## Beside the published")]
-    assert "| resnet50 | NCHW | 64 | amp_bf16 | eager | ok | 24.0 |" in suite and "| 5.00 | 1.67 |" in suite  # x fp32, x tf32
+    # x fp32, x tf32
+    assert "| resnet50 | NCHW | 64 | amp_bf16 | eager | ok | 24.0 |" in suite and "| 5.00 | 1.67 |" in suite
     assert "scaler host sync" in suite
 
 
@@ -356,7 +358,8 @@ def test_each_part_on_a_cpu_machine_finishes_inside_its_budget_and_says_what_it_
     out = tmp_path / "out"
     assert took < 150  # the default CPU budget is 130 s, and every stage is sized inside it
     assert "unset TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 for the check" in log
-    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" not in json.loads((out / f"part{part}_env.json").read_text())["host"]["env"]
+    env = json.loads((out / f"part{part}_env.json").read_text())["host"]["env"]
+    assert "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE" not in env
     assert "NO CUDA GPU" in log and "Nothing here validates CUDA" in log and "budget: 130 s" in log
     files = _flat_outputs(out, part)
     assert (out / f"part{part}_gpu_check.log").read_text() == log  # tee finished before the exit
@@ -469,7 +472,8 @@ def test_a_gpu_that_the_machine_lists_but_torch_cannot_see_fails_the_part(tmp_pa
     (bin_dir / "nvidia-smi").unlink()
     cpu_wheel = tmp_path / "python"  # answers torch's questions as the CPU wheel above did, without importing it
     cpu_wheel.write_text('#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "0 - 1"; exit 0 ;;\n'
-                         '  *is_available*) echo "torch 2.14.1 built for CUDA none (a CPU-only wheel)"; exit 0 ;; esac\n'
+                         '  *is_available*) echo "torch 2.14.1 built for CUDA none (a CPU-only wheel)"; exit 0 ;; '
+                         'esac\n'
                          f'exec {sys.executable} "$@"\n')
     cpu_wheel.chmod(0o755)
     proc, _ = _run_script(tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(dev),

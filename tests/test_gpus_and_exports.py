@@ -44,7 +44,8 @@ def test_gpus_are_rows_modes_columns_and_a_missing_mode_is_never_zero(fleet):
     assert pd.isna(by.loc[(l4, "fp32"), "samples_per_dollar"])  # no price for the L4: none invented
     cells = pivot_cells(table)["resnet50 bs 256 224px channels_last"].set_index("GPU")
     assert cells.loc[v100, "amp_bf16"].startswith("not supported here: bf16 needs compute capability >= 8.0")
-    assert "samples/s" in cells.loc[h100, "fp8"] and "vs fp32" in cells.loc[h100, "fp8"] and "MFU" in cells.loc[h100, "fp8"]
+    assert "samples/s" in cells.loc[h100, "fp8"] and "vs fp32" in cells.loc[h100, "fp8"] and "MFU" in cells.loc[h100,
+                                                                                                                "fp8"]
     assert "0.0 samples/s" not in " ".join(cells.to_numpy().ravel())
 
 
@@ -113,12 +114,14 @@ def _bmf_shape_errors(report) -> list[str]:
             errors.append(f"{bench}: expected an object of measures")
             continue
         for name, metric in measures.items():
-            if not isinstance(metric, dict) or set(metric) - {"value", "lower_value", "upper_value"} or "value" not in metric:
+            if not isinstance(metric, dict) or set(metric) - {"value", "lower_value",
+                                                              "upper_value"} or "value" not in metric:
                 errors.append(f"{bench}.{name}: expected value[, lower_value, upper_value]")
                 continue
             if not all(isinstance(v, (int, float)) and v == v for v in metric.values()):
                 errors.append(f"{bench}.{name}: not numbers")
-            elif not metric.get("lower_value", metric["value"]) <= metric["value"] <= metric.get("upper_value", metric["value"]):
+            elif not metric.get("lower_value", metric["value"]) <= metric["value"] <= metric.get("upper_value",
+                                                                                                 metric["value"]):
                 errors.append(f"{bench}.{name}: value outside its bounds")
     return errors
 

@@ -72,7 +72,8 @@ def nightly(root, values, fingerprint="fp-a", case="resnet50-bs8-224px-amp_bf16"
         busy = {"contended": True, "contention": "load 3.2 on 2 cores"} if night in contended else {}
         store = RunStore(root, f"202611{night + 1:02d}T020000Z-node-{fingerprint}")
         store.add({"run_id": store.run_id, "case_id": case, "status": "ok", "device": "cpu",
-                   "fingerprint": fingerprint, "timestamp": f"2026-11-{night + 1:02d}T02:00:00+00:00", "hostname": "node", "suite": "resnet50",
+                   "fingerprint": fingerprint, "timestamp": f"2026-11-{night + 1:02d}T02:00:00+00:00",
+                   "hostname": "node", "suite": "resnet50",
                    "step_time_ms_median": value, "throughput": 8000 / value, "batch_size": 8,
                    "peak_rss_bytes": (memory or [1e9] * len(values))[night], **busy}, [])
 

@@ -33,12 +33,12 @@ def test_transformers_models_from_config_record_attention():
                            "attn_implementation": "eager"}, image_size=None, seq_len=16, channels_last=False)
     inputs = train_once(bert)
     assert inputs["input_ids"].shape == (2, 16)
-    assert bert.details == {"attn_implementation": "eager", "task": "masked-lm"}
+    assert bert.details == {"attn_implementation": "eager", "task": "masked-lm", "vocab_size": 30522}
     gpt2 = build_workload({"ref": "transformers/gpt2", "task": "sequence-classification",
                            "config": {"n_layer": 1, "n_embd": 32, "n_head": 2}}, image_size=None, seq_len=8,
                           channels_last=False)
     train_once(gpt2)
-    assert gpt2.details == {"attn_implementation": "sdpa", "task": "sequence-classification"}
+    assert gpt2.details == {"attn_implementation": "sdpa", "task": "sequence-classification", "vocab_size": 50257}
 
 
 def test_python_model(tmp_path):
@@ -48,3 +48,17 @@ def test_python_model(tmp_path):
     train_once(workload)
     assert workload.model[0].out_features == 8
     assert short_name("python:toy_models:mlp") == "mlp" and short_name("torchvision/resnet50") == "resnet50"
+
+
+def test_a_padded_vocabulary_widens_the_embedding_and_lm_head_but_not_the_tokens_drawn():
+    """pad_vocab_to_multiple_of (an advice item `run --try` applies): GPT-2's 1001 -> 1024, as nanoGPT's
+    50257 -> 50304; the batch still draws from the first 1001 tokens, so no target is a padding row."""
+    from amp_bench.measure.models import build_workload
+    spec = {"ref": "transformers/gpt2", "config": {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 1001,
+                                                  "n_positions": 16}, "pad_vocab_to_multiple_of": 64}
+    padded = build_workload(spec, image_size=None, seq_len=16, channels_last=False)
+    assert padded.model.lm_head.out_features == 1024 and padded.details["vocab_size"] == 1024
+    inputs, _ = padded.make_batch(64, "cpu")
+    assert int(inputs["input_ids"].max()) < 1001
+    plain = build_workload({**spec, "pad_vocab_to_multiple_of": None}, image_size=None, seq_len=16, channels_last=False)
+    assert plain.model.lm_head.out_features == 1001

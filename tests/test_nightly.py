@@ -181,7 +181,8 @@ def test_cache_follows_the_csvs(tree):
 
 
 def test_gate_modules_do_not_import_torch():
-    code = ("import sys, amp_bench.analysis.gate.history, amp_bench.analysis.compare, amp_bench.analysis.gate.nightly, amp_bench.cli.gate, "
+    code = ("import sys, amp_bench.analysis.gate.history, amp_bench.analysis.compare, "
+            "amp_bench.analysis.gate.nightly, amp_bench.cli.gate, "
             "amp_bench.store.cache, amp_bench.report.dashboard; assert 'torch' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
@@ -209,4 +210,5 @@ def test_tonights_interrupted_run_has_no_verdict_and_is_named(tree, tmp_path):
     (group,) = [g for g in report["groups"] if g["tonight"] == run_dir.name]
     assert group["unfinished"].startswith("interrupted: its writer (pid") and group["series"] == 2
     assert "Tonight's run did not finish" in (tmp_path / "n.md").read_text()
-    assert 'failures="1"' in (tmp_path / "n.junit.xml").read_text() and ">unfinished</failure>" in (tmp_path / "n.junit.xml").read_text()
+    assert 'failures="1"' in (tmp_path / "n.junit.xml").read_text()
+    assert ">unfinished</failure>" in (tmp_path / "n.junit.xml").read_text()

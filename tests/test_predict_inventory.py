@@ -30,7 +30,8 @@ def test_a_fused_adamw_step_is_priced_as_one_pass_over_its_state():
     addcdiv and the decay's mul) move three times that. Before, the fused step priced at 32 bytes."""
     fused = next(w for w in priced_inventory(STEPS / "adamw-fused.json.gz")[0] if w.label == "aten::_fused_adamw_")
     assert fused.category == "optimizer" and fused.bytes == PARAMS * 4 * 7 and fused.flops == 0
-    foreach, loop = _optimizer_bytes(STEPS / "adamw-foreach.json.gz"), _optimizer_bytes(STEPS / "adamw-for-loop.json.gz")
+    foreach = _optimizer_bytes(STEPS / "adamw-foreach.json.gz")
+    loop = _optimizer_bytes(STEPS / "adamw-for-loop.json.gz")
     assert foreach == pytest.approx(loop, rel=0.01) and foreach == pytest.approx(PARAMS * 4 * 21, rel=0.01)
     assert _optimizer_bytes(STEPS / "adamw-fused.json.gz") == pytest.approx(foreach / 3, rel=0.10)
 
@@ -95,7 +96,8 @@ def test_each_gpus_fractions_say_which_are_measured():
     the assumed defaults; the H200's bf16 and bandwidth ones are this project's measurements."""
     specs = by_key()
     assert fractions(specs["h100-sxm"]) == (["fp32"], ["tf32", "fp16", "bf16", "fp8", "bandwidth"])
-    assert fraction_label(specs["h100-sxm"]) == "measured: fp32 0.77; assumed: tf32, fp16, bf16, fp8 0.80, bandwidth 0.90"
+    assert fraction_label(specs["h100-sxm"]) == ("measured: fp32 0.77; assumed: tf32, fp16, bf16, fp8 0.80, "
+                                                 "bandwidth 0.90")
     assert fractions(specs["h200"]) == (["bf16", "bandwidth"], ["fp32", "tf32", "fp16", "fp8"])
     assert fractions(specs["a100-80gb"])[0] == []
 

@@ -118,7 +118,8 @@ def test_not_measured_cross_sits_in_its_own_slot_of_the_bar_group():
     never on the neighbouring mode's bar and never as a zero bar."""
     from amp_bench.report.charts import NOT_MEASURED_HEIGHT, speedup_chart
     rows = []
-    for precision, speedup, status in (("fp32", 1.0, "ok"), ("amp_fp16", np.nan, "unsupported"), ("amp_bf16", 1.7, "ok")):
+    for precision, speedup, status in (("fp32", 1.0, "ok"), ("amp_fp16", np.nan, "unsupported"),
+                                       ("amp_bf16", 1.7, "ok")):
         rows.append(dict(precision=precision, speedup_vs_fp32=speedup, speedup_vs_fp32_min=speedup,
                          speedup_vs_fp32_max=speedup, speedup_vs_fp32_pairs=3, status=status, reason="no fp16 here",
                          batch_size=8, channels_last=False, model_label="m", machine="h", step_time_ms=1.0,

@@ -84,7 +84,8 @@ def test_load_results_errors(tmp_path):
 
 
 def row(precision, ms, mem, status="ok", repeat=0, device="cuda", **extra):
-    return {"run_id": "r1", "suite": "s", "model_label": "resnet50", "batch_size": 64, "image_size": 224, "seq_len": None, "channels_last": False,
+    return {"run_id": "r1", "suite": "s", "model_label": "resnet50", "batch_size": 64, "image_size": 224,
+            "seq_len": None, "channels_last": False,
             "device": device, "device_name": "GPU", "precision": precision, "status": status, "repeat": repeat,
             "step_time_ms_median": ms, "throughput": 64 / ms * 1e3 if ms else None, "peak_mem_allocated_bytes": mem,
             "peak_rss_bytes": 10 * mem if mem else None, "rss_before_model_bytes": 0, **extra}
@@ -175,9 +176,11 @@ def test_speedup_spread_pairs_repeats_and_memory_metrics():
         row("amp_fp16", 40, 600, repeat=1, peak_mem_reserved_bytes=1500),
     ])
     amp = summarize(frame).set_index("precision").loc["amp_fp16"]
-    assert amp["speedup_vs_fp32"] == pytest.approx((2.0 * 3.0) ** 0.5)  # two pairs: nothing trimmed, the geometric mean of their ratios
+    # two pairs: nothing trimmed, the geometric mean of their ratios
+    assert amp["speedup_vs_fp32"] == pytest.approx((2.0 * 3.0) ** 0.5)
     assert amp["speedup_vs_fp32_min"] == pytest.approx(2.0) and amp["speedup_vs_fp32_max"] == pytest.approx(3.0)
-    assert amp["speedup_vs_fp32_pairs"] == 2 and amp["speedup_vs_fp32_method"].startswith("paired, trimmed t on log ratios")
+    assert amp["speedup_vs_fp32_pairs"] == 2 and amp["speedup_vs_fp32_method"].startswith("paired, trimmed t on log "
+                                                                                          "ratios")
     assert amp["mem_saving_allocated_vs_fp32"] == pytest.approx(0.4)
     assert amp["mem_saving_reserved_vs_fp32"] == pytest.approx(0.25)
     assert math.isnan(amp["speedup_vs_tf32"]) and math.isnan(amp["speedup_vs_tf32_min"])

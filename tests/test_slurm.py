@@ -41,7 +41,8 @@ def cli(*args, timeout=900):
 def test_smoke_on_two_partitions_is_two_runs_and_one_report_of_both(slurm, tmp_path):
     proc = cli("run", "suites/smoke.yaml", "--executor", "slurm", "--slurm-partition", "gpu-a,gpu-b",
                "--precision", "fp32", "--precision", "tf32", "--steps", "2", "--warmup-steps", "1", "--no-explain",
-               "--no-report", "--no-slurm-exclusive", "--slurm-cpus-per-task", "1", "--repeats", "1",  # both partitions at once: plumbing
+               # both partitions at once: plumbing
+               "--no-report", "--no-slurm-exclusive", "--slurm-cpus-per-task", "1", "--repeats", "1",
                "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = sorted((tmp_path / "results").iterdir())

@@ -158,7 +158,8 @@ def test_the_top_level_holds_at_most_eight_modules():
                                     "amp_bench.analysis.headline", "amp_bench.analysis.fidelity",
                                     "amp_bench.analysis.headroom", "amp_bench.report", "amp_bench.report.data",
                                     "amp_bench.report.charts", "amp_bench.report.render", "amp_bench.report.studies",
-                                    "amp_bench.store.results", "amp_bench.store.cache", "amp_bench.store.ingest", "amp_bench.store.run_state",
+                                    "amp_bench.store.results", "amp_bench.store.cache", "amp_bench.store.ingest",
+                                    "amp_bench.store.run_state",
                                     "amp_bench.executors.job_states", "amp_bench.cli.status",
                                     "amp_bench.stats", "amp_bench.modes", "amp_bench.studies.fidelity.run",
                                     "amp_bench.studies.headroom"])

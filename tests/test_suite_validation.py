@@ -55,7 +55,8 @@ def test_cpu_block_overrides_top_level_on_cpu_only(write_suite):
     assert {c.batch_size for c in cpu} == {1} and {c.steps for c in cpu} == {3}
     assert {c.batch_size for c in cuda} == {2, 4} and {c.steps for c in cuda} == {50}
     assert {c.cpu_allocator for c in cpu} == {"keep"}  # the default
-    assert {c.cpu_allocator for c in load_suite(write_suite(GOOD + "cpu_allocator: system\n")).cases("cpu")} == {"system"}
+    assert {c.cpu_allocator
+            for c in load_suite(write_suite(GOOD + "cpu_allocator: system\n")).cases("cpu")} == {"system"}
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -72,13 +73,18 @@ def test_cpu_block_overrides_top_level_on_cpu_only(write_suite):
     (GOOD.replace("[2, 4]", "[10000000]"), "batch_sizes[0]: expected a batch size between 1 and 65536, got 10000000"),
     (GOOD.replace("[2, 4]", "[true]"), "batch_sizes[0]: expected a batch size between 1 and 65536, got True (bool)"),
     (GOOD.replace("torchvision/resnet18", "torchvision/resnet51"), "models[0]: unknown torchvision model 'resnet51'"),
-    (GOOD.replace("torchvision/resnet18", "transformers/gtp2"), "models[0]: unknown transformers model_type 'gtp2' (did you mean 'gpt2'?)"),
-    (GOOD.replace("torchvision/resnet18", "resnet18"), "models[0]: unknown model reference 'resnet18' (expected torchvision/<name>"),
-    (GOOD.replace("torchvision/resnet18", "python:no_such_module:build"), "models[0]: cannot import module 'no_such_module'"),
-    (GOOD.replace("torchvision/resnet18", "python:toy_models:no_such_fn"), "models[0]: module 'toy_models' has no callable 'no_such_fn'"),
+    (GOOD.replace("torchvision/resnet18", "transformers/gtp2"),
+     "models[0]: unknown transformers model_type 'gtp2' (did you mean 'gpt2'?)"),
+    (GOOD.replace("torchvision/resnet18", "resnet18"),
+     "models[0]: unknown model reference 'resnet18' (expected torchvision/<name>"),
+    (GOOD.replace("torchvision/resnet18", "python:no_such_module:build"),
+     "models[0]: cannot import module 'no_such_module'"),
+    (GOOD.replace("torchvision/resnet18", "python:toy_models:no_such_fn"),
+     "models[0]: module 'toy_models' has no callable 'no_such_fn'"),
     (GOOD.replace("[torchvision/resnet18]", "[{ref: transformers/gpt2, config: {n_layers: 2}}]"),
      "models[0].config.n_layers: not an attribute of GPT2Config"),
-    (GOOD.replace("amp_bf16", "fp16"), "precisions[1]: expected one of fp32, tf32, amp_fp16, amp_bf16, fp8, got 'fp16'"),
+    (GOOD.replace("amp_bf16", "fp16"),
+     "precisions[1]: expected one of fp32, tf32, amp_fp16, amp_bf16, fp8, got 'fp16'"),
     (GOOD.replace("[2, 4]", "[]"), "batch_sizes: empty list: the matrix has no cases"),
     (GOOD.replace("[torchvision/resnet18]", "[]"), "models: empty list: the matrix has no cases"),
     (GOOD.replace("[2, 4]", "[4, 4]"), "batch_sizes[1]: duplicate case: 4 is already listed at batch_sizes[0]"),

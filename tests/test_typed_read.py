@@ -13,11 +13,11 @@ from amp_bench.store.typed import typed
 
 # An older run's table: no compile_mode, world_size, nnodes or channels_last columns yet; yes/no
 # columns written as text, an empty cell, versions and ids that look like numbers.
-OLD = """run_id,suite,case_id,group_id,model,model_label,batch_size,precision,image_size,seq_len,device,repeat,status,step_time_ms_median,throughput,contended,emulated,cuda_version,fingerprint,slurm_job_id,peak_rss_bytes
-old,smoke,resnet18-bs4-32px-fp32,resnet18-bs4-32px,torchvision/resnet18,resnet18,4,fp32,32,,cpu,0,ok,40.5,98.7,False,0,12.10,012345678901,123_4,1000
-old,smoke,resnet18-bs4-32px-amp_bf16,resnet18-bs4-32px,torchvision/resnet18,resnet18,4,amp_bf16,32,,cpu,0,ok,30.1,130.2,True,1,12.10,012345678901,123_4,
-old,smoke,gpt2-tiny-bs4-seq32-fp32,gpt2-tiny-bs4-seq32,transformers/gpt2,gpt2-tiny,4,fp32,,32,cpu,0,ok,20.0,200.0,,,12.10,012345678901,,900
-"""
+OLD = ("run_id,suite,case_id,group_id,model,model_label,batch_size,precision,image_size,seq_len,device,repeat,status,"
+       "step_time_ms_median,throughput,contended,emulated,cuda_version,fingerprint,slurm_job_id,peak_rss_bytes\n"
+       "old,smoke,resnet18-bs4-32px-fp32,resnet18-bs4-32px,torchvision/resnet18,resnet18,4,fp32,32,,cpu,0,ok,40.5,98.7,False,0,12.10,012345678901,123_4,1000\n"
+       "old,smoke,resnet18-bs4-32px-amp_bf16,resnet18-bs4-32px,torchvision/resnet18,resnet18,4,amp_bf16,32,,cpu,0,ok,30.1,130.2,True,1,12.10,012345678901,123_4,\n"
+       "old,smoke,gpt2-tiny-bs4-seq32-fp32,gpt2-tiny-bs4-seq32,transformers/gpt2,gpt2-tiny,4,fp32,,32,cpu,0,ok,20.0,200.0,,,12.10,012345678901,,900\n")
 
 
 def _new_run() -> pd.DataFrame:
@@ -59,7 +59,8 @@ def test_a_merged_tree_where_runs_lack_columns_reads_back_typed(tree):
     rows = load_results(tree).set_index("run_id")
     assert rows.loc["new", "compile_mode"] == "default" and rows.loc["old", "compile_mode"].tolist() == ["eager"] * 3
     assert rows.loc["new", "world_size"] == 2 and rows.loc["new", "channels_last"] == True  # noqa: E712
-    assert rows.loc["new", "compile_fullgraph"] == True and rows.loc["old", "compile_fullgraph"].isna().all()  # noqa: E712
+    # noqa: E712
+    assert rows.loc["new", "compile_fullgraph"] == True and rows.loc["old", "compile_fullgraph"].isna().all()
     assert rows.loc["new", "cudnn_version"] == "92400"
     for name in ("batch_size", "repeat", "world_size", "nnodes"):
         assert str(rows[name].dtype) == "Int64", name

@@ -172,7 +172,8 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
     _check_machines(comparison, base_rows, cand_rows, force)
     if history is not None:
         noise_floor = {**history_noise(history, fingerprints(cand_rows)), **(noise_floor or {})}
-        comparison.notes.append(f"night-to-night noise of {len(noise_floor)} series from {history} added to the intervals")
+        comparison.notes.append(f"night-to-night noise of {len(noise_floor)} series from {history} added to the "
+                                "intervals")
     base_ok, cand_ok = base_rows[base_rows["status"] == "ok"], cand_rows[cand_rows["status"] == "ok"]
     base_busy, cand_busy = contended(base_ok), contended(cand_ok)
     wanders = (wander(base_ok[~base_busy]), wander(cand_ok[~cand_busy]))
@@ -342,7 +343,8 @@ def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None)
         high = max(high, ratio * step.ratio / step.ci_low)
     return MetricResult(case_id, "throughput", bm, cm, ratio, low, high, None,
                         judge(low, high, context.throughput.relative, worse_when_higher=False),
-                        f"{len(base)} vs {len(cand)} repeats" + (f"; night noise {floor:.2%} from history" if floor else ""))
+                        f"{len(base)} vs {len(cand)} repeats"
+                        + (f"; night noise {floor:.2%} from history" if floor else ""))
 
 
 def _compare_case(case_id, b, c, context: _CaseContext) -> list[MetricResult]:

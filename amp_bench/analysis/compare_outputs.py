@@ -17,10 +17,12 @@ def _fmt(value, spec=".3f") -> str:
 
 
 def to_markdown(comparison) -> str:
-    lines = [f"# amp_bench compare: {comparison.summary}", "", f"{comparison.decision} (exit {comparison.exit_code})", "",
+    lines = [f"# amp_bench compare: {comparison.summary}", "", f"{comparison.decision} (exit {comparison.exit_code})",
+             "",
              f"baseline: {', '.join(comparison.baseline)}  ", f"candidate: {', '.join(comparison.candidate)}  ",
              "thresholds: " + ", ".join(f"{k} {v}" for k, v in comparison.thresholds.items()), "",
-             "| case | metric | baseline | candidate | ratio | 95% CI | p (MWU) | verdict |", "|---|---|---|---|---|---|---|---|"]
+             "| case | metric | baseline | candidate | ratio | 95% CI | p (MWU) | verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in comparison.results:
         verdict = f"**{r.verdict}**" if comparison.finding(r) else r.verdict
         lines.append(f"| {r.case_id} | {r.metric} | {_fmt(r.baseline, '.4g')} | {_fmt(r.candidate, '.4g')} | "
@@ -30,7 +32,8 @@ def to_markdown(comparison) -> str:
 
 
 def to_json(comparison) -> str:
-    return json.dumps({"verdict": comparison.summary, "exit_code": comparison.exit_code, "decision": comparison.decision,
+    return json.dumps({"verdict": comparison.summary, "exit_code": comparison.exit_code,
+                       "decision": comparison.decision,
                        "baseline": comparison.baseline, "candidate": comparison.candidate,
                        "thresholds": comparison.thresholds, "notes": comparison.notes,
                        "unmatched": comparison.unmatched, "results": [asdict(r) for r in comparison.results]},

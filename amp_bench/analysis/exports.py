@@ -50,7 +50,8 @@ def _ok_rows(path, machine: str | None) -> pd.DataFrame:
         chosen = rows[(rows["machine"] == machine) | (text_column(rows, "fingerprint") == machine) |
                       (text_column(rows, "hostname") == machine)]
         if chosen.empty:
-            raise UserError(f"--machine {machine!r}: not in {path} (it has: {', '.join(sorted(rows['machine'].unique()))})")
+            raise UserError(f"--machine {machine!r}: not in {path} (it has: "
+                            f"{', '.join(sorted(rows['machine'].unique()))})")
         rows = chosen
     rows["peak_memory_bytes"] = headline_memory(rows)  # the figures are typed on read (load_results)
     return identity.keyed(rows)  # one series: a suite's case (identity.case_keys), named by its case_id
@@ -85,7 +86,8 @@ def to_bmf(path, machine: str | None = None) -> dict:
         if throughput.notna().any():  # the median's interval carried over: samples/s falls as the step grows
             measures["throughput-samples-per-s"] = _interval(throughput.median(), throughput * step / high,
                                                               throughput * step / low)
-        for slug, column in (("peak-memory-bytes", "peak_memory_bytes"), ("energy-j-per-sample", "energy_j_per_sample")):
+        for slug, column in (("peak-memory-bytes", "peak_memory_bytes"),
+                             ("energy-j-per-sample", "energy_j_per_sample")):
             values = case[column].dropna()
             if not values.empty:
                 measures[slug] = _interval(values.median(), values, values)
@@ -142,7 +144,8 @@ def write_otava(path, directory: Path, machine: str | None = None) -> list[Path]
         _write(file, table.to_csv(index=False))
         written.append(file)
         tests[name] = {"type": "csv", "file": str(file.resolve()), "time_column": "time",
-                       "attributes": [c for c in ("machine", "suite", "case", "run", "fingerprint", "torch") if c in table],
+                       "attributes": [c for c in ("machine", "suite", "case", "run", "fingerprint", "torch")
+                                      if c in table],
                        "metrics": [m for m in OTAVA_METRICS if m in table]}
     config = directory / "otava.yaml"
     _write(config, yaml.safe_dump({"tests": tests}, sort_keys=False))

@@ -98,16 +98,19 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     ref = modes.reference()
     out = pd.DataFrame({
         **{k: table[k] for k in identity.case_axes()}, "gpu": table["gpu"],
-        "architecture": text_column(table, "architecture"), "compute_capability": text_column(table, "compute_capability"),
+        "architecture": text_column(table, "architecture"),
+        "compute_capability": text_column(table, "compute_capability"),
         "precision": table["precision"], "status": table["status"], "reason": text_column(table, "reason"),
         "throughput": table["throughput"].where(table["status"] == "ok"),
         "speedup_vs_reference_mode": table.get(f"speedup_vs_{ref}"),
-        "speedup_ci_low": table.get(f"speedup_vs_{ref}_ci_low"), "speedup_ci_high": table.get(f"speedup_vs_{ref}_ci_high"),
+        "speedup_ci_low": table.get(f"speedup_vs_{ref}_ci_low"),
+        "speedup_ci_high": table.get(f"speedup_vs_{ref}_ci_high"),
         "speedup_pairs_dropped": table.get(f"speedup_vs_{ref}_dropped"),  # contended pairs left out of it
         "samples_per_watt": table["samples_per_joule"], "mfu": table["mfu"], "run_id": table["run_id"]})
     device = text_column(table, "device_name")
     partition = text_column(table, "slurm_partition")
-    out["price_per_gpu_hour"] = pd.Series([price_for(d, p, prices) if prices else None for d, p in zip(device, partition)],
+    out["price_per_gpu_hour"] = pd.Series([price_for(d, p, prices) if prices else None
+                                           for d, p in zip(device, partition)],
                                           index=out.index, dtype=float)
     gpus = out["world_size"]  # keyed in the summary: 1 where a run said nothing
     out["samples_per_dollar"] = out["throughput"] * 3600 / (out["price_per_gpu_hour"] * gpus)
@@ -184,8 +187,8 @@ def cell_text(row) -> str:
         return f"{row['status']}" + (f": {row['reason']}" if row["reason"] else "")
     parts = [f"{row['throughput']:,.1f} samples/s"]
     if pd.notna(row["speedup_vs_reference_mode"]):  # paired on that GPU, with its 95% interval
-        parts.append(f"{speedup_text(row['speedup_vs_reference_mode'], row.get('speedup_ci_low'), row.get('speedup_ci_high'))}"
-                     f" vs {modes.reference()}")
+        speedup = speedup_text(row["speedup_vs_reference_mode"], row.get("speedup_ci_low"), row.get("speedup_ci_high"))
+        parts.append(f"{speedup} vs {modes.reference()}")
     if pd.notna(row["samples_per_watt"]):
         parts.append(f"{row['samples_per_watt']:.3g} samples/s per W")
     if pd.notna(row["mfu"]):

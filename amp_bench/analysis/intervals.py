@@ -108,9 +108,9 @@ def trimmed_log_mean(logs) -> float:
 
 def paired_log_interval(log_ratios, level: float = 0.95) -> tuple[float, float, float] | None:
     """The paired speedup and its interval: each repeat ran every mode, one after the other (rotating
-    which went first) or in lockstep (taking turns), so the ratio within a repeat cancels whatever the machine did between repeats (a VM drifting
-    10-40% in an hour). Point: exp of the trimmed mean (TRIM) of the per-repeat log ratios; interval:
-    t with Yuen's standard error on h - 1 degrees of freedom (h: the values kept; the repeats are the
+    which went first) or in lockstep (taking turns), so the ratio within a repeat cancels whatever the machine did
+    between repeats (a VM drifting 10-40% in an hour). Point: exp of the trimmed mean (TRIM) of the per-repeat log
+    ratios; interval: t with Yuen's standard error on h - 1 degrees of freedom (h: the values kept; the repeats are the
     independent units). None without two finite ratios."""
     logs = _finite(log_ratios)
     if logs.size < 2:

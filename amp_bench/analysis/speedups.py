@@ -4,10 +4,10 @@ device and run, and compute speedups and memory savings.
 A speedup is paired: the run's schedule runs every mode of a group once per repeat, one after the
 other rotating which goes first (studies/benchmark.schedule), or, on the CPU, as a lockstep set whose
 workers take turns (launchers/lockstep.py), so within a repeat the two modes saw the same machine.
-The speedup is exp of the trimmed mean of the per-repeat log ratios of the two modes' median step times, its 95% interval t on them with Yuen's standard error (analysis/intervals.paired_log_interval,
-TRIM): a VM whose speed drifts between repeats moves both sides of a pair alike, and the ratio cancels
-it; a pair that straddled a steal burst is trimmed, not averaged in.
-Memory savings are from the medians across repeats.
+The speedup is exp of the trimmed mean of the per-repeat log ratios of the two modes' median step times, its 95%
+interval t on them with Yuen's standard error (analysis/intervals.paired_log_interval, TRIM): a VM whose speed drifts
+between repeats moves both sides of a pair alike, and the ratio cancels it; a pair that straddled a steal burst is
+trimmed, not averaged in. Memory savings are from the medians across repeats.
 
 This is the plotting-free layer under the CLI table and the report: a precision is only ever
 compared with a baseline measured in the same run (same machine, suite and torch), and a missing
@@ -201,7 +201,8 @@ def _scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
     baseline is DDP with one process where the run has it (the same code path), else the plain process."""
     keys = [k for k in group_keys() if k not in ("world_size", "nproc_per_node")] + ["precision"]
     ones = table[table["world_size"] == 1].assign(_plain=lambda t: t["nproc_per_node"] < 1)  # keyed: -1 plain
-    base = ones.sort_values("_plain", kind="stable").drop_duplicates(keys).set_index(keys)[["step_time_ms", "throughput"]]
+    plain_first = ones.sort_values("_plain", kind="stable").drop_duplicates(keys)
+    base = plain_first.set_index(keys)[["step_time_ms", "throughput"]]
     joined = table.join(base.rename(columns=lambda c: f"_{c}_1"), on=keys)
     table["scaling_efficiency"] = joined["_step_time_ms_1"] / table["step_time_ms"]
     table["throughput_scaling_efficiency"] = table["throughput"] / (table["world_size"] * joined["_throughput_1"])
@@ -274,7 +275,8 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
     # (grouped by the summary's columns, which _prepare made key-safe: one group id is one such group)
     index = pd.MultiIndex.from_tuples(list(rows), names=group_keys() + ["precision"]) if rows else \
         pd.MultiIndex.from_tuples([], names=group_keys() + ["precision"])
-    columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high", f"speedup_vs_{base}_min",
+    columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high",
+               f"speedup_vs_{base}_min",
                f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs", f"speedup_vs_{base}_method",
                f"speedup_vs_{base}_dropped", f"speedup_vs_{base}_clean", f"speedup_vs_{base}_busy"] + \
         ([f"throughput_speedup_vs_{base}"] if throughput else [])

@@ -1,12 +1,12 @@
-"""Command line: run, explain, predict, fidelity, headroom, status, report, compare, export, ingest, history, nightly, validate,
-list-models, env.
+"""Command line: run, explain, predict, fidelity, headroom, status, report, compare, export, ingest, history, nightly,
+validate, list-models, env.
 
 This module builds the parser and dispatches; values.py checks every option's value as it is read;
-each command group is a module holding its commands' options (add_parsers) and their cmd_* functions: run.py, explain.py, predict.py, studies.py (fidelity, headroom), status.py,
-analysis.py (report, compare, export, ingest), gate.py (history, nightly) and machine.py (validate, list-models, env). console.py draws
-every table and progress display. The work itself is in the layers below (studies/, analysis/,
-store/, report/), imported inside the commands, so `--help` and the analysis commands never import
-torch."""
+each command group is a module holding its commands' options (add_parsers) and their cmd_* functions: run.py,
+explain.py, predict.py, studies.py (fidelity, headroom), status.py, analysis.py (report, compare, export, ingest),
+gate.py (history, nightly) and machine.py (validate, list-models, env). console.py draws every table and progress
+display. The work itself is in the layers below (studies/, analysis/, store/, report/), imported inside the commands, so
+`--help` and the analysis commands never import torch."""
 from __future__ import annotations
 
 import argparse

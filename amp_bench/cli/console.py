@@ -226,7 +226,8 @@ def summary_table(table, title: str) -> Table:
     ref = modes.reference()
     cpu = (table["device"] == "cpu").all()
     show_layout = table["channels_last"].any()  # the summary's keys are typed (identity.keyed)
-    later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table and table[f"speedup_vs_{b}"].notna().any()]
+    later = [b for b in modes.baseline_names()[1:] if f"speedup_vs_{b}" in table
+             and table[f"speedup_vs_{b}"].notna().any()]
     show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != EAGER).any()
     lockstep = lockstep_note(table.get(f"speedup_vs_{ref}_method"))
     out = Table(title=f"{title}: medians across repeats; speedups paired per repeat{lockstep}, with their 95% "
@@ -303,7 +304,8 @@ def fidelity_progress(console):
         def precision_finished(self, precision, rows):
             if rows and len({(r.get("status"), r.get("reason")) for r in rows}) == 1 and rows[0].get("status") != "ok":
                 seeds = ", ".join(str(r["seed"]) for r in rows)  # alike for every seed: say it once
-                console.print(f"{rows[0]['status']:>11} {precision} (seeds {seeds})  {escape(str(rows[0].get('reason')))}",
+                console.print(f"{rows[0]['status']:>11} {precision} (seeds {seeds})  "
+                              f"{escape(str(rows[0].get('reason')))}",
                               highlight=False)
                 return
             for r in rows:
@@ -340,7 +342,8 @@ def print_fidelity(runs, console) -> None:
         if has_scaler:
             cells += [_fmt(h["skips"], ".0f") if h["min_scale"] == h["min_scale"] else "-", _fmt(h["min_scale"], ".4g")]
         if has_probe:
-            cells.append(f"{_fmt(h['lost'], '.3%')}->{_fmt(h['lost_scaled'], '.3%')}" if h["lost"] == h["lost"] else "-")
+            cells.append(f"{_fmt(h['lost'], '.3%')}->{_fmt(h['lost_scaled'], '.3%')}" if h["lost"] == h["lost"]
+                         else "-")
         extra = []
         if has_also:
             extra = [f"{v['verdict_also']} vs {v['also_against']} ({_fmt(v['accuracy_diff_also_pp'], '+.2f')} pp)"
@@ -436,7 +439,8 @@ def print_env(info, console) -> None:
     software = info.get("software", {})
     console.print(f"[bold]fingerprint[/]: {fp['fingerprint']}   git: {software.get('git_commit', '-')}   "
                   f"pip packages: {len(software.get('pip_freeze', []))}"
-                  + (f"   conda env: {'recorded' if not software['conda_env'].startswith('not') else software['conda_env']}"
+                  + ("   conda env: "
+                     f"{'recorded' if not software['conda_env'].startswith('not') else software['conda_env']}"
                      if software.get("conda_env") else ""), highlight=False)
     if info["host"]["env"]:
         console.print("[bold]env[/]: " + " ".join(f"{k}={v}" for k, v in info["host"]["env"].items()), highlight=False)

@@ -1,5 +1,5 @@
-"""`explain SUITE`: run a suite with `explain: true` (studies/explain.py) and print where each case's step time went, per
-category and mode, with one sentence per model and batch. Cases without a breakdown (failed,
+"""`explain SUITE`: run a suite with `explain: true` (studies/explain.py) and print where each case's step time went,
+per category and mode, with one sentence per model and batch. Cases without a breakdown (failed,
 unsupported, profile unavailable) get one line each; none at all exits non-zero.
 `explain --trace A [--trace B]`: the same reading of any torch.profiler / Kineto trace, and of B against A."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ EXIT_NOTHING_EXPLAINED = 3
 
 def add_parsers(sub) -> None:
     explain = sub.add_parser("explain", help="run a suite with one profiled step per case and say where the time "
-                                             "goes (GEMM, conv, elementwise, casts, ...) and why the speedup is what it is")
+                                             "goes (GEMM, conv, elementwise, casts, ...) and why the speedup is what "
+                                             "it is")
     explain.add_argument("suite", type=Path, nargs="?", help="a suite to run (or --trace to read traces instead)")
     explain.add_argument("--trace", type=Path, action="append", metavar="TRACE.json[.gz]",
                          help="read a torch.profiler / Kineto trace instead of running a suite; twice: the second "

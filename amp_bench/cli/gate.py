@@ -71,7 +71,8 @@ def cmd_history(args, console) -> int:
         stem.with_name(stem.name + ".json").write_text(to_json(result), encoding="utf-8")
     except OSError as exc:
         raise UserError(f"{stem}: cannot write the history ({exc.strerror or exc})") from None
-    console.print(f"{result.red_series} red series ({len(result.red)} red metrics); wrote {stem}.md and {stem}.json", highlight=False)
+    console.print(f"{result.red_series} red series ({len(result.red)} red metrics); wrote {stem}.md and {stem}.json",
+                  highlight=False)
     return 1 if result.red else 0
 
 
@@ -100,7 +101,8 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--max-age", type=float, default=2.0, help="days a machine may go without a run (default 2)")
     p.add_argument("--dashboard", type=Path, help="also write the static HTML dashboard here")
     p.add_argument("--no-cache", action="store_true", help="read every CSV (no .amp_bench_cache)")
-    p.add_argument("-o", "--output", type=Path, help="path stem for .md, .json, .junit.xml (default reports/nightly-DATE)")
+    p.add_argument("-o", "--output", type=Path,
+                   help="path stem for .md, .json, .junit.xml (default reports/nightly-DATE)")
     p.set_defaults(func=cmd_nightly)
 
 

@@ -92,7 +92,8 @@ def cmd_predict(args, console) -> int:
     if args.list_targets:
         console.print(spec_table())
         if args.run_dir is not None:
-            console.print(f"[yellow]note[/]: {escape(str(args.run_dir))}: not read with --list-targets", highlight=False)
+            console.print(f"[yellow]note[/]: {escape(str(args.run_dir))}: not read with --list-targets",
+                          highlight=False)
         return 0
     if args.run_dir is None:
         raise UserError("predict: give a RUN_DIR (a run directory with results.csv and traces/), or --list-targets")

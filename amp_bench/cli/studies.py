@@ -50,7 +50,8 @@ def cmd_fidelity(args, console) -> int:
     from amp_bench.studies.fidelity.run import run_fidelity
     overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
                  "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
-    return _study(args, console, run_fidelity, overrides, render_console.fidelity_progress, render_console.print_fidelity,
+    return _study(args, console, run_fidelity, overrides, render_console.fidelity_progress,
+                  render_console.print_fidelity,
                   failed_rows, "every finished precision is saved", "fidelity")
 
 
@@ -61,7 +62,8 @@ def cmd_headroom(args, console) -> int:
                  "start_batch_size": args.start_batch_size, "resolution": args.resolution,
                  "precisions": args.precision, "measure": False if args.no_measure else None,
                  "timeout_s": args.timeout_s}
-    return _study(args, console, run_headroom, overrides, render_console.headroom_progress, render_console.print_headroom,
+    return _study(args, console, run_headroom, overrides, render_console.headroom_progress,
+                  render_console.print_headroom,
                   failed_rows, "every finished search is saved", "headroom")
 
 

@@ -97,7 +97,8 @@ class StopSignals:
         parent's Ctrl-C)."""
         name = signal.Signals(self.signum).name if self.signum else "a signal"
         job = self.job
-        label = f"SLURM job {job.job_id}" + (f" (partition {job.partition}, node {job.node})" if job.partition else "") \
+        label = f"SLURM job {job.job_id}" + (f" (partition {job.partition}, node {job.node})" if job.partition
+                                             else "") \
             if job and job.cluster == "slurm" else (f"job {job.job_id}" if job else "the job")
         known = parse_scontrol(self.runner(["scontrol", "show", "job", job.job_id]) or "", job.job_id) \
             if job and job.cluster == "slurm" else None

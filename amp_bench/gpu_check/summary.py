@@ -329,7 +329,8 @@ def pack_runs(work: Path, dest: Path) -> Path | None:
         return None
     first = [f for d in folders for f in sorted(d.glob("*")) if f.is_file() and not f.name.startswith(".")] + \
             [f for d in folders for f in sorted((d / "logs").glob("*.log"))]
-    traces = sorted((f for d in folders for f in (d / "traces").glob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    traces = sorted((f for d in folders for f in (d / "traces").glob("*") if f.is_file()),
+                    key=lambda f: f.stat().st_size)
     taken, left, size = [], [], 0
     for path in first + traces:
         if size + path.stat().st_size > ARCHIVE_MAX_BYTES:

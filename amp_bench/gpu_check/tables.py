@@ -304,7 +304,8 @@ def longest_kernels(row: pd.Series, top: int = 20) -> pd.DataFrame | None:
     if kernels.empty:
         return None
     table = kernels.groupby("kernel")["us"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(top)
-    return pd.DataFrame({"kernel": [k[:120] for k in table.index], "category": [classify_kernel(k) for k in table.index],
+    return pd.DataFrame({"kernel": [k[:120] for k in table.index],
+                         "category": [classify_kernel(k) for k in table.index],
                          "calls": table["count"].to_numpy(), "total ms": table["sum"].to_numpy() / 1e3})
 
 
@@ -340,9 +341,11 @@ def time_table(suite: pd.DataFrame) -> pd.DataFrame:
         first_step, windows = _seconds(worker, phase_column("first_step")), _seconds(worker, phase_column("window"))
         rows.append({"case": first["case_id"], "repeats": len(worker), "start": first.get("worker_start"),
                      "wall s": wall, "start+imports s": start,
-                     "setup s": _seconds(worker, phase_column("setup")) + _seconds(worker, phase_column("idle_baseline")),
+                     "setup s": _seconds(worker, phase_column("setup"))
+                     + _seconds(worker, phase_column("idle_baseline")),
                      "build s": _seconds(worker, phase_column("build")), "first step s": first_step,
-                     "warmup+settle s": _seconds(worker, phase_column("warmup")) + _seconds(worker, phase_column("settle")),
+                     "warmup+settle s": _seconds(worker, phase_column("warmup"))
+                     + _seconds(worker, phase_column("settle")),
                      "windows s": windows,
                      "probes s": sum(_seconds(worker, phase_column(p)) for p in PROBE_PHASES),
                      "exit s": _seconds(worker, phase_column("exit")),

@@ -248,7 +248,8 @@ def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
 def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> dict:
     return {
         "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
-        "model": case.model.ref, **case.axes, "precision": case.precision, "device": device.type, "device_name": device.name,
+        "model": case.model.ref, **case.axes, "precision": case.precision, "device": device.type,
+        "device_name": device.name,
         "architecture": device.architecture, "repeat": repeat, "warmup_steps": case.warmup_steps,
         "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
         "seed": case.seed, **_distributed_columns(case, device), **_compile_columns(case),
@@ -260,7 +261,8 @@ def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id
 
 def _compile_columns(case: Case) -> dict:
     compiled = case.compiled
-    return {"compile_mode": case.compile_mode, "compile_note": case.compile_note, "compile_backend": case.compile_backend if compiled else "",
+    return {"compile_mode": case.compile_mode, "compile_note": case.compile_note,
+            "compile_backend": case.compile_backend if compiled else "",
             "compile_fullgraph": case.compile_fullgraph if compiled else None,
             "compile_optimizer": case.compile_optimizer if compiled else None,
             "compile_cache": case.compile_cache if compiled else ""}

@@ -71,7 +71,8 @@ def explain_failure(result_path, log_text: str, world_size: int) -> tuple[str, s
                              "torchrun stopped the other ranks")
         return "error", f"rank {rank} of {world_size} exited with code {code} without a result"
     if reports is not None:
-        return reports.get("status", "error"), f"rank {reports.get('rank')} of {world_size}: {reports.get('reason', '')}"
+        why = f"rank {reports.get('rank')} of {world_size}: {reports.get('reason', '')}"
+        return reports.get("status", "error"), why
     return None
 
 

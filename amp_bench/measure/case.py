@@ -395,7 +395,8 @@ def _status(record: dict, loss_values: list[float]) -> dict:
     bad = [i for i, v in enumerate(loss_values) if not math.isfinite(v)]
     if bad:
         record["status"] = "nonfinite"
-        record["reason"] = f"loss is {loss_values[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of {len(loss_values)})"
+        record["reason"] = (f"loss is {loss_values[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of "
+                            f"{len(loss_values)})")
     else:
         record["status"] = "ok"
         record["reason"] = ""

@@ -83,8 +83,11 @@ def _transformers_workload(spec: dict, seq_len: int) -> Workload:
                   "causal-lm": transformers.AutoModelForCausalLM,
                   "sequence-classification": transformers.AutoModelForSequenceClassification}[task]
     attn = spec.get("attn_implementation") or "sdpa"
+    vocab = int(config.vocab_size)  # the tokens the batch draws from, padded or not
+    pad = spec.get("pad_vocab_to_multiple_of")
+    if pad:  # nanoGPT's padding (50257 -> 50304): the extra rows of the embedding and lm_head are never a target
+        config.vocab_size = -(-vocab // int(pad)) * int(pad)
     model = auto_class.from_config(config, attn_implementation=attn)
-    vocab = int(config.vocab_size)
     num_labels = int(getattr(config, "num_labels", 2))
 
     def make_batch(batch_size: int, device: torch.device):
@@ -98,7 +101,8 @@ def _transformers_workload(spec: dict, seq_len: int) -> Workload:
     def loss_fn(output, _target):
         return output.loss
 
-    details = {"attn_implementation": getattr(model.config, "_attn_implementation", attn), "task": task}
+    details = {"attn_implementation": getattr(model.config, "_attn_implementation", attn), "task": task,
+               "vocab_size": int(config.vocab_size)}
     return Workload(model, make_batch, loss_fn, details)
 
 

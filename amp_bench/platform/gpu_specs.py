@@ -87,7 +87,8 @@ SPECS: list[GpuSpec] = [
             "NVIDIA H100 datasheet (PCIe): 51 FP32; 756 TF32, 1513 FP16/BF16, 3026 FP8 with sparsity "
             "(378, 756, 1513 dense)"),
     GpuSpec("h200", "H200 SXM 141GB", "NVIDIA H200", (9, 0), 132, 1980, 4800, 700,
-            "NVIDIA H200 datasheet (2024): SXM, HBM3e 4800 GB/s, 700 W; SMs and clock as H100 SXM5 (Hopper whitepaper)"),
+            "NVIDIA H200 datasheet (2024): SXM, HBM3e 4800 GB/s, 700 W; SMs and clock as H100 SXM5 "
+            "(Hopper whitepaper)"),
 ]
 
 # Achievable fractions of the datasheet peaks. The default is what this project measured on an H200

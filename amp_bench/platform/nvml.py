@@ -272,7 +272,8 @@ class NvmlSampler:
         peak = max(self.used) if self.used else None
         out["nvml_mem_used_baseline_bytes"] = baseline_used
         out["nvml_mem_used_peak_bytes"] = peak
-        out["nvml_mem_used_delta_bytes"] = peak - baseline_used if peak is not None and baseline_used is not None else None
+        known = peak is not None and baseline_used is not None
+        out["nvml_mem_used_delta_bytes"] = peak - baseline_used if known else None
         out["nvml_mem_v2_used_peak_bytes"] = max(self.used_v2) if self.used_v2 else None
         out["nvml_mem_v2_reserved_bytes"] = max(self.reserved_v2) if self.reserved_v2 else None
         out["nvml_process_mem_peak_bytes"] = max(self.process_used) if self.process_used else None

@@ -26,7 +26,8 @@ def build_report(inputs, output: str | Path | None = None, formats=("html", "md"
         try:
             import plotly  # noqa: F401
         except ImportError:
-            raise UserError("the HTML report needs plotly (pip install plotly); use --format md,csv without it") from None
+            raise UserError("the HTML report needs plotly (pip install plotly); use --format md,csv without "
+                            "it") from None
     from amp_bench.report.render import write_report
     try:
         return write_report(data, Path(output), tuple(formats), images)

@@ -50,7 +50,8 @@ def speedup_chart(summary: pd.DataFrame, base: str | None = None):
     Cases that were not measured are drawn as labelled crosses on the parity line, never as zero."""
     base = base or modes.reference()
     frame = summary[summary["precision"] != base].copy()
-    frame = frame[frame["precision"].isin(modes.amp_names() + tuple(b for b in modes.baseline_names() if base == modes.reference() and b != base))]
+    frame = frame[frame["precision"].isin(modes.amp_names() + tuple(b for b in modes.baseline_names()
+                                                                    if base == modes.reference() and b != base))]
     if frame.empty or frame[f"speedup_vs_{base}"].notna().sum() == 0:
         return None
     frame["x"] = _x_label(frame)
@@ -115,7 +116,8 @@ def memory_chart(summary: pd.DataFrame):
     """Memory saving against the reference mode (fp32) for every memory metric the results hold."""
     ref = modes.reference()
     metrics = [c for c in summary.columns if c.startswith("mem_saving_") and c.endswith(f"_vs_{ref}")
-               and c not in (f"mem_saving_vs_{ref}", f"mem_saving_above_baseline_vs_{ref}") and summary[c].notna().any()]
+               and c not in (f"mem_saving_vs_{ref}", f"mem_saving_above_baseline_vs_{ref}")
+               and summary[c].notna().any()]
     frame = summary[summary["precision"] != modes.reference()]
     if frame.empty or not metrics:
         return None
@@ -190,7 +192,8 @@ def scaling_chart(summary: pd.DataFrame):
     frame = frame.sort_values("world_size")
     fig = _px().line(frame, x="world_size", y="scaling_efficiency", color="precision", markers=True,
                      line_dash="x" if frame["x"].nunique() > 1 else None, color_discrete_map=modes.colours(),
-                     hover_data={"step_time_ms": ":.2f", "throughput": ":.1f", f"speedup_vs_{modes.reference()}": ":.2f"},
+                     hover_data={"step_time_ms": ":.2f", "throughput": ":.1f",
+                                 f"speedup_vs_{modes.reference()}": ":.2f"},
                      labels={"world_size": "processes (world size)", "scaling_efficiency": "scaling efficiency",
                              "x": "batch per process"}, **_facets(frame))
     fig.update_xaxes(type="log", dtick=np.log10(2))
@@ -205,7 +208,8 @@ def step_time_chart(samples: pd.DataFrame):
         return None
     frame = samples.copy()
     frame["x"] = _x_label(frame)
-    fig = _px().box(frame, x="x", y="step_time_ms", color="precision", points="outliers", color_discrete_map=modes.colours(),
+    fig = _px().box(frame, x="x", y="step_time_ms", color="precision", points="outliers",
+                    color_discrete_map=modes.colours(),
                     hover_data={"repeat": True, "step": True}, labels={"x": "batch size"}, **_facets(frame))
     return _finish(fig, "Per-step time distribution over the measured steps (all repeats)", "step time (ms)")
 

@@ -61,7 +61,8 @@ def speedup_matrix(summary: pd.DataFrame, column: str = f"speedup_vs_{REF}_eager
 
 
 def heatmap(summary: pd.DataFrame):
-    """A plotly heatmap of the matrix over the reference mode's eager step (None without compiled cases); plotly at call time."""
+    """A plotly heatmap of the matrix over the reference mode's eager step (None without compiled cases); plotly at call
+    time."""
     matrix = speedup_matrix(summary)
     if matrix.empty or matrix.notna().sum().sum() == 0:
         return None

@@ -89,11 +89,14 @@ def render(result, page: Path, max_charts: int = 60) -> str:
     nights = sorted({(g.date, g.hostname, g.suite, g.tonight) for g in result.groups}, reverse=True)
     night_links = "".join(
         f'<li>{d} {html.escape(h)} {html.escape(s)}: '
-        + (f'<a href="{html.escape(link)}">{html.escape(r)}</a>' if (link := _night_link(root, r, page)) else html.escape(r))
+        + (f'<a href="{html.escape(link)}">{html.escape(r)}</a>' if (link := _night_link(root, r, page))
+           else html.escape(r))
         + "</li>" for d, h, s, r in nights)
     warnings = "".join(f"<li>{html.escape(w)}</li>" for w in result.history.warnings)
-    return f"""<!doctype html><html><head><meta charset="utf-8"><title>amp_bench dashboard: {html.escape(result.summary)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:1.5em}} .r{{color:#c0392b}} table{{border-collapse:collapse;font-size:13px}}
+    return f"""<!doctype html><html><head><meta charset="utf-8">
+<title>amp_bench dashboard: {html.escape(result.summary)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:1.5em}} .r{{color:#c0392b}}
+table{{border-collapse:collapse;font-size:13px}}
 td,th{{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left}} .chart{{border:1px solid #eee;margin:6px 0}}
 .chart.red{{border-color:#c0392b}}</style>
 <script>{get_plotlyjs()}</script></head><body>
@@ -103,8 +106,8 @@ Charts: red series first, then series with changes ({len(figures)} shown).</p>
 {f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else ""}
 <h2>Tonight</h2><ul>{night_links}</ul>
 <h2>Trends (median step time per night; dashed: changes, dotted: accepted level)</h2>{charts}
-<h2>Every series (step time)</h2><table><tr><th>state</th><th>machine</th><th>suite</th><th>case</th><th>latest night</th>
-<th>latest ms</th><th>accepted ms</th></tr>{"".join(rows)}</table>
+<h2>Every series (step time)</h2><table><tr><th>state</th><th>machine</th><th>suite</th><th>case</th>
+<th>latest night</th><th>latest ms</th><th>accepted ms</th></tr>{"".join(rows)}</table>
 <h2>Changes in the history</h2><table><tr><th>date</th><th>machine</th><th>case</th><th>metric</th><th>change</th>
 <th>kind</th><th>annotation</th></tr>{changes}</table>
 <script>const FIGS={data};FIGS.forEach((f,i)=>Plotly.newPlot('c'+i,f.data,f.layout,{{displaylogo:false}}));</script>

@@ -107,7 +107,8 @@ def collect(inputs: list[str | Path], prices: dict | None = None, reference: str
 def machine_label(frame: pd.DataFrame) -> pd.Series:
     """'NVIDIA H200 (Hopper) @ host', and '[partition]' for a SLURM run's rows: what a reader calls the
     machine a row came from (two partitions on one node are two machines)."""
-    arch, host, name = text_column(frame, "architecture"), text_column(frame, "hostname"), text_column(frame, "device_name")
+    arch, host = text_column(frame, "architecture"), text_column(frame, "hostname")
+    name = text_column(frame, "device_name")
     name = name.where(name.ne(""), "?")
     label = name.where(arch.eq("") | arch.eq("CPU"), name + " (" + arch + ")")
     label = label.where(host.eq(""), label + " @ " + host)
@@ -176,7 +177,8 @@ def claims_table(summary: pd.DataFrame, headroom_runs: set | frozenset = frozens
 
 ENV_COLUMNS = ["device_name", "architecture", "hostname", "torch_version", "cuda_version", "cudnn_version",
                "driver_version", "python_version", "transformers_version", "cpu_model", "num_threads", "cpu_allocator",
-               "optimizer", "optimizer_impl", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn", "power_limit_w", "fingerprint"]
+               "optimizer", "optimizer_impl", "cudnn_benchmark", "tf32_matmul", "tf32_cudnn", "power_limit_w",
+               "fingerprint"]
 
 
 def environment_table(data: ReportData) -> pd.DataFrame:

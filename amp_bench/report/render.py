@@ -78,7 +78,8 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
 
     def spread(row):
         low, high = row[f"speedup_vs_{ref}_min"], row[f"speedup_vs_{ref}_max"]
-        return f"{low:.2f}-{high:.2f}x" if np.isfinite(low) and np.isfinite(high) and row[f"speedup_vs_{ref}_pairs"] > 1 else "-"
+        several = np.isfinite(low) and np.isfinite(high) and row[f"speedup_vs_{ref}_pairs"] > 1
+        return f"{low:.2f}-{high:.2f}x" if several else "-"
     columns = {
         "machine": summary["machine"], "model": summary["model_label"], "batch": summary["batch_size"].astype(int),
         "precision": precision_labels(summary), "status": summary["status_counts"],
@@ -94,7 +95,8 @@ def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
         table.insert(3, "layout", np.where(summary["channels_last"], "channels_last", "nchw"))
     if "world_size" in summary and (summary["world_size"] > 1).any():  # DDP: weak scaling
         table.insert(3, "procs", summary["world_size"].astype(int))
-        table.insert(table.columns.get_loc(f"speedup vs {ref}") + 1, "scaling efficiency", summary["scaling_efficiency"])
+        table.insert(table.columns.get_loc(f"speedup vs {ref}") + 1, "scaling efficiency",
+                     summary["scaling_efficiency"])
     return table
 
 
@@ -287,9 +289,8 @@ def _claims_html(claims: pd.DataFrame) -> list[str]:
 def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFrame, missing: pd.DataFrame) -> str:
     lines = ["# amp_bench report", "",
              f"{len(data.run_dirs)} run(s), {machine_count(data)} machine(s). Speedup = the 20%-trimmed "
-             f"mean (log scale) of each repeat's ratio of median step times (the modes ran one after the other, or on the "
-             f"CPU in lockstep, their workers taking turns), with its "
-             f"95% interval; memory "
+             "mean (log scale) of each repeat's ratio of median step times (the modes ran one after the other, or on "
+             "the CPU in lockstep, their workers taking turns), with its 95% interval; memory "
              f"saving = peak allocated (CUDA) or peak RSS (CPU) against {modes.reference()}.", ""]
     if data.has_benchmarks:
         lines += [f"- {sentence}" for sentence in headlines(summary)] + [""]

@@ -54,7 +54,8 @@ def scaler_health_table(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "model": amp["dataset"] + "/" + amp["model"], "precision": amp["precision"], "seed": amp["seed"],
         "status": amp["status"],
-        "skipped steps": np.where(has_scaler, amp["scaler_skipped_steps"].fillna(0).astype(int).astype(str), "no scaler"),
+        "skipped steps": np.where(has_scaler, amp["scaler_skipped_steps"].fillna(0).astype(int).astype(str),
+                                  "no scaler"),
         "skipped at step": amp["scaler_skipped_step_indices"].map(indices),
         "scale: initial": amp["scaler_initial_scale"], "min": amp["scaler_min_scale"],
         "final": amp["scaler_final_scale"],
@@ -104,7 +105,8 @@ def section_html(section: str, data: ReportData, table_html) -> str:
                 "the same seed on the same shipped data in the same order; accuracy is on the held-out split, "
                 "differences are paired by seed. Verdict: parity when the mean difference is within the "
                 "tolerance; compare it with fp32's own seed-to-seed range.</p>"
-                + table_html(verdicts_for_reading(v), lambda c, r: VERDICT_CLASS.get(r[c], "") if c == "verdict" else ""))
+                + table_html(verdicts_for_reading(v),
+                             lambda c, r: VERDICT_CLASS.get(r[c], "") if c == "verdict" else ""))
     if section == "loss-scale":
         health = scaler_health_table(data.fidelity["fidelity"])
         if health.empty:

@@ -371,7 +371,8 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
     "fidelity_fp8_scales": _table("run_id precision seed:i step:i layer tensor amax:f scale:f"),
     "headroom": _table(
         "run_id suite model_label image_size:i seq_len:i channels_last:b world_size:i nproc_per_node:i compile_mode "
-        "precision device device_name status reason max_batch_size:i first_oom_batch_size:i limit_reached:b start_batch_size:i "
+        "precision device device_name status reason max_batch_size:i first_oom_batch_size:i limit_reached:b "
+        "start_batch_size:i "
         "max_batch_size_limit:i resolution:i memory_cap_bytes:i probes:i batch_ratio_vs_fp32:f "
         "batch_ratio_is_lower_bound:b throughput_at_max:f step_time_ms_at_max:f peak_mem_at_max_bytes:i "
         "throughput_ratio_vs_fp32:f measure_status hostname fingerprint timestamp"),

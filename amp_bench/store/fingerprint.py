@@ -44,5 +44,6 @@ def fingerprint_mismatch(base_rows, cand_rows) -> tuple[bool, str]:
         return True, (f"machine fingerprints differ (baseline {', '.join(sorted(base_fp))}, candidate "
                       f"{', '.join(sorted(cand_fp))}): different hardware or software")
     if not base_fp or not cand_fp:
-        return False, "results without a machine fingerprint: could not check they come from the same machine and software"
+        return False, ("results without a machine fingerprint: could not check they come from the same machine and "
+                       "software")
     return False, ""

@@ -139,7 +139,7 @@ TABLES_EVERY_S = 2.0
 
 
 def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
-              stop=None, heartbeat=None) -> None:
+              stop=None, heartbeat=None, units: list[list] | None = None) -> None:
     """Run cases one after another, each in a fresh worker (a repeat's modes together as a lockstep set
     where launch_units says so), and save each row as it finishes. `stop` (a job's StopSignals) ends the
     loop at a signal: the case it cut short, and those not started, get rows saying why (a died status);
@@ -155,7 +155,7 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(budget_s, len(runnable)), stop, heartbeat,
                len(order), time_left=TimeLeft([(c, r) for i, c, r in order if i in runnable], budget_s))
     measured, streak, position = [], 0, 0
-    for unit in launch_units(order, machine, reporter):
+    for unit in units or launch_units(order, machine, reporter):  # `units`: a caller's own (run --try's pairs)
         if stop is not None and stop.requested:
             _save_died(store, order[position:], machine, stop)
             return

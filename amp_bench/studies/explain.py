@@ -36,7 +36,8 @@ def unexplained_lines(results: pd.DataFrame) -> list[str]:
         repeats[case_id] = repeats.get(case_id, 0) + 1
         status, explained = row.get("status"), row.get("explain_status")
         not_profiled = not isinstance(explained, str) or not explained
-        if status == "ok" and (explained in ("ok", "distorted") or (not_profiled and int(row.get("repeat", 0) or 0) > 0)):
+        if status == "ok" and (explained in ("ok", "distorted")
+                               or (not_profiled and int(row.get("repeat", 0) or 0) > 0)):
             continue  # a later repeat is not profiled (launchers/launch.run_one): nothing is missing
         if status != "ok":
             why = f"{status}: {row.get('reason') or ''}"

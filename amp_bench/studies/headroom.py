@@ -182,7 +182,8 @@ class _Search:
         base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
                                    memory_cap_bytes=cap, instrument=False,
                                    count_flops=False)
-        found = search_max_batch(lambda batch: self.probe(base, batch, support), spec.start_batch_size, spec.max_batch_size,
+        found = search_max_batch(lambda batch: self.probe(base, batch, support), spec.start_batch_size,
+                                 spec.max_batch_size,
                                  spec.resolution)
         axes = {axis: value for axis, value in template.axes.items() if axis != "batch_size"}
         row = {"run_id": self.store.run_id, "suite": self.session.suite.name, **axes,
@@ -192,7 +193,8 @@ class _Search:
                "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,
                "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution,
                "memory_cap_bytes": cap, "probes": len(found.probes),
-               "hostname": self.session.host["hostname"], "fingerprint": self.session.fingerprint.get("fingerprint", "")}
+               "hostname": self.session.host["hostname"],
+               "fingerprint": self.session.fingerprint.get("fingerprint", "")}
         if found.status == "ok" and spec.measure:
             row.update(self.measure_at(template, found.largest_fit, support))
         row["timestamp"] = utc_now().isoformat()

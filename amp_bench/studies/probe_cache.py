@@ -46,7 +46,8 @@ def cache_key(requested: str) -> str:
     except OSError:
         boot = None
     spec = importlib.util.find_spec("torch")  # finds, does not import
-    torch_files = [Path(spec.origin).with_name(n) for n in ("__init__.py", "version.py")] if spec and spec.origin else []
+    torch_files = [Path(spec.origin).with_name(n)
+                   for n in ("__init__.py", "version.py")] if spec and spec.origin else []
     package = Path(__file__).resolve().parents[1]
     facts = {
         "requested": requested, "boot": boot, "python": [sys.executable, sys.version],

@@ -129,7 +129,8 @@ def spawn_note(workers: dict) -> str:
     each then pays its interpreter's imports (3-7 s on a CPU, 13-25 s on an H200)."""
     if workers.get("mode") != "spawn" or workers.get("why") == "isolation: spawn":
         return ""
-    return f"workers start as fresh interpreters, each paying its own imports: the fork server was not used ({workers['why']})"
+    return ("workers start as fresh interpreters, each paying its own imports: the fork server was not used "
+            f"({workers['why']})")
 
 
 def start_server(suite: Suite, overrides: dict | None = None) -> ForkServer | None:

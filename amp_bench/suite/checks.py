@@ -88,7 +88,8 @@ def _axis(item_check: Callable, what: str) -> Callable:
                 ok = False
                 continue
             if checked in seen:
-                problems.append(f"{item_path}: duplicate case: {checked!r} is already listed at {path}[{seen[checked]}]")
+                problems.append(f"{item_path}: duplicate case: {checked!r} is already listed at "
+                                f"{path}[{seen[checked]}]")
                 ok = False
                 continue
             seen[checked] = i

@@ -332,13 +332,15 @@ _GPU_KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 
 def _gpu_key(value, path, problems):
     if not isinstance(value, str) or not _GPU_KEY.fullmatch(value):
-        problems.append(f"{path}: expected a GPU key such as h100-sxm (python -m amp_bench predict RUN --list-targets), "
+        problems.append(f"{path}: expected a GPU key such as h100-sxm (python -m amp_bench predict RUN "
+                        "--list-targets), "
                         f"got {value!r}")
         return None
     return value
 
 
-PREDICT_FIELDS: dict[str, Callable] = {"targets": _axis(_gpu_key, "GPU"), "fp32_as": _choice(("mode", "pytorch-default"))}
+PREDICT_FIELDS: dict[str, Callable] = {"targets": _axis(_gpu_key, "GPU"),
+                                       "fp32_as": _choice(("mode", "pytorch-default"))}
 
 
 def _validate_predict(value, path: str, problems: Problems) -> dict | None:

@@ -93,6 +93,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "compile": None,  # None: the suite's compile axis
         "precisions": None,  # None: the suite's precisions
         "explain": None,  # None: the suite's explain
+        "pad_vocab_to_multiple_of": None,  # transformers: None keeps the config's vocabulary as it is
     },
     "fidelity": {
         "dataset": "digits",
@@ -165,6 +166,8 @@ class ModelSpec:
     compile: tuple[str, ...] | None = _MODEL["compile"]  # replaces the suite's compile axis for this model
     precisions: tuple[str, ...] | None = _MODEL["precisions"]  # replaces the suite's precisions for this model
     explain: bool | None = _MODEL["explain"]  # replaces the suite's explain for this model
+    # transformers: the vocabulary padded up to a multiple of this (embedding and lm_head; nanoGPT's 50304)
+    pad_vocab_to_multiple_of: int | None = _MODEL["pad_vocab_to_multiple_of"]
 
     @property
     def kind(self) -> str:

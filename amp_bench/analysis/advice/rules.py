@@ -149,7 +149,8 @@ def channels_last(evidence: Evidence) -> Advice | None:
         seen = (f"oneDNN reordered activations between NCHW and its blocked layout for {reorders:.0f} ms of its "
                 f"{total:.0f} ms of convolution work ({reorders / total:.0%})")
     return _item("channels_last", evidence, saving, (saving * 0.5, saving * 1.2),
-                 change="train in channels_last (model and batch in torch.channels_last)", variant={"channels_last": True},
+                 change="train in channels_last (model and batch in torch.channels_last)",
+                 variant={"channels_last": True},
                  evidence=f"convolutions are {evidence.share(conv_ms):.0%} of the step; {seen}",
                  how=f"the conversions gone: ~{saving:.1f} ms of the {conv_ms:.1f} ms of convolutions (0.5-1.2x of it)",
                  source="PyTorch channels_last tutorial; NVIDIA DL performance guide (NHWC); timm (layout 1.47x)")
@@ -208,7 +209,8 @@ def host_bound(evidence: Evidence) -> Advice | None:
                                                   evidence.profiled_ms - per_sample(1.6)),
                  change=f"double the batch{f' ({batch} -> {2 * batch})' if batch else ''}",
                  variant={"batch_size": 2 * batch} if batch else None,
-                 evidence=f"{where}: {host:.1f} ms of the {evidence.profiled_ms:.1f} ms step ({evidence.share(host):.0%})",
+                 evidence=f"{where}: {host:.1f} ms of the {evidence.profiled_ms:.1f} ms step "
+                          f"({evidence.share(host):.0%})",
                  how="per sample, the ops' time twice over (1.6-2.2x) with the host's once: the time per sample "
                      "at the current batch's worth; a throughput gain, the step itself gets longer",
                  source="PyTorch performance tuning guide; Holistic Trace Analysis (idle time)")

@@ -61,7 +61,8 @@ _KERNEL_RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(pattern)) for ca
              r"groupnorm|welford|gammabetabackward|instance_norm|triton_(red|per)_fused_.*(norm|var_mean)"),
     ("conv", r"fprop|dgrad|wgrad|implicit_convolve|implicitgemmconv|convolution|conv2d|conv3d|conv1d|"
              r"scudnn|hcudnn|convolve|winograd|fft2d|fft_|cask_cudnn|_conv_|depthwise|cudnn::cnn|triton_tem_fused_conv"),
-    ("gemm", r"(?<!fb)gemm|gemv|^cijk_|xmma|s884|h884|s1688|h1688|s16816|h16816|wmma|tensorop|cublas|nvjet|splitkreduce|"
+    ("gemm",
+     r"(?<!fb)gemm|gemv|^cijk_|xmma|s884|h884|s1688|h1688|s16816|h16816|wmma|tensorop|cublas|nvjet|splitkreduce|"
              r"magma_|epilogue::impl|triton_tem_|_scaled_mm|matmul|sm90_|sm80_|sm100_|cutlass::kernel"),
     ("reduction", r"softmax|nll_loss|cross_entropy|_ce_(fwd|bwd)|reduce_kernel|reduce_by_key|devicereduce|"
                   r"max_pool|avg_pool|adaptive_average|adaptive_max|pool_|triton_red_|triton_per_|"

@@ -60,7 +60,8 @@ def gpu_units(mode_peak: float | None, base_peak: float | None, mode_peak_bf16: 
     rest = ratio
     if precision in modes.names() and modes.get(precision).float8_linear and mode_peak_bf16:
         rest = mode_peak_bf16 / base_peak  # fp8 converts the linears; convolutions and attention run bf16
-    return {"gemm": ratio, "conv": rest, "attention": rest}, f"peak ratio {ratio:.3g}x ({mode_peak:g} / {base_peak:g} TFLOP/s)"
+    units = {"gemm": ratio, "conv": rest, "attention": rest}
+    return units, f"peak ratio {ratio:.3g}x ({mode_peak:g} / {base_peak:g} TFLOP/s)"
 
 
 def ideal_factors(precision: str, accelerated: dict[str, float] | None, source: str,
@@ -106,7 +107,8 @@ def ceiling(base: dict[str, float], ideal: Ideal) -> float | None:
     return total / sum(best.values()) if best and sum(best.values()) > 0 else None
 
 
-def held_back(base: dict[str, float], mode: dict[str, float], ideal: Ideal, limit: int = 3) -> list[tuple[str, float, str]]:
+def held_back(base: dict[str, float], mode: dict[str, float], ideal: Ideal,
+              limit: int = 3) -> list[tuple[str, float, str]]:
     """The categories furthest above their ideal in the mode's step, largest first:
     (category, share of the mode's step lost to it, how far: 'at 1.3x of 2x', '12% of the step')."""
     best = ideal_ms(base, ideal) or {}

@@ -54,7 +54,8 @@ def profile_columns(profile, measured_ms: float | None, misaligned_share: float 
         "explain_misaligned_layers": misaligned_layers, "explain_trace": profile.trace_path or "",
         "explain_status": status, "explain_reason": "; ".join([reason] + list(profile.notes)).strip("; "),
         "explain_profiled_steps": len(profile.steps), "explain_step_samples": _samples_json(profile),
-        "explain_tensor_core_share": (units or {}).get("share"), "explain_kernel_units": (units or {}).get("summary", ""),
+        "explain_tensor_core_share": (units or {}).get("share"),
+        "explain_kernel_units": (units or {}).get("summary", ""),
     })
     out.update({f"explain_phase_{p}_ms": profile.phases_ms.get(p) for p in PHASE_COLUMNS})
     return {c: out.get(c) for c in EXPLAIN_COLUMNS}
@@ -177,7 +178,8 @@ def decompose(base: dict[str, float], mode: dict[str, float], mode_name: str, ba
     base_total, mode_total = sum(base.values()), sum(mode.values())
     saved_total = base_total - mode_total
     table = pd.DataFrame([{"category": k, "base_ms": base[k], "mode_ms": mode[k], "speedup": _ratio(base[k], mode[k]),
-                           "saved_ms": base[k] - mode[k], "saved_share": (base[k] - mode[k]) / saved_total if saved_total else None,
+                           "saved_ms": base[k] - mode[k],
+                           "saved_share": (base[k] - mode[k]) / saved_total if saved_total else None,
                            "base_share": base[k] / base_total if base_total else None} for k in keys])
     acc_base, acc_mode = sum(base[k] for k in ACCELERATED), sum(mode[k] for k in ACCELERATED)
     bound = ceilings.ceiling(base, ideal) if ideal else None

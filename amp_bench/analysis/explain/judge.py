@@ -74,7 +74,8 @@ def explain_row(row: dict, run_dir) -> dict:
         multiple = 16 if mode.float8_linear else 8  # fp8 wants 16
         units = describe(profile.tensor_cores, mode.uses_autocast, multiple) if device_type == "cuda" else \
             onednn.describe(onednn.read_records(onednn.records_path(path)))
-        return profile_columns(profile, positive(row.get("step_time_ms_median")), misaligned_flop_share(table, multiple),
+        return profile_columns(profile, positive(row.get("step_time_ms_median")),
+                               misaligned_flop_share(table, multiple),
                                misaligned_summary(table, multiple), units)
     except NoGpuActivity as exc:  # issue 33: never "ok, idle 100%" for a trace CUPTI recorded nothing in
         return {**unavailable_columns(str(exc)), "explain_trace": trace}

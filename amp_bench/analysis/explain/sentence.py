@@ -39,7 +39,8 @@ def _within_noise(d, keys, factor: float | None) -> bool:
 
 def _accelerated(d, mode: str, share) -> str:
     t = d.table.set_index("category")
-    present = [k for k in ACCELERATED if share.get(k, 0.0) >= 0.01] or [k for k in ACCELERATED if t.loc[k, "base_ms"] > 0]
+    present = [k for k in ACCELERATED if share.get(k, 0.0) >= 0.01] or [k for k in ACCELERATED
+                                                                        if t.loc[k, "base_ms"] > 0]
     if not present or not d.accelerated_speedup:
         return f"{mode}: no GEMM, convolution or attention time in the {d.baseline} profile"
     names, they = "+".join(LABELS[k] for k in present), "they are" if len(present) > 1 else "it is"
@@ -47,7 +48,8 @@ def _accelerated(d, mode: str, share) -> str:
         return (f"under {mode} {names} did not change beyond {'their' if len(present) > 1 else 'its'} noise "
                 f"(±{d.noise_width(ACCELERATED):.0%}); {they} {d.accelerated_share:.0%} of the {d.baseline} step")
     link = "but" if d.accelerated_speedup >= 1 else "and"  # 'but': the rest limits the gain
-    return f"{mode} made {names} {_faster(d.accelerated_speedup)}, {link} {they} {d.accelerated_share:.0%} of the {d.baseline} step"
+    return (f"{mode} made {names} {_faster(d.accelerated_speedup)}, {link} {they} {d.accelerated_share:.0%} of the "
+            f"{d.baseline} step")
 
 
 def _memory(d, share) -> str | None:
@@ -70,7 +72,8 @@ def _optimizer(d, share) -> str | None:
     if share.get("optimizer", 0.0) < 0.05 or "optimizer" not in t.index or not d.changed(["optimizer"]):
         return None
     b, m = t.loc["optimizer", "base_ms"], t.loc["optimizer", "mode_ms"]
-    return f"the optimizer ({share['optimizer']:.0%}) {'gained' if b > m else 'lost'} {max(b, m) / max(min(b, m), 1e-9):.1f}x"
+    gained = max(b, m) / max(min(b, m), 1e-9)
+    return f"the optimizer ({share['optimizer']:.0%}) {'gained' if b > m else 'lost'} {gained:.1f}x"
 
 
 def _against_ceiling(d) -> str:

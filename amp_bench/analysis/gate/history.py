@@ -4,10 +4,10 @@
 A series is keyed by case and machine fingerprint (host, GPU, driver, CUDA, torch), so results from
 different hardware or software never form one series; each run contributes its median across
 repeats (throughput: the rows' `throughput` column, the window's samples over its wall time, host
-gaps included, the figure compare judges too). Each night the whole history is re-segmented (amp_bench.analysis.gate.changepoints.detect), so past
-changes stay visible with the night they began, and a level that comes back is seen. The alarm is
-the current state (amp_bench.analysis.gate.changepoints.state): a series is red while its latest level is worse
-than its accepted level (or the recent window) beyond the threshold; a fixed regression or a
+gaps included, the figure compare judges too). Each night the whole history is re-segmented
+(amp_bench.analysis.gate.changepoints.detect), so past changes stay visible with the night they began, and a level that
+comes back is seen. The alarm is the current state (amp_bench.analysis.gate.changepoints.state): a series is red while
+its latest level is worse than its accepted level (or the recent window) beyond the threshold; a fixed regression or a
 reverted spike turns green by itself. The accepted level starts at the series' first night and
 moves with nightly's accepted baselines (baselines.yaml) and with annotations (annotations.yaml).
 """
@@ -229,7 +229,8 @@ class _Series:
 
     def change(self, point) -> Change:
         worse = point.after > point.before if self.higher_is_worse else point.after < point.before
-        return Change(self.case_id, self.fingerprint, self.metric, self.runs[point.index], self.runs[point.confirmed_at],
+        return Change(self.case_id, self.fingerprint, self.metric, self.runs[point.index],
+                      self.runs[point.confirmed_at],
                       point.before, point.after, point.ratio, "regression" if worse else "improvement",
                       date=_stamp(self.dates[point.index]), earliest_run=self.runs[point.earliest],
                       latest_run=self.runs[point.latest], suite=self.suite)
@@ -273,7 +274,8 @@ def to_json(result: HistoryResult, max_series_rows: int = 20000) -> str:
                "states": [asdict(s) for s in result.states],
                "contended": _contended_records(result.contended)}
     if len(series) <= max_series_rows:
-        payload["series"] = json.loads(series.assign(timestamp=series["timestamp"].astype(str)).to_json(orient="records"))
+        stamped = series.assign(timestamp=series["timestamp"].astype(str))
+        payload["series"] = json.loads(stamped.to_json(orient="records"))
     return json.dumps(payload, indent=2, default=str)
 
 

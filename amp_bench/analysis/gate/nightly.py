@@ -238,7 +238,8 @@ def to_markdown(result: NightlyResult) -> str:
                          f"| {s.ratio - 1:+.1%} | {s.against} |")
     recent = sorted(result.history.changes, key=lambda c: c.date, reverse=True)[:30]
     if recent:
-        lines += ["", "## Latest changes in the history", "", "| date | machine | case | metric | change | kind | accepted |",
+        lines += ["", "## Latest changes in the history", "",
+                  "| date | machine | case | metric | change | kind | accepted |",
                   "|---|---|---|---|---|---|---|"]
         for c in recent:
             lines.append(f"| {c.date} | {c.fingerprint} | {c.case_id} | {c.metric} | {c.ratio - 1:+.1%} | {c.kind} | "
@@ -268,7 +269,8 @@ def to_junit(result: NightlyResult) -> str:
             failure = (f"{s.ratio - 1:+.1%} vs {s.against} level since {s.since_date}"
                        if (fp, suite, s.case_id, s.metric) in red else None)
             cases.append(TestCase(classname, f"{s.case_id}.{s.metric}", failure=failure, failure_type="red"))
-        cases += [TestCase(classname, case, skipped=f"contended tonight: not judged ({g.contention or 'no reason recorded'})")
+        cases += [TestCase(classname, case,
+                           skipped=f"contended tonight: not judged ({g.contention or 'no reason recorded'})")
                   for case in g.contended]
         cases += [TestCase(classname, case, skipped="missing tonight") for case in g.missing]
         if g.unfinished:

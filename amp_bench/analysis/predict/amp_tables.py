@@ -90,7 +90,8 @@ def summary(scored: pd.DataFrame) -> pd.DataFrame:
         rows.append({"predictor": name, "pairs": len(errors), "median error x": float(np.exp(errors.median())),
                      "worst error x": float(np.exp(errors.max()))})
     out = pd.DataFrame(rows)
-    taus = {c: [kendall(g, c) for _, g in scored.groupby(["table", "model"])] for c in ("predicted_speedup", "peak_ratio")}
+    taus = {c: [kendall(g, c) for _, g in scored.groupby(["table", "model"])]
+            for c in ("predicted_speedup", "peak_ratio")}
     out["median Kendall tau"] = [pd.Series(taus["predicted_speedup"], dtype=float).median(),
                                  pd.Series(taus["peak_ratio"], dtype=float).median(), np.nan]  # one guess: no ranking
     return out

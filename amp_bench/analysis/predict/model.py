@@ -206,7 +206,8 @@ def _wanted(case: CaseSource) -> list[str]:
     return sorted(set(case.modes) | extra, key=order.index)
 
 
-def predict_run(run_dir, targets: list[str], fp32_as: str | None = None, source_gpu: str | None = None) -> RunPrediction:
+def predict_run(run_dir, targets: list[str], fp32_as: str | None = None,
+                source_gpu: str | None = None) -> RunPrediction:
     """Every profiled case and mode of `run_dir` on every target."""
     specs = resolve_targets(targets)
     cases = read_sources(run_dir, source_gpu)

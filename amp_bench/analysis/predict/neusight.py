@@ -271,7 +271,8 @@ def _errors(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def score(frozen: pd.DataFrame, labels: pd.DataFrame, e2e: pd.DataFrame, phase: str = "train") -> dict[str, pd.DataFrame]:
+def score(frozen: pd.DataFrame, labels: pd.DataFrame, e2e: pd.DataFrame,
+          phase: str = "train") -> dict[str, pd.DataFrame]:
     """The frozen predictions against the measured labels: per source -> target pair, the median and worst
     relative error of each predictor, per op (the ops that move tensors; host rows left out) and end to end;
     and per pair the op and the workload the model missed most."""

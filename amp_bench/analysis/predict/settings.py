@@ -44,7 +44,8 @@ def fp32_line(spec: GpuSpec, fp32_as: str | None) -> str:
     """What the fp32 mode's FP32 runs as on `spec`."""
     matmul, conv = FP32_MEANINGS[fp32_as or "ieee"]
     if spec.capability < TF32_CAPABILITY:
-        return f"{spec.label} ({spec.capability[0]}.{spec.capability[1]}): no TF32 units, FP32 is IEEE FP32 whatever the flags"
+        return (f"{spec.label} ({spec.capability[0]}.{spec.capability[1]}): no TF32 units, FP32 is IEEE FP32 "
+                "whatever the flags")
     used = [what for what, on in (("matmul", matmul), ("convolutions", conv)) if on]
     return (f"{spec.label} ({spec.capability[0]}.{spec.capability[1]}): fp32 runs "
             + (" and ".join(used) + " on TF32 tensor cores" if used else "strict IEEE FP32 (TF32 off)"))
@@ -89,10 +90,10 @@ def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
     specs = [by_key()[t] for t in targets]
     lines = []
     if any(not case.is_gpu for case in result.cases):
-        lines.append("No GPU profile: this run is a CPU run, so the GPU steps are priced from its op inventory (shapes, "
-                     "FLOPs, bytes) at each target's derated roofline, not from measured kernel times; intervals are "
-                     "wide. CPU autocast keeps layer_norm and softmax in 16-bit where CUDA's runs them in FP32. No "
-                     "GPU-sourced AMP prediction has been scored yet (docs/predict.md).")
+        lines.append("No GPU profile: this run is a CPU run, so the GPU steps are priced from its op inventory "
+                     "(shapes, FLOPs, bytes) at each target's derated roofline, not from measured kernel times; "
+                     "intervals are wide. CPU autocast keeps layer_norm and softmax in 16-bit where CUDA's runs them "
+                     "in FP32. No GPU-sourced AMP prediction has been scored yet (docs/predict.md).")
     if any(case.is_gpu for case in result.cases):
         lines.append("Intervals are the 10th-90th percentile of the rules' errors on a development set; on the scored "
                      "held-out set the errors spread wider than that, so read them as the least uncertainty "

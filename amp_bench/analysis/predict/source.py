@@ -140,7 +140,8 @@ def _borrowed(case: CaseSource, precision: str) -> ModeSource | None:
     if not donors:
         return None
     donor = case.modes[donors[0]]
-    return ModeSource(precision, donor.measured_ms, donor.throughput, donor.trace, donor.tf32, borrowed_from=donor.precision)
+    return ModeSource(precision, donor.measured_ms, donor.throughput, donor.trace, donor.tf32,
+                      borrowed_from=donor.precision)
 
 
 def target_tf32(precision: str, fp32_as: str | None) -> tuple[bool, bool]:
