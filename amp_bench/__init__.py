@@ -3,6 +3,28 @@
 Imports are lazy: worker processes import this package too, and must not pay for pandas.
 """
 
+# The layers, top to bottom (README, "Architecture"; tests/test_structure.py enforces them): a module imports
+# only from its own layer, the layers its layer names, and the shared base. The top-level modules are layers
+# of their own ("__init__" is this package's API); the base modules import each other only.
+BASE = ("errors", "identity", "modes", "stats")
+LAYERS: dict[str, set[str]] = {  # layer -> the layers it may import
+    "__init__": {"studies", "store"},  # run_suite, load_results, load_samples (lazily)
+    "__main__": {"cli"},
+    "pytest_plugin": {"studies"},  # the plugin's stable entry-point name
+    "cli": {"studies", "executors", "launchers", "measure", "platform", "suite", "report", "analysis", "store"},
+    "worker": {"studies", "measure", "platform", "suite"},
+    "studies": {"executors", "launchers", "measure", "platform", "suite", "analysis", "store"},
+    "executors": {"suite", "store"},  # where jobs run (SLURM through submitit); knows nothing of measuring
+    "launchers": {"measure", "platform", "suite", "store"},
+    "measure": {"platform", "suite"},
+    "platform": set(),
+    "suite": set(),
+    "report": {"analysis", "store"},
+    "analysis": {"store", "platform.gpu_specs"},  # the GPU spec table (torch-free data) that predict scales to
+    "store": {"platform.nvml"},  # the NVML column names only (a torch-free constant)
+    "gpu_check": {"report", "analysis", "store", "platform.peaks"},
+}
+
 
 def run_suite(path, **overrides):
     """Run a suite file and return a pandas DataFrame (one row per case and repeat).

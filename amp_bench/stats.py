@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -201,3 +202,24 @@ PROBE_PHASES = ("memory_probe", "flops", "profile")
 
 def phase_column(name: str) -> str:
     return f"phase_{name}_s"
+
+
+# The files a profiled step leaves beside its trace (traces/STEM.json.gz): named once, for the worker that
+# writes them (measure/telemetry/profile.py) and explain and advice that read them.
+def _beside_trace(trace_path, suffix: str) -> Path:
+    name = Path(trace_path).name
+    for ending in (".json.gz", ".json"):
+        if name.endswith(ending):
+            name = name[: -len(ending)]
+            break
+    return Path(trace_path).with_name(name + suffix)
+
+
+def layers_path(trace_path) -> Path:
+    """traces/STEM.json.gz -> traces/STEM.layers.json: the GEMM/conv layer shapes of the profiled steps."""
+    return _beside_trace(trace_path, ".layers.json")
+
+
+def onednn_path(trace_path) -> Path:
+    """traces/STEM.json.gz -> traces/STEM.onednn.txt: a CPU step's oneDNN verbose lines."""
+    return _beside_trace(trace_path, ".onednn.txt")

@@ -2,7 +2,7 @@
 
     python -m amp_bench.worker case     SPEC.json RESULT.json
     python -m amp_bench.worker fidelity SPEC.json RESULT.json
-    python -m amp_bench.worker lockstep SPEC.json RESULT.json   (the members' specs: measure/lockstep.py)
+    python -m amp_bench.worker lockstep SPEC.json RESULT.json   (the members' specs: measure/conductor.py)
     python -m amp_bench.worker probe DEVICE    RESULT.json
 
 Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON lines, so whatever
@@ -31,7 +31,7 @@ def _case_job(spec: dict, events: EventChannel, rank, phases) -> dict:
     from amp_bench.suite import Case
     case, device = Case.from_json(spec["case"]), DeviceInfo.from_json(spec["device"])
     support = Support(**spec["support"])  # the parent's gate decision: the worker does not decide again
-    baton = Baton.from_env()  # a lockstep member's (measure/lockstep.py)
+    baton = Baton.from_env()  # a lockstep member's (measure/conductor.py)
     if baton is not None:  # its waits for the other members' turns are a phase of their own
         phases.waited = lambda: baton.waited_s
     record = run_case(case, device, events, rank, support=support, baton=baton, phases=phases,
@@ -48,7 +48,7 @@ def _case_job(spec: dict, events: EventChannel, rank, phases) -> dict:
 
 
 def _lockstep_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # one process, never under torchrun
-    from amp_bench.measure.lockstep import conduct
+    from amp_bench.measure.conductor import conduct
     from amp_bench.platform.forking import unsafe_to_fork
     # CUDA only: the thread count a fork server's child sets (torch.set_num_threads) starts torch's
     # pthreadpool, which torch itself re-creates in a forked child (pthread_atfork); OpenMP's pool starts

@@ -134,7 +134,7 @@ def test_not_enough_data(runs, tmp_path):
 def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fingerprint="fp-x", contended=(),
                   slow_contended=1.0, unsupported=None, gaps=None, unknown=(), levels=None):
     """A run directory written from generated step times (no torch); contended: the repeats marked
-    contended (issue 12's column), slow_contended: their step times' factor; unsupported: {case:
+    contended (the `contended` column), slow_contended: their step times' factor; unsupported: {case:
     reason} written as `unsupported` rows; gaps: per repeat, the window's wall time over the sum of
     its steps (a host-bound case: > 1); unknown: the repeats whose contention is unknown (too short);
     levels: per repeat, a factor on all its steps (processes that run at different speeds)."""
@@ -279,7 +279,7 @@ NO_TF32 = "tf32 is a CUDA mode (Ampere or newer)"
 
 def test_unsupported_on_both_sides_is_neutral(tmp_path):
     """tf32 and fp16 cannot run on this CPU in either run: not run on either side, listed with the
-    reason, and the exit code is the other cases' (issue 20)."""
+    reason, and the exit code is the other cases'."""
     from amp_bench.analysis.compare import EXIT_NO_DATA, EXIT_OK, NOT_RUN, compare, to_junit, to_markdown
     lost = {"mlp-tf32": NO_TF32, "mlp-amp_fp16": "CPU has no AVX512-FP16"}
     base = generated_run(tmp_path, "base", 100, 3, 20, unsupported=lost)

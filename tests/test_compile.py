@@ -124,7 +124,7 @@ def test_inductor_cpu_compiles_eager_and_compiled(write_suite, tmp_path):
 @pytest.mark.slow
 def test_fidelity_study_trains_compiled(write_suite, tmp_path):
     """Same seeds and data, the model compiled (dynamo with the eager backend: seconds, not minutes)."""
-    from amp_bench.studies.fidelity.run import run_fidelity
+    from amp_bench.studies.fidelity.orchestration import run_fidelity
     path = write_suite("precisions: [fp32]\ncompile_backend: eager\n"
                        "fidelity: {dataset: digits, epochs: 1, batch_size: 128, seeds: [0], compile: true}\n")
     assert load_suite(path).fidelity_spec("cpu").compile_mode == "default"

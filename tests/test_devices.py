@@ -338,7 +338,7 @@ def test_cuda_times_the_window_with_events_and_reads_the_peaks_since_the_reset()
 
 def test_a_gpu_step_is_judged_for_contention_on_the_host_core_it_needs():
     """A 16-core GPU host with 3 cores busy elsewhere: torch's 16 CPU threads would have had 81% of
-    their cores (contended), but a GPU step needs one host core and had all of it (issue 33)."""
+    their cores (contended), but a GPU step needs one host core and had all of it."""
     from amp_bench.measure.devices.cpu import CpuOps
     from amp_bench.measure.telemetry.contention import HostTimes, cpu_contention
     before, after = HostTimes(1000.0, 0.0, 10.0, 16), HostTimes(1000.0 + 10 * 4.0, 0.0, 10.0 + 10 * 1.0, 16)

@@ -1,4 +1,4 @@
-"""The docs say what the code does (issue 32 items 4 and 5): the column reference is generated from the
+"""The docs say what the code does: the column reference is generated from the
 declarations, the README's layer table is the one tests/test_structure.py enforces, the README fits
 on a few screens and its links resolve, and no comment or docstring names a module that is gone."""
 import ast
@@ -7,8 +7,7 @@ import io
 import re
 import tokenize
 
-from test_structure import LAYERS
-
+from amp_bench import LAYERS
 from amp_bench.store import column_docs
 from conftest import ROOT
 

@@ -1,4 +1,4 @@
-"""Explaining a speedup (issue 23): kernel and CPU-op classification on real names, the trace reader on
+"""Explaining a speedup: kernel and CPU-op classification on real names, the trace reader on
 hand-built traces, alignment on given shapes, the decomposition on given tables, and one small real
 profile on the CPU (its structure, never its speed)."""
 import gzip
@@ -28,8 +28,9 @@ from amp_bench.analysis.explain.decompose import (
     profile_columns,
     unavailable_columns,
 )
+from amp_bench.analysis.explain.events import Profile
 from amp_bench.analysis.explain.sentence import sentence
-from amp_bench.analysis.explain.trace import Profile, read_profile
+from amp_bench.analysis.explain.trace import read_profile
 from conftest import FIXTURES, ROOT
 
 KERNELS = json.loads((FIXTURES / "kernel_names.json").read_text())["kernels"]
@@ -371,8 +372,9 @@ def test_a_repeat_whose_profile_was_distorted_is_left_out_while_another_is_clean
 def test_torch_free_modules_do_not_import_torch():
     modules = ["amp_bench.analysis.explain.categories", "amp_bench.analysis.explain.trace",
                "amp_bench.analysis.explain.decompose", "amp_bench.analysis.explain.alignment",
-               "amp_bench.analysis.explain.judge", "amp_bench.report.explain_section", "amp_bench.studies.explain",
-               "amp_bench.measure.telemetry.profile"]  # the capture side imports torch inside its functions
+               "amp_bench.analysis.explain.judge", "amp_bench.report.explain_section",
+               # the capture side imports torch inside its functions
+               "amp_bench.studies.explain_suite", "amp_bench.measure.telemetry.profile"]
     code = ("import json, sys\n" + "".join(f"import {m}\n" for m in modules) +
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -382,7 +384,7 @@ def test_torch_free_modules_do_not_import_torch():
 def test_the_results_columns_are_the_categories_and_both_sides_name_the_same_regions():
     """store/results.py writes the explain_* columns out (store imports nothing above it): they must be
     what the categories and phases make; the capture side and the trace reader share two strings."""
-    from amp_bench.analysis.explain import judge, trace
+    from amp_bench.analysis.explain import events, judge
     from amp_bench.measure.telemetry import profile
     expected = ([f"explain_{c}_ms" for c in CATEGORIES] +
                 ["explain_host_ms", "explain_busy_ms", "explain_profiled_ms", "explain_profiled_vs_measured",
@@ -391,10 +393,10 @@ def test_the_results_columns_are_the_categories_and_both_sides_name_the_same_reg
                 ["explain_trace", "explain_status", "explain_reason", "explain_profiled_steps", "explain_step_samples",
                  "explain_tensor_core_share", "explain_kernel_units"])
     assert EXPLAIN_COLUMNS == expected
-    assert (profile.STEP_REGION, profile.PHASE_PREFIX) == (trace.STEP_REGION, trace.PHASE_PREFIX)
-    for name in ("traces/a-r0.json.gz", "b.json"):
-        assert str(judge.layers_path(name)) == profile.layers_path(name)
-    assert profile.layers_path("traces/a-r0.json.gz") == "traces/a-r0.layers.json"
+    assert (profile.STEP_REGION, profile.PHASE_PREFIX) == (events.STEP_REGION, events.PHASE_PREFIX)
+    assert judge.layers_path is profile.layers_path  # one naming of the files beside a trace (stats.py)
+    assert str(profile.layers_path("traces/a-r0.json.gz")) == "traces/a-r0.layers.json"
+    assert str(profile.onednn_path("b.json")) == "b.onednn.txt"
 
 
 def _tiny_step(out_features=100):
@@ -495,7 +497,7 @@ def test_the_step_after_the_window_captures_when_asked(tmp_path, monkeypatch):
 
 
 def test_unexplained_cases_are_one_line_each_naming_the_repeats_only_when_they_differ():
-    from amp_bench.studies.explain import unexplained_lines
+    from amp_bench.studies.explain_suite import unexplained_lines
     rows = pd.DataFrame([
         {"case_id": "a", "repeat": 0, "status": "unsupported", "reason": "no TF32"},
         {"case_id": "a", "repeat": 1, "status": "unsupported", "reason": "no TF32"},

@@ -1,4 +1,4 @@
-"""Issue 35: the ceiling on hand-made category times (never below a speedup built from ideal
+"""The ceiling on hand-made category times (never below a speedup built from ideal
 categories), the noise rule on injected spreads, a profile that disagrees with the timed windows said
 in either direction, a measured speedup above the ceiling said with its reason, and how many steps
 the profiler takes. Every speed difference here is injected: none depends on the machine."""

@@ -85,7 +85,7 @@ explain: true
 
 @pytest.mark.slow
 def test_ddp_profiled_steps_sync_gradients_so_communication_is_real(write_suite, tmp_path):
-    """Issue 35 item 5: under DDP the profiled steps all-reduce the gradients (every rank runs them,
+    """Under DDP the profiled steps all-reduce the gradients (every rank runs them,
     the group's timeout cut for their duration): 2 gloo ranks on this CPU, a non-zero communication
     category and gloo's all-reduce in the saved trace."""
     import amp_bench

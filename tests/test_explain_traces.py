@@ -1,7 +1,7 @@
-"""Issue 35 on real GPU traces (tests/data/hta/: three traces from Holistic Trace Analysis'
+"""Explain on real GPU traces (tests/data/hta/: three traces from Holistic Trace Analysis'
 repository, with HTA 0.5.0's own figures for them in hta_figures.json, written by
 benchmarks/hta_cross_check.py), the Tensor Core kernel families on real names, `explain --trace` on
-one and two traces from the CLI and in its report, and issue 33's CUDA trace without GPU events."""
+one and two traces from the CLI and in its report, and a CUDA trace without GPU events."""
 import gzip
 import json
 import os
@@ -12,9 +12,9 @@ import pytest
 
 from amp_bench.analysis.explain import gpu_trace
 from amp_bench.analysis.explain.categories import classify_kernel, kernel_kind
-from amp_bench.analysis.explain.events import CPU_CATS, GPU_CATS, nest_events, step_windows
+from amp_bench.analysis.explain.events import CPU_CATS, GPU_CATS, NoGpuActivity, load_trace, nest_events, step_windows
 from amp_bench.analysis.explain.kernels import NO_TENSOR_CORE, TENSOR_CORE, UNKNOWN, gemm_dims, tensor_core_use
-from amp_bench.analysis.explain.trace import NoGpuActivity, load_trace, read_profile
+from amp_bench.analysis.explain.trace import read_profile
 from conftest import FIXTURES, ROOT
 
 HTA = ROOT / "tests" / "data" / "hta"
@@ -161,7 +161,7 @@ def _cuda_trace_without_gpu_events():
 
 
 def test_a_cuda_trace_without_gpu_events_is_unavailable_never_idle(tmp_path):
-    """Issue 33 item 3: CUPTI recorded nothing (Nsight Systems holds it, or kineto#1554)."""
+    """CUPTI recorded nothing (Nsight Systems holds it, or kineto#1554)."""
     from amp_bench.analysis.explain.judge import explain_row
     with pytest.raises(NoGpuActivity):
         read_profile(_cuda_trace_without_gpu_events(), "cuda")

@@ -11,7 +11,7 @@ import pytest
 
 from amp_bench.analysis.fidelity import verdicts
 from amp_bench.studies.fidelity.datasets import load
-from amp_bench.studies.fidelity.run import run_fidelity
+from amp_bench.studies.fidelity.orchestration import run_fidelity
 from amp_bench.studies.fidelity.train import train_one
 from amp_bench.suite import load_suite
 from conftest import ROOT

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from amp_bench import gpu_check, modes
+from amp_bench import modes
 from amp_bench.errors import SuiteError
+from amp_bench.gpu_check import summary as gpu_check
 from amp_bench.measure import fp8
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.platform.peaks import peak_tflops

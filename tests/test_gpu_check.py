@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from amp_bench import gpu_check
+from amp_bench.gpu_check import summary as gpu_check
 from conftest import ROOT
 
 H200 = "NVIDIA H200"
@@ -63,7 +63,7 @@ def test_every_case_ok_on_a_gpu_passes():
     assert gpu_check.verdict(_data()) == ("PASSED", [])
 
 
-# --------------------------------------------------------------------------- the plan (issue 33)
+# --------------------------------------------------------------------------- the plan
 
 def test_each_part_fits_its_budget_with_margin_and_both_fit_the_device_window():
     """The estimated stages (from the first H200 reading) sum under 60% of each part's budget; both budgets
@@ -198,7 +198,7 @@ def _headroom(amp_batch, fp32_batch=1024):
 
 
 def test_a_worse_fidelity_verdict_or_less_amp_headroom_than_fp32_fails():
-    """Issue 22 item 10: every row ok is not enough."""
+    """Every row ok is not enough."""
     assert gpu_check.verdict(_data(fidelity=_fidelity(0.975), headroom=_headroom(2048), part=2)) == ("PASSED", [])
     status, reasons = gpu_check.verdict(_data(fidelity=_fidelity(0.95), part=2))  # -3 pp, tolerance 1 pp here
     assert status == "FAILED" and reasons == ["fidelity amp_bf16: worse than fp32 (-3.00 pp test accuracy, "
@@ -314,8 +314,8 @@ def test_an_unreadable_table_fails_the_check_naming_its_file(tmp_path):
 
 
 def test_the_summary_path_imports_neither_torch_nor_plotly_nor_sklearn():
-    code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check.tables, amp_bench.studies.fidelity.run, "
-            "amp_bench.studies.headroom; "
+    code = ("import sys, json, amp_bench.gpu_check, amp_bench.gpu_check.tables, "
+            "amp_bench.studies.fidelity.orchestration, amp_bench.studies.headroom_search; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'plotly', 'sklearn'})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          check=True)

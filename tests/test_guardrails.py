@@ -103,7 +103,7 @@ TICK = 0.01
 
 def test_a_window_shorter_than_proc_stat_can_resolve_is_unknown_not_contended():
     """8 ms of a 2-thread worker on a quiet 2-core host, and one tick of someone else's time (the
-    parent's progress print): 1.25 cores 'used by others' is the tick, not a neighbour (issue 20)."""
+    parent's progress print): 1.25 cores 'used by others' is the tick, not a neighbour."""
     from amp_bench.store.results import contended
     short = cpu_contention(QUIET, after(0.008, own=0.016, others=TICK), 0.008, threads=2, ticks_per_s=100)
     assert short["host_other_cpu_cores"] == pytest.approx(1.25)  # what the old rule flagged

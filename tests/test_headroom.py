@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_bench.analysis.headroom import ratios_vs_fp32
-from amp_bench.studies.headroom import run_headroom, search_max_batch
+from amp_bench.studies.headroom_search import run_headroom, search_max_batch
 from conftest import ROOT
 
 

@@ -174,7 +174,7 @@ def test_report_draws_the_history(tmp_path):
 
 
 def test_contended_runs_are_not_points_of_a_series(tmp_path):
-    """Contended nights (issue 12) are left out of the series and listed; results without the column
+    """Contended nights are left out of the series and listed; results without the column
     behave as before."""
     from amp_bench.analysis.gate.history import to_json, to_markdown
     from amp_bench.store.cache import load_tree

@@ -1,5 +1,5 @@
 """Lockstep sets: a repeat's modes measured by workers alive together, taking turns (measure/baton.py,
-measure/lockstep.py, launchers/lockstep.py, studies/benchmark.launch_units)."""
+measure/conductor.py, launchers/lockstep.py, studies/benchmark.launch_units)."""
 from types import SimpleNamespace
 
 import pytest

@@ -16,7 +16,7 @@ SUITES = ("resnet50", "bert")
 
 def write_night(root, night, rng, slow=None, skip=(), contended=()):
     """One night of two machines x two suites x two cases; slow: {(host, suite, case): factor};
-    contended: (host, suite) whose run is marked contended (issue 12's column)."""
+    contended: (host, suite) whose run is marked contended (the `contended` column)."""
     for host, fp in MACHINES.items():
         for s, suite in enumerate(SUITES):
             store = RunStore(root, f"202612{night:02d}T02{s}000Z-{host}-cuda")
@@ -123,7 +123,7 @@ def test_a_contended_run_is_not_judged(tree, tmp_path):
 
 def test_the_table_counts_cases_in_both_columns(tmp_path):
     """One machine, three cases, one of them 10% slower from night 10: red on step time and on
-    throughput, which is one red case of three judged (issue 20: the table said series 3, red 6)."""
+    throughput, which is one red case of three judged (the table once said series 3, red 6)."""
     from amp_bench.analysis.gate.nightly import nightly, to_json, to_markdown
     rng = np.random.default_rng(20)
     root = tmp_path / "results"

@@ -142,7 +142,7 @@ def test_a_case_whose_fp32_would_still_run_tf32_errors(monkeypatch):
 
 def test_a_cuda_run_says_in_one_line_what_a_tf32_override_does_and_how_to_clear_it(monkeypatch):
     """NVIDIA's NGC containers set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1: every IEEE mode is then refused
-    case by case; the run says why once, at its start, with the command that clears it (issue 33)."""
+    case by case; the run says why once, at its start, with the command that clears it."""
     from types import SimpleNamespace
 
     from rich.console import Console

@@ -1,4 +1,4 @@
-"""`predict` (issue 34): the scaling rules on hand-made kernels, the TF32 meaning per architecture,
+"""`predict`: the scaling rules on hand-made kernels, the TF32 meaning per architecture,
 unsupported targets, op costing from recorded shapes, and the command on a stored CPU run and a
 stored GPU trace (tests/data/predict/, sources in its README)."""
 import shutil

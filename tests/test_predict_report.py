@@ -1,4 +1,4 @@
-"""The report's "What other GPUs would give" section (issue 34): written for a run whose suite asks for
+"""The report's "What other GPUs would give" section: written for a run whose suite asks for
 predictions, absent (with how to get it) otherwise, and drawn by a real browser offline."""
 import shutil
 from pathlib import Path

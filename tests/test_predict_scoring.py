@@ -1,4 +1,4 @@
-"""The scoring machinery of docs/predict.md (issue 34): the published AMP tables recomputed, the naive
+"""The scoring machinery of docs/predict.md: the published AMP tables recomputed, the naive
 baselines on hand-made pairs, NeuSight's labels read the way its aggregator reads them, and the frozen
 predictions scored without error. Which predictor wins is docs/predict.md's business, not a test's."""
 from pathlib import Path

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench import modes
+from amp_bench import BASE as BASE_NAMES
+from amp_bench import LAYERS, modes
 from conftest import ROOT
 
 PACKAGE = ROOT / "amp_bench"
@@ -89,39 +90,29 @@ def test_no_import_circle_in_the_package():
     assert not _cycles(graph), "import circles: " + "; ".join(" -> ".join(c) for c in _cycles(graph))
 
 
-# The layers, top to bottom; a layer imports only from the layers it names (and the shared base).
-BASE = {"amp_bench", "amp_bench.errors", "amp_bench.identity", "amp_bench.modes", "amp_bench.stats"}
-LAYERS = {  # layer -> the layers it may import
-    "cli": {"studies", "executors", "launchers", "measure", "platform", "suite", "report", "analysis", "store"},
-    "worker": {"studies", "measure", "platform", "suite"},
-    "studies": {"executors", "launchers", "measure", "platform", "suite", "analysis", "store"},
-    "executors": {"suite", "store"},  # where jobs run (SLURM through submitit); knows nothing of measuring
-    "launchers": {"measure", "platform", "suite", "store"},
-    "measure": {"platform", "suite"},
-    "platform": set(),
-    "suite": set(),
-    "report": {"analysis", "store"},
-    "analysis": {"store", "platform.gpu_specs"},  # the GPU spec table (torch-free data) that predict scales to
-    "store": {"platform.nvml"},  # the NVML column names only (a torch-free constant)
-    "gpu_check": {"report", "analysis", "store", "platform.peaks"},
-}
+BASE = {f"amp_bench.{name}" for name in BASE_NAMES}  # the shared base (amp_bench/__init__.py's BASE)
 
 
 def _layer(module: str) -> str | None:
+    """A module's layer: its folder, or a top-level module's own name ("__init__" for the package); None for
+    the base."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+    name = parts[1] if len(parts) > 1 else "__init__"
+    return name if name in LAYERS else None
 
 
 def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
     bad = []
     for module, targets in graph.items():
         layer = _layer(module)
-        if layer is None:
+        if layer is None:  # the base imports the base only
+            assert module in BASE, f"{module}: in no layer and not in the base (amp_bench/__init__.py)"
+            bad += [f"{module} -> {target}" for target in targets if target not in BASE]
             continue
         allowed = LAYERS[layer]
         for target in targets:
             other = _layer(target)
-            if target in BASE or other is None or other == layer:
+            if target in BASE or other == layer:
                 continue
             rest = target.split(".", 1)[1]
             if other in allowed or any(rest == a or rest.startswith(a + ".") for a in allowed):
@@ -137,8 +128,16 @@ def test_a_name_imported_from_the_package_counts_as_the_module_it_resolves_to():
 
 def test_the_layer_check_can_fail():
     graph = {"amp_bench.analysis.compare": {"amp_bench.measure.case", "amp_bench.store.results", "amp_bench.stats"},
-             "amp_bench.measure.case": {"amp_bench.platform.device"}}
-    assert _layer_violations(graph) == ["amp_bench.analysis.compare -> amp_bench.measure.case"]
+             "amp_bench.measure.case": {"amp_bench.platform.device"},
+             "amp_bench.modes": {"amp_bench.stats", "amp_bench.store.flags"},
+             "amp_bench.pytest_plugin": {"amp_bench.studies.benchmark_fixture", "amp_bench.cli"}}
+    assert _layer_violations(graph) == ["amp_bench.analysis.compare -> amp_bench.measure.case",
+                                        "amp_bench.modes -> amp_bench.store.flags",
+                                        "amp_bench.pytest_plugin -> amp_bench.cli"]
+
+
+def test_every_module_is_in_a_layer_or_the_base():
+    assert all(_layer(module) is not None or module in BASE for module in _import_graph())
 
 
 def test_imports_go_down_the_layers():
@@ -146,6 +145,16 @@ def test_imports_go_down_the_layers():
     store -> stats, modes, errors. Analysis, store and report never import measure, launchers, executors or studies."""
     violations = _layer_violations(_import_graph())
     assert not violations, "imports against the layers: " + "; ".join(violations)
+
+
+def test_no_two_modules_share_a_file_name():
+    """A name says what a module holds: `run.py` in two folders says neither (packages' own __init__
+    and __main__ aside)."""
+    names: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            names.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    assert not {name: paths for name, paths in names.items() if len(paths) > 1}
 
 
 def test_the_top_level_holds_at_most_eight_modules():
@@ -157,12 +166,13 @@ def test_the_top_level_holds_at_most_eight_modules():
                                     "amp_bench.analysis.gate.nightly", "amp_bench.analysis.speedups",
                                     "amp_bench.analysis.headline", "amp_bench.analysis.fidelity",
                                     "amp_bench.analysis.headroom", "amp_bench.report", "amp_bench.report.data",
-                                    "amp_bench.report.charts", "amp_bench.report.render", "amp_bench.report.studies",
+                                    "amp_bench.report.charts", "amp_bench.report.render",
+                                    "amp_bench.report.study_sections",
                                     "amp_bench.store.results", "amp_bench.store.cache", "amp_bench.store.ingest",
                                     "amp_bench.store.run_state",
                                     "amp_bench.executors.job_states", "amp_bench.cli.status",
-                                    "amp_bench.stats", "amp_bench.modes", "amp_bench.studies.fidelity.run",
-                                    "amp_bench.studies.headroom"])
+                                    "amp_bench.stats", "amp_bench.modes", "amp_bench.studies.fidelity.orchestration",
+                                    "amp_bench.studies.headroom_search"])
 def test_reading_and_analysing_results_does_not_import_torch(module):
     code = f"import sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
     out = subprocess.run([sys.executable, "-c", "import json; " + code], cwd=ROOT, capture_output=True,
@@ -259,7 +269,7 @@ def test_the_device_branch_check_can_fail():
 
 
 MEASURING = sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "measure").rglob("*.py")
-                   if "devices" not in p.relative_to(PACKAGE).parts) + ["studies/pytest_plugin.py"]
+                   if "devices" not in p.relative_to(PACKAGE).parts) + ["studies/benchmark_fixture.py"]
 
 
 @pytest.mark.parametrize("module", MEASURING)
@@ -379,7 +389,7 @@ def test_pytest_fixture_sets_a_case_up_through_the_workers_function(monkeypatch,
 
     from amp_bench.measure import case as measure
     from amp_bench.measure import precision
-    from amp_bench.studies.pytest_plugin import run_case_in_benchmark
+    from amp_bench.studies.benchmark_fixture import run_case_in_benchmark
 
     suite = tmp_path / "s.yaml"
     (tmp_path / "toy_models.py").write_text((ROOT / "tests" / "fixtures" / "toy_models.py").read_text())

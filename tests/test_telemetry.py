@@ -132,7 +132,7 @@ def test_fingerprint_changes_with_what_makes_results_incomparable():
 
 def test_two_gpus_of_one_node_differ_without_nvml_by_the_uuid_torch_gives(monkeypatch):
     """No NVML (a container without the library): the UUID comes from torch's device properties, in
-    NVML's form, so two SLURM jobs on different GPUs of one node are two series (issue 33)."""
+    NVML's form, so two SLURM jobs on different GPUs of one node are two series."""
     from amp_bench.platform import nvml
     from amp_bench.platform.device import DeviceInfo, nvml_uuid
     from amp_bench.platform.provenance import gpu_facts
@@ -151,7 +151,7 @@ def test_two_gpus_of_one_node_differ_without_nvml_by_the_uuid_torch_gives(monkey
 
 def test_the_conda_export_is_bounded_and_can_be_skipped(monkeypatch, tmp_path):
     """`conda env export` can take minutes on a conda image: it is cut at its timeout (the record says
-    so) and skipped with AMP_BENCH_CONDA_EXPORT=0, which the GPU check sets (issue 33)."""
+    so) and skipped with AMP_BENCH_CONDA_EXPORT=0, which the GPU check sets."""
     from amp_bench.platform import provenance
     slow = tmp_path / "conda"
     slow.write_text("#!/bin/sh\nsleep 30\n")

@@ -1,4 +1,4 @@
-"""One typed read (issue 32 item 1): results come back from the store with every declared column in
+"""One typed read: results come back from the store with every declared column in
 its kind, whatever shape and pandas version wrote them, and rows from before a column existed read
 its default."""
 import numpy as np

@@ -69,7 +69,7 @@ class MetricResult:
     detail: str = ""
 
 
-CONTENDED = "not comparable (contended)"  # every repeat of a case on one side ran on a busy machine (issue 12)
+CONTENDED = "not comparable (contended)"  # every repeat of a case on one side ran on a busy machine
 # status `unsupported` (the hardware cannot run the mode): a case-level verdict, metric "status"
 NOT_RUN = "not run on either side"  # neutral: no verdict was expected
 LOST = "unsupported in candidate"  # the baseline ran it, the candidate's machine cannot: a finding (exit 1)

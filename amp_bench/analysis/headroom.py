@@ -1,6 +1,6 @@
 """Headroom results, torch-free: the tables' columns, each precision's largest batch and throughput
 as multiples of fp32's, which rows failed, and the loader the report uses. The search itself runs
-in amp_bench.studies.headroom."""
+in amp_bench.studies.headroom_search."""
 from __future__ import annotations
 
 import pandas as pd

@@ -293,7 +293,7 @@ def _print_summary_notes(summary, console) -> None:
 
 def fidelity_progress(console):
     """The fidelity study's reporter: the plan, then a line per precision and seed."""
-    from amp_bench.studies.fidelity.run import FidelityReporter  # here: see the module docstring
+    from amp_bench.studies.fidelity.orchestration import FidelityReporter  # here: see the module docstring
 
     class Progress(FidelityReporter):
         def started(self, store, device, spec):
@@ -357,7 +357,7 @@ def print_fidelity(runs, console) -> None:
 
 def headroom_progress(console):
     """The headroom search's reporter: the plan, then a line per probe."""
-    from amp_bench.studies.headroom import HeadroomReporter  # here: see the module docstring
+    from amp_bench.studies.headroom_search import HeadroomReporter  # here: see the module docstring
 
     class Progress(HeadroomReporter):
         def started(self, store, device, spec, searches):

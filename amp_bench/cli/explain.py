@@ -1,5 +1,5 @@
-"""`explain SUITE`: run a suite with `explain: true` (studies/explain.py) and print where each case's step time went,
-per category and mode, with one sentence per model and batch. Cases without a breakdown (failed,
+"""`explain SUITE`: run a suite with `explain: true` (studies/explain_suite.py) and print where each case's step
+time went, per category and mode, with one sentence per model and batch. Cases without a breakdown (failed,
 unsupported, profile unavailable) get one line each; none at all exits non-zero.
 `explain --trace A [--trace B]`: the same reading of any torch.profiler / Kineto trace, and of B against A."""
 from __future__ import annotations
@@ -134,7 +134,7 @@ def cmd_explain(args, console) -> int:
                         "(explain --trace A --trace B)")
     from amp_bench.cli import console as render_console
     from amp_bench.cli.run import _refuse_outer_torchrun, auto_report
-    from amp_bench.studies.explain import explain_suite
+    from amp_bench.studies.explain_suite import explain_suite
     _refuse_outer_torchrun()
     overrides = {"batch_sizes": args.batch_size, "precisions": args.precision, "steps": args.steps,
                  "repeats": args.repeats, "budget_s": args.budget, "allow_emulated": args.allow_emulated}

@@ -47,7 +47,7 @@ def add_parsers(sub) -> None:
 
 def cmd_fidelity(args, console) -> int:
     from amp_bench.analysis.fidelity import failed_rows
-    from amp_bench.studies.fidelity.run import run_fidelity
+    from amp_bench.studies.fidelity.orchestration import run_fidelity
     overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
                  "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
     return _study(args, console, run_fidelity, overrides, render_console.fidelity_progress,
@@ -57,7 +57,7 @@ def cmd_fidelity(args, console) -> int:
 
 def cmd_headroom(args, console) -> int:
     from amp_bench.analysis.headroom import failed_rows
-    from amp_bench.studies.headroom import run_headroom
+    from amp_bench.studies.headroom_search import run_headroom
     overrides = {"memory_cap_gb": args.memory_cap_gb, "max_batch_size": args.max_batch_size,
                  "start_batch_size": args.start_batch_size, "resolution": args.resolution,
                  "precisions": args.precision, "measure": False if args.no_measure else None,

@@ -1,17 +1,3 @@
 """The GPU check's page builder (scripts/gpu_check.sh --part 1 | --part 2): the verdict, summary.md
 and the flat CSVs each part leaves in $OUT (summary.py), the page's sections (tables.py).
 `python -m amp_bench.gpu_check summary|matmul ...` (__main__.py). Torch-free at import."""
-from amp_bench.gpu_check.summary import (  # noqa: F401
-    FINISHED,
-    PARTS,
-    STAGES,
-    capability,
-    failures,
-    load,
-    main,
-    read_stages,
-    render,
-    summarize,
-    verdict,
-    write_flat,
-)

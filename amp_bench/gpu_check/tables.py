@@ -291,7 +291,7 @@ def explain_section(suite: pd.DataFrame, top: int = 20) -> list[str]:
 def longest_kernels(row: pd.Series, top: int = 20) -> pd.DataFrame | None:
     """The trace's GPU kernels, memcpys and memsets by total time (None without a readable trace)."""
     from amp_bench.analysis.explain.categories import classify_kernel
-    from amp_bench.analysis.explain.trace import GPU_CATS, load_trace
+    from amp_bench.analysis.explain.events import GPU_CATS, load_trace
     trace = row.get("explain_trace")
     if not isinstance(trace, str) or not trace or "run_dir" not in row or not isinstance(row["run_dir"], str):
         return None

@@ -1,5 +1,5 @@
 """One repeat of a case group's modes as a lockstep set: their workers alive together, taking turns
-(measure/lockstep.py conducts them, measure/baton.py is a member's side). From here it looks like one
+(measure/conductor.py conducts them, measure/baton.py is a member's side). From here it looks like one
 worker job (`lockstep`) whose members each leave the result file, log and row a case's worker would.
 
 Used on the CPU only, for eager single-process cases whose workers fork from the run's fork server

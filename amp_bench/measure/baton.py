@@ -1,6 +1,6 @@
 """A lockstep member's side of the baton: the workers of one repeat's modes are alive together and take
 turns, so the machine's speed, which on a shared VM moves within seconds, is the same for both modes'
-steps (measure/lockstep.py conducts them; launchers/lockstep.py runs a set from the parent).
+steps (measure/conductor.py conducts them; launchers/lockstep.py runs a set from the parent).
 
 The protocol, over two pipes per member (AMP_BENCH_BATON="READ_FD,WRITE_FD"): the conductor first
 writes one line, the pids of every member (so a member's contention check counts its partners' CPU

@@ -62,7 +62,7 @@ def _after_window(case, device, ops, step, inputs, target, median_ms: float, pha
 
 
 def _explain(case, device, step, inputs, target, median_ms: float, rank=None) -> dict:
-    """Issues 23 and 35: a few more steps under torch.profiler; rank 0 saves the trace. Under DDP
+    """explain: a few more steps under torch.profiler after the window; rank 0 saves the trace. Under DDP
     every rank runs the same fixed number of steps with gradient sync (so communication is real),
     guarded by a timeout (measure/ddp.py)."""
     from amp_bench.measure.telemetry.profile import MIN_STEPS, TRACE_ENV, capture

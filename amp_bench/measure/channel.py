@@ -16,7 +16,7 @@ OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory", "c
 
 class EventChannel:
     """JSON lines on the parent's event pipe. `member`: a lockstep member's place in its set
-    (measure/lockstep.py); the members share their conductor's pipe, so each event says whose it is
+    (measure/conductor.py); the members share their conductor's pipe, so each event says whose it is
     (a line under PIPE_BUF is written whole)."""
 
     def __init__(self, fd: int | None, member: int | None = None):

@@ -125,7 +125,7 @@ GROUP_TIMEOUT_S = 30 * 60  # init_process_group's timeout (Rank.init), restored 
 
 
 def synced_steps(rank: Rank, profile, steps: int, median_ms: float | None) -> dict:
-    """Issue 35: the profiled steps of a DDP case with gradient sync, so the communication category
+    """explain under DDP: the profiled steps of a DDP case with gradient sync, so the communication category
     holds the real all-reduce. Every rank first agrees it is ready (a rank whose instrumentation
     failed says no, and none profiles); during the steps the process group's timeout is cut to a
     bound on them (ten times their measured time, at least 60 s), so a rank that fails inside a step

@@ -142,10 +142,10 @@ def machine_count(data: ReportData) -> int:
 
 def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, str, object]]:
     """(section id, title, figure or None) in report order."""
-    from amp_bench.report import studies
+    from amp_bench.report import study_sections
     results = data.results.copy()
     if not data.has_benchmarks:  # a fidelity or headroom run only
-        return studies.figures(data)
+        return study_sections.figures(data)
     scaling = charts.scaling_chart(summary)  # a section only when the results hold DDP runs
     return [
         *[("speedup" if base == modes.reference() else f"speedup-{base}", f"Speedup over {base.upper()}",
@@ -153,7 +153,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("memory", "Memory saving", charts.memory_chart(summary)),
         ("phases", "Memory per phase", charts.phase_memory_chart(results)),
         *explain_section.figures(results),
-        *predict_section.figures(data),  # issue 34: what other GPUs would give
+        *predict_section.figures(data),  # what other GPUs would give (analysis/predict/)
         ("throughput", "Throughput against batch size", charts.throughput_chart(summary)),
         *([("scaling", "Scaling across processes (DDP)", scaling)] if scaling is not None else []),
         *([("compile", "torch.compile: precision x compile mode", compile_section.heatmap(summary))]
@@ -164,7 +164,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         ("worker-time", "Where each worker's time went", charts.worker_time_chart(results)),
         ("machines", gpus_section.TITLE, gpus_section.figure(gpus_section.table(data))),
         ("history", "History", charts.history_chart(results)),
-    ] + studies.figures(data)
+    ] + study_sections.figures(data)
 
 
 ABSENT = {
@@ -248,7 +248,7 @@ def _contended_html(summary: pd.DataFrame) -> list[str]:
 def _sections_html(data: ReportData, summary: pd.DataFrame, missing: pd.DataFrame, figures) -> list[str]:
     """Each section: its heading, its study's tables, its chart (plotly.js inline once: the file must open
     on an air-gapped machine)."""
-    from amp_bench.report import studies
+    from amp_bench.report import study_sections
     parts, first = [], True
     tables = {"explain": lambda: explain_section.section_html(data.results, html_table),
               "predict": lambda: predict_section.section_html(data, html_table),
@@ -261,7 +261,7 @@ def _sections_html(data: ReportData, summary: pd.DataFrame, missing: pd.DataFram
         if section in tables:
             parts.append(tables[section]())
         if section in STUDY_SECTIONS:
-            parts.append(studies.section_html(section, data, html_table))
+            parts.append(study_sections.section_html(section, data, html_table))
         if figure is None:
             continue
         chart = figure.to_html(full_html=False, include_plotlyjs=first, div_id=f"chart-{section}",
@@ -330,8 +330,8 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
             "memory_verdict"])), ""]
     if not missing.empty:
         lines += ["## Not measured", "", markdown_table(missing), ""]
-    from amp_bench.report import studies
-    lines += studies.markdown(data, markdown_table)
+    from amp_bench.report import study_sections
+    lines += study_sections.markdown(data, markdown_table)
     return "\n".join(lines)
 
 
@@ -384,13 +384,13 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
         md.write_text(render_markdown(data, summary, claims, missing), encoding="utf-8")
         written["md"] = md
     if "csv" in formats:
-        from amp_bench.report import studies
+        from amp_bench.report import study_sections
         for name, table in (("summary", summary), ("claims", claims), ("environment", env),
                             ("not_measured", missing),
                             ("explain", explain_section.category_table(data.results)),
                             ("explain_layers", explain_section.layer_table(data)),
                             ("gpus", gpus_section.table(data)), ("predict", predict_section.predictions(data)[0]),
-                            *studies.csv_tables(data).items()):
+                            *study_sections.csv_tables(data).items()):
             path = Path(f"{stem}.{name}.csv")
             table.to_csv(path, index=False)
             written[f"csv_{name}"] = path

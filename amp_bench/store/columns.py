@@ -350,7 +350,7 @@ def _table(spec: str) -> dict[str, str]:
 
 
 # The study tables (docs/fidelity-and-headroom.md): each column's kind, in the file's order. The studies
-# write them (studies/fidelity/, studies/headroom.py); analysis/fidelity.py and analysis/headroom.py read them.
+# write them (studies/fidelity/, studies/headroom_search.py); analysis/fidelity.py and analysis/headroom.py read them.
 STUDY_TABLES: dict[str, dict[str, str]] = {
     "fidelity": _table(
         "run_id suite dataset model precision seed:i status reason epochs:i steps:i batch_size:i train_examples:i "

@@ -359,7 +359,7 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
 
 
 def contended(table: pd.DataFrame) -> pd.Series:
-    """Rows marked `contended` (issue 12: the machine was busy with something else while they ran).
+    """Rows marked `contended` (the machine was busy with something else while they ran).
     Such a row is not comparable: history, nightly and compare leave it out. Results written before
     the column existed (or with it empty) are not contended."""
     if "contended" not in table:

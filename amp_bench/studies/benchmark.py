@@ -338,7 +338,7 @@ class _Run:
         """A measured row judged (explain, carried FLOPs), stamped with the machine and saved."""
         index, case, repeat = item
         if case.explain and repeat == 0:  # the first repeat's worker saved its profiled steps (launch.run_one):
-            row.update(explain_row(row, self.store.dir))  # judged here, torch-free (issue 23)
+            row.update(explain_row(row, self.store.dir))  # judged here, torch-free (analysis/explain/)
         if index in self.rerun_reasons:  # a disturbed pair's second run: it replaces the first's row
             row["rerun_reason"] = self.rerun_reasons[index]
             note = "run again at the end: its pair's first run was disturbed"

@@ -25,9 +25,9 @@ def study_job(kind: str, path: str, device: str | None, results_dir: str, overri
     """What a study's job runs on its node: the study, then its identity into the run's manifest.
     Returns the run directory."""
     if kind == "fidelity":
-        from amp_bench.studies.fidelity.run import run_fidelity as run
+        from amp_bench.studies.fidelity.orchestration import run_fidelity as run
     else:
-        from amp_bench.studies.headroom import run_headroom as run
+        from amp_bench.studies.headroom_search import run_headroom as run
     table = run(path, device=device, results_dir=results_dir, **overrides)
     run_dir = table.attrs["run_dir"]
     job = this_job()

@@ -324,7 +324,7 @@ HEADROOM_FIELDS: dict[str, Callable] = {
 }
 
 
-# --------------------------------------------------------------------------- predict: (issue 34)
+# --------------------------------------------------------------------------- predict: other GPUs (analysis/predict/)
 # The GPU names are keys of amp_bench/platform/gpu_specs.py's table, which this layer may not import:
 # their form is checked here, the names themselves where the table is (analysis/predict/settings.py).
 _GPU_KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")

@@ -220,7 +220,7 @@ class Suite:
     fidelity: dict | None = None  # validated `fidelity:` section (top level; blocks may override)
     headroom: dict | None = None
     executor: dict = field(default_factory=dict)  # validated `executor:` block (suite/executor.py)
-    predict: dict | None = None  # validated `predict:` block: targets, fp32_as (analysis/predict/, issue 34)
+    predict: dict | None = None  # validated `predict:` block: targets, fp32_as (analysis/predict/)
 
     @property
     def has_matrix(self) -> bool:

@@ -1,4 +1,4 @@
-"""Explaining a speedup: where each step's time goes under every precision mode (issues 23, 35); torch-free.
+"""Explaining a speedup: where each step's time goes under every precision mode; torch-free.
 The profiled steps are taken in the worker (measure/telemetry/profile.py), which saves their trace,
 the GEMM/conv layers' shapes and on a CPU the oneDNN kernels; everything here reads and judges them.
 

@@ -19,9 +19,10 @@ from pathlib import Path
 
 from amp_bench.analysis.explain.categories import CATEGORIES, HOST, KINDS, LABELS
 from amp_bench.analysis.explain.decompose import Decomposition, Noise, decompose
+from amp_bench.analysis.explain.events import NoGpuActivity, Profile
 from amp_bench.analysis.explain.kernels import describe
 from amp_bench.analysis.explain.sentence import sentence
-from amp_bench.analysis.explain.trace import NoGpuActivity, Profile, read_profile
+from amp_bench.analysis.explain.trace import read_profile
 from amp_bench.analysis.explain.trace_pair import differences, pair_ideal
 from amp_bench.errors import UserError
 

@@ -49,7 +49,7 @@ _KERNEL_RULES: list[tuple[str, re.Pattern]] = [(cat, re.compile(pattern)) for ca
     ("communication", r"nccl|rccl|gloo|cross_device_reduce|all_reduce|allreduce|allgather|reduce_scatter"),
     ("layout", r"^(hip)?memcpy|^(hip)?memset|^dma|\[cuda memcpy|\[cuda memset"),
     # FBGEMM's table-batched embeddings, permutes and bucketizing are memory-bound lookups, and its
-    # FP8 quantize kernels are casts: 'fbgemm' must never reach the 'gemm' rule (issue 35)
+    # FP8 quantize kernels are casts: 'fbgemm' must never reach the 'gemm' rule
     ("cast", r"fbgemm.*(quantize|_to_fp8|fp8_|float8)"),
     ("layout", r"split_embedding|embedding_codegen|permute_pooled|fbgemm|bounds_check_indices|bucketize|jagged"),
     ("optimizer", r"multi_tensor_apply|adamfunctor|sgdfunctor|fused_adam|fused_sgd|lamb_|_amp_foreach|"

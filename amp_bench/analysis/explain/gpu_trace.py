@@ -23,6 +23,7 @@ communication and layout wherever they were launched.
 """
 from __future__ import annotations
 
+from amp_bench.analysis.explain import events as ev
 from amp_bench.analysis.explain.categories import (
     ACCELERATED,
     CATEGORIES,
@@ -30,23 +31,6 @@ from amp_bench.analysis.explain.categories import (
     classify_kernel,
     copy_is_cast,
     kernel_kind,
-)
-from amp_bench.analysis.explain.events import (
-    GPU_CATS,
-    EventNode,
-    NoGpuActivity,
-    Profile,
-    StepTimes,
-    Windows,
-    _is_optimizer_region,
-    _phase_of,
-    _Phases,
-    _shapes,
-    _union,
-    from_steps,
-    nest_events,
-    per_step_phases,
-    within,
 )
 from amp_bench.analysis.explain.kernels import kernel_math, tensor_core_summary, without_dtypes
 
@@ -58,7 +42,7 @@ NO_GPU_EVENTS = ("the CUDA trace holds no kernel, memcpy or memset in its steps:
 def _launches(events: list[dict]) -> dict:
     """correlation id -> the CUDA runtime / driver call that launched it, nested under its CPU ops."""
     runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
-    nodes = nest_events([e for e in events if e.get("cat") in ("cpu_op", "user_annotation")] + runtime)
+    nodes = ev.nest_events([e for e in events if e.get("cat") in ("cpu_op", "user_annotation")] + runtime)
     out = {}
     for node in nodes:
         if node.event.get("cat") in ("cuda_runtime", "cuda_driver"):
@@ -68,7 +52,7 @@ def _launches(events: list[dict]) -> dict:
     return out
 
 
-def _select(gpu: list[dict], launches: dict, windows: Windows) -> list[tuple[dict, EventNode | None, int | None]]:
+def _select(gpu: list[dict], launches: dict, windows: ev.Windows) -> list[tuple[dict, ev.EventNode | None, int | None]]:
     """(event, its launch, its step index or None) for every GPU event that counts."""
     kept = []
     for e in gpu:
@@ -86,11 +70,11 @@ def _select(gpu: list[dict], launches: dict, windows: Windows) -> list[tuple[dic
     return kept
 
 
-def _category(e: dict, launch: EventNode | None) -> str:
+def _category(e: dict, launch: ev.EventNode | None) -> str:
     category = classify_kernel(e.get("name", ""))
     if launch is None or kernel_kind(e.get("name", "")) != "computation":
         return category  # NCCL and memcpy/memset stay themselves, wherever they were launched
-    if any(_is_optimizer_region(a) for a in launch.ancestors()):
+    if any(ev._is_optimizer_region(a) for a in launch.ancestors()):
         return "optimizer"
     ops = [a for a in launch.ancestors() if a.event.get("cat") == "cpu_op"]
     if category in ("layout", "elementwise") and ops and ops[0].name == "aten::copy_" and \
@@ -125,21 +109,21 @@ def split_busy(items: list[tuple[float, float, str]]) -> tuple[dict[str, float],
     return out, busy
 
 
-def _steps(kept, windows: Windows, phases: _Phases, phase_ms: dict) -> list[StepTimes]:
+def _steps(kept, windows: ev.Windows, phases: ev._Phases, phase_ms: dict) -> list[ev.StepTimes]:
     per_step: dict[int, list] = {}
     for e, launch, step in kept:
         if step is None:
             continue
         start, end = _interval(e)
         per_step.setdefault(step, []).append((start, end, _category(e, launch)))
-        phase_ms[_phase_of(launch, phases) if launch is not None else "other"] += (end - start) / 1e3
+        phase_ms[ev._phase_of(launch, phases) if launch is not None else "other"] += (end - start) / 1e3
     steps = []
     for index, (w_start, w_end) in enumerate(windows.steps):
         items = per_step.get(index, [])
         split, busy = split_busy(items)
         first = min([w_start] + [s for s, _, _ in items])
         last = max([w_end] + [e for _, e, _ in items])  # GPU work after the step's last CPU op counts
-        steps.append(StepTimes((last - first) / 1e3, busy / 1e3, {c: split.get(c, 0.0) / 1e3 for c in CATEGORIES}))
+        steps.append(ev.StepTimes((last - first) / 1e3, busy / 1e3, {c: split.get(c, 0.0) / 1e3 for c in CATEGORIES}))
     return steps
 
 
@@ -149,8 +133,8 @@ def _totals(kept) -> dict:
     for e, _, _ in kept:
         by_kind[kernel_kind(e.get("name", ""))].append(_interval(e))
     every = [iv for ivs in by_kind.values() for iv in ivs]
-    return {"kinds_ms": {k: _union(v) / 1e3 for k, v in by_kind.items()},
-            "gpu_busy_ms": _union(every) / 1e3, "gpu_events": len(every),
+    return {"kinds_ms": {k: ev._union(v) / 1e3 for k, v in by_kind.items()},
+            "gpu_busy_ms": ev._union(every) / 1e3, "gpu_events": len(every),
             "gpu_span_ms": (max(e for _, e in every) - min(s for s, _ in every)) / 1e3}
 
 
@@ -173,11 +157,11 @@ def _math(kept) -> dict[str, float]:
     return out
 
 
-def _gpu_only_window(events: list[dict]) -> Windows:
+def _gpu_only_window(events: list[dict]) -> ev.Windows:
     """A trace without CPU ops (kernels and runtime calls only, as older inference traces are): one step
     from the first launch or GPU event to the last one's end."""
-    timed = [_interval(e) for e in events if e.get("cat") in GPU_CATS + ("cuda_runtime", "cuda_driver")]
-    return Windows([(min(s for s, _ in timed), max(e for _, e in timed))],
+    timed = [_interval(e) for e in events if e.get("cat") in ev.GPU_CATS + ("cuda_runtime", "cuda_driver")]
+    return ev.Windows([(min(s for s, _ in timed), max(e for _, e in timed))],
                    ["no CPU op in the trace: its GPU work, first launch to last kernel, is one step"], whole_trace=True)
 
 
@@ -200,15 +184,16 @@ def _tensor_cores(kept) -> dict:
     return summary
 
 
-def cuda_profile(trace: dict, events: list[dict], nodes: list[EventNode], windows: Windows, trace_path) -> Profile:
+def cuda_profile(trace: dict, events: list[dict], nodes: list[ev.EventNode], windows: ev.Windows,
+                 trace_path) -> ev.Profile:
     """The Profile of a CUDA (or ROCm) trace; NoGpuActivity when its steps hold no GPU event."""
-    gpu = [e for e in events if e.get("cat") in GPU_CATS]
+    gpu = [e for e in events if e.get("cat") in ev.GPU_CATS]
     if gpu and windows.whole_trace and not windows.steps:
         windows = _gpu_only_window(events)
     kept = _select(gpu, _launches(events), windows)
     if not kept or not windows.steps:
-        raise NoGpuActivity(NO_GPU_EVENTS)
-    phases = _Phases(nodes)
+        raise ev.NoGpuActivity(NO_GPU_EVENTS)
+    phases = ev._Phases(nodes)
     phase_ms = {p: 0.0 for p in ("forward", "backward", "optimizer", "scaler", "other")}
     steps = _steps(kept, windows, phases, phase_ms)
     notes = list(windows.notes)
@@ -219,8 +204,8 @@ def cuda_profile(trace: dict, events: list[dict], nodes: list[EventNode], window
     if outside:
         notes.append(f"{outside} GPU events launched outside the steps: in the totals, not in a step")
     devices = trace.get("deviceProperties") or [{}]
-    inside = [n for start, end in windows.steps for n in within(nodes, start, end)]
-    return from_steps("cuda", steps, phases_ms=per_step_phases(phase_ms, phases, len(steps)), shapes=_shapes(inside),
-                      trace_path=trace_path, notes=notes, tensor_cores=_tensor_cores(kept),
-                      device_name=str(devices[0].get("name", "")), math_ms=_math(kept),
-                      kernel_set=_model_kernels(kept), **_totals(kept))
+    inside = [n for start, end in windows.steps for n in ev.within(nodes, start, end)]
+    return ev.from_steps("cuda", steps, phases_ms=ev.per_step_phases(phase_ms, phases, len(steps)),
+                         shapes=ev._shapes(inside), trace_path=trace_path, notes=notes,
+                         tensor_cores=_tensor_cores(kept), device_name=str(devices[0].get("name", "")),
+                         math_ms=_math(kept), kernel_set=_model_kernels(kept), **_totals(kept))

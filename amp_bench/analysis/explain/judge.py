@@ -14,22 +14,13 @@ from amp_bench import modes
 from amp_bench.analysis.explain import onednn
 from amp_bench.analysis.explain.alignment import alignment_table, misaligned_flop_share, misaligned_summary, read_layers
 from amp_bench.analysis.explain.decompose import profile_columns, unavailable_columns
+from amp_bench.analysis.explain.events import NoGpuActivity
 from amp_bench.analysis.explain.kernels import describe
-from amp_bench.analysis.explain.trace import NoGpuActivity, read_profile
+from amp_bench.analysis.explain.trace import read_profile
+from amp_bench.stats import layers_path
 from amp_bench.store.flags import positive
 
 CAPTURED = "captured"  # the worker's explain_status when it saved a trace for this module to read
-
-
-def layers_path(trace_path) -> Path:
-    """traces/STEM.json.gz -> traces/STEM.layers.json (where the worker saves the layer records)."""
-    trace_path = Path(trace_path)
-    name = trace_path.name
-    for suffix in (".json.gz", ".json"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    return trace_path.with_name(name + ".layers.json")
 
 
 
@@ -77,7 +68,7 @@ def explain_row(row: dict, run_dir) -> dict:
         return profile_columns(profile, positive(row.get("step_time_ms_median")),
                                misaligned_flop_share(table, multiple),
                                misaligned_summary(table, multiple), units)
-    except NoGpuActivity as exc:  # issue 33: never "ok, idle 100%" for a trace CUPTI recorded nothing in
+    except NoGpuActivity as exc:  # never "ok, idle 100%" for a trace CUPTI recorded nothing in
         return {**unavailable_columns(str(exc)), "explain_trace": trace}
     except Exception as exc:  # noqa: BLE001 the breakdown is an explanation, never a reason to lose the row
         return {**unavailable_columns(f"reading the profile failed: {type(exc).__name__}: {exc}"[:300]),

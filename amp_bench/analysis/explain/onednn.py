@@ -12,16 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from amp_bench.stats import onednn_path as records_path  # noqa: F401 (judge and advice read it here)
+
 ACCELERATED_KINDS = ("convolution", "matmul", "inner_product", "deconvolution")
-
-
-def records_path(trace_path) -> Path:
-    """traces/STEM.json.gz -> traces/STEM.onednn.txt (where the worker saves the verbose lines)."""
-    name = Path(trace_path).name
-    for suffix in (".json.gz", ".json"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    return Path(trace_path).with_name(name + ".onednn.txt")
 
 
 def parse(lines) -> list[dict]:

@@ -1,7 +1,7 @@
 """The sentence that says why a mode's speedup is what it is (decompose.Decomposition in, one line
 out); torch-free. Written by hand: it is this project's own reading of its own figures.
 
-What it holds to (issue 35): a category is called faster or slower only beyond its noise (else "did
+What it holds to: a category is called faster or slower only beyond its noise (else "did
 not change beyond its noise (±x%)"); the measured speedup is set against the ceiling this hardware
 allows, with what holds the rest back, largest first; a measured speedup above the ceiling says why;
 a profile that disagrees with the timed windows says so, in either direction, and that the

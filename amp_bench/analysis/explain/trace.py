@@ -21,61 +21,34 @@ CUDA: gpu_trace.py (kernels selected by their launch, overlapping streams split,
 """
 from __future__ import annotations
 
+from amp_bench.analysis.explain import events as ev
 from amp_bench.analysis.explain import gpu_trace
 from amp_bench.analysis.explain.categories import ACCELERATED, CATEGORIES
-from amp_bench.analysis.explain.events import (  # noqa: F401
-    _GEMM_CONV_OPS,
-    CPU_CATS,
-    GPU_CATS,
-    PHASE_PREFIX,
-    PHASES,
-    STEP_REGION,
-    EventNode,
-    NoGpuActivity,
-    Profile,
-    StepTimes,
-    _counted_annotation,
-    _is_optimizer_region,
-    _op_category,
-    _phase_of,
-    _Phases,
-    _self_time,
-    _shapes,
-    _union,
-    from_steps,
-    load_trace,
-    nest_events,
-    per_step_phases,
-    step_windows,
-    timed_events,
-    under_optimizer,
-    within,
-)
 
 
-def _cpu_step(nodes: list[EventNode], phases: _Phases, phase_ms: dict) -> tuple[dict, float]:
+def _cpu_step(nodes: list[ev.EventNode], phases: ev._Phases, phase_ms: dict) -> tuple[dict, float]:
     """One step's CPU categories (self times) and busy time; adds its time per phase to `phase_ms`."""
     categories = {c: 0.0 for c in CATEGORIES}
     intervals = []
     for node in nodes:
         cat = node.event.get("cat")
-        in_optimizer = _is_optimizer_region(node) or under_optimizer(node)
-        if cat == "user_annotation" and not in_optimizer and not _counted_annotation(node):
+        in_optimizer = ev._is_optimizer_region(node) or ev.under_optimizer(node)
+        if cat == "user_annotation" and not in_optimizer and not ev._counted_annotation(node):
             continue  # our marks, the step region, ProfilerStep#: their own time is host time
-        if not any(a.event.get("cat") == "cpu_op" or _is_optimizer_region(a) for a in node.ancestors()):
+        if not any(a.event.get("cat") == "cpu_op" or ev._is_optimizer_region(a) for a in node.ancestors()):
             intervals.append((node.start, node.end))  # a top-level op or optimizer region
-        category = "optimizer" if in_optimizer else _op_category(node)
-        ms = _self_time(node) / 1e3
+        category = "optimizer" if in_optimizer else ev._op_category(node)
+        ms = ev._self_time(node) / 1e3
         categories[category] += ms
-        phase_ms[_phase_of(node, phases)] += ms
-    return categories, _union(intervals) / 1e3
+        phase_ms[ev._phase_of(node, phases)] += ms
+    return categories, ev._union(intervals) / 1e3
 
 
 _TYPE_MATH = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16"}
 _CAST_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
 
 
-def _cpu_model(nodes: list[EventNode]) -> tuple[dict[str, float], frozenset]:
+def _cpu_model(nodes: list[ev.EventNode]) -> tuple[dict[str, float], frozenset]:
     """(GEMM/conv time by the number format of their inputs, the names of the other ops: what the
     model runs whatever its precision) of a CPU trace's steps."""
     math: dict[str, float] = {}
@@ -83,8 +56,8 @@ def _cpu_model(nodes: list[EventNode]) -> tuple[dict[str, float], frozenset]:
     for node in nodes:
         if node.event.get("cat") != "cpu_op":
             continue
-        category = _op_category(node)
-        if node.name in _GEMM_CONV_OPS:
+        category = ev._op_category(node)
+        if node.name in ev._GEMM_CONV_OPS:
             types = (node.event.get("args") or {}).get("Input type") or [""]
             kind = _TYPE_MATH.get(types[0] if isinstance(types[0], str) else "")
             if kind:
@@ -94,27 +67,27 @@ def _cpu_model(nodes: list[EventNode]) -> tuple[dict[str, float], frozenset]:
     return math, frozenset(names)
 
 
-def read_profile(source, device_type: str | None = None, trace_path: str | None = None) -> Profile:
+def read_profile(source, device_type: str | None = None, trace_path: str | None = None) -> ev.Profile:
     """The per-category breakdown of the steps in `source` (a trace dict or file). `device_type`
     None: 'cuda' when the trace holds GPU events or names a GPU, else 'cpu'."""
-    trace = load_trace(source)
-    events = timed_events(trace, trace_path or ("the trace" if isinstance(source, dict) else str(source)))
+    trace = ev.load_trace(source)
+    events = ev.timed_events(trace, trace_path or ("the trace" if isinstance(source, dict) else str(source)))
     if device_type is None:
-        device_type = "cuda" if trace.get("deviceProperties") or any(e.get("cat") in GPU_CATS for e in events) \
+        device_type = "cuda" if trace.get("deviceProperties") or any(e.get("cat") in ev.GPU_CATS for e in events) \
             else "cpu"
-    nodes = nest_events([e for e in events if e.get("cat") in CPU_CATS])
-    windows = step_windows(nodes)
+    nodes = ev.nest_events([e for e in events if e.get("cat") in ev.CPU_CATS])
+    windows = ev.step_windows(nodes)
     if device_type == "cuda":
         return gpu_trace.cuda_profile(trace, events, nodes, windows, trace_path)
-    phases = _Phases(nodes)
-    phase_ms = {p: 0.0 for p in PHASES}
+    phases = ev._Phases(nodes)
+    phase_ms = {p: 0.0 for p in ev.PHASES}
     steps, shapes, stepped = [], [], []
     for start, end in windows.steps:
-        inside = within(nodes, start, end)
+        inside = ev.within(nodes, start, end)
         categories, busy = _cpu_step(inside, phases, phase_ms)
-        steps.append(StepTimes((end - start) / 1e3, busy, categories))
-        shapes = shapes or _shapes(inside)
+        steps.append(ev.StepTimes((end - start) / 1e3, busy, categories))
+        shapes = shapes or ev._shapes(inside)
         stepped += inside
     math_ms, kernel_set = _cpu_model(stepped)
-    return from_steps("cpu", steps, phases_ms=per_step_phases(phase_ms, phases, len(steps)), shapes=shapes,
+    return ev.from_steps("cpu", steps, phases_ms=ev.per_step_phases(phase_ms, phases, len(steps)), shapes=shapes,
                       trace_path=trace_path, notes=windows.notes, math_ms=math_ms, kernel_set=kernel_set)

@@ -100,7 +100,7 @@ class HistoryResult:
 
 
 def _ok_rows(results: pd.DataFrame) -> pd.DataFrame:
-    """The ok rows, machine/suite/host filled in, with `_contended` and `_contention` (issue 12)."""
+    """The ok rows, machine/suite/host filled in, with `_contended` and `_contention` (the machine was busy)."""
     ok = results[results["status"] == "ok"].copy()
     for column in ("suite", "hostname"):
         ok[column] = text_column(ok, column)

@@ -1,4 +1,4 @@
-"""What another GPU would give: a run's profiled steps scaled to GPUs it did not run on (issue 34), torch-free.
+"""What another GPU would give: a run's profiled steps scaled to GPUs it did not run on, torch-free.
 
 ops.py costs an aten op from its recorded shapes; inventory.py reads a trace into pieces of work;
 scaling.py holds the rules; source.py picks each case's source rows; model.py predicts a run on targets

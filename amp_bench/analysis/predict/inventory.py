@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from amp_bench.analysis.explain.categories import classify_kernel, classify_op
-from amp_bench.analysis.explain.events import GPU_CATS, EventNode, nest_events, under_optimizer
-from amp_bench.analysis.explain.trace import STEP_REGION, load_trace
+from amp_bench.analysis.explain.events import GPU_CATS, STEP_REGION, EventNode, load_trace, nest_events, under_optimizer
 from amp_bench.analysis.predict.ops import OpCost, is_costed, op_cost
 from amp_bench.analysis.predict.scaling import HOST, HOST_COPY, Work
 

@@ -89,7 +89,7 @@ def parse_proc_stat(text: str) -> tuple[int, float, str]:
 
 def process_cpu_s(pid: int, proc: str = "/proc") -> float:
     """A process's CPU seconds so far. A lockstep member that ended stays a zombie, its time readable,
-    until every window is over (measure/lockstep.py); 0 once it is gone."""
+    until every window is over (measure/conductor.py); 0 once it is gone."""
     try:
         with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as fh:
             return parse_proc_stat(fh.read())[1]

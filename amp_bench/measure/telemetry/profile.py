@@ -1,5 +1,5 @@
 """One extra training step under torch.profiler, after the timed window and outside every timed
-figure (issue 23): this module only captures; analysis/explain/ reads and judges what it saved.
+figure: this module only captures; analysis/explain/ reads and judges what it saved.
 
 What it saves, for the parent to read: the step's Chrome trace, gzipped (Perfetto opens it), at the
 path the launcher gives in AMP_BENCH_EXPLAIN_TRACE (RUN_DIR/traces/STEM.json.gz), and beside it
@@ -25,6 +25,8 @@ import shutil
 import sys
 import tempfile
 import time
+
+from amp_bench.stats import layers_path, onednn_path
 
 TRACE_ENV = "AMP_BENCH_EXPLAIN_TRACE"  # where the worker saves the trace (launchers/launch.py sets it)
 # the regions analysis/explain/trace.py reads (it holds the same two strings; a test keeps them equal)
@@ -231,27 +233,12 @@ def record_layers(model):
         layers.extend(records.values())
 
 
-def layers_path(trace_path: str) -> str:
-    """traces/STEM.json.gz -> traces/STEM.layers.json (analysis/explain/judge.py reads it there)."""
-    base = str(trace_path)
-    for suffix in (".json.gz", ".json"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return base + ".layers.json"
-
-
 def _eager_module(model):
     """The module the user wrote: DDP's `.module`, compile's `._orig_mod` unwrapped; and whether it
     was compiled (then hooks would make dynamo recompile, so shapes come from a separate forward)."""
     inner = getattr(model, "module", model)
     original = getattr(inner, "_orig_mod", None)
     return (original, True) if original is not None else (inner, False)
-
-
-def _onednn_path(trace_path: str) -> str:
-    """traces/STEM.json.gz -> traces/STEM.onednn.txt (analysis/explain/onednn.py reads it there)."""
-    return layers_path(trace_path)[: -len(".layers.json")] + ".onednn.txt"
 
 
 def capture(step, inputs, target, device_type: str, trace_path: str | None, median_ms: float | None = None,
@@ -290,7 +277,7 @@ def capture(step, inputs, target, device_type: str, trace_path: str | None, medi
             json.dump(layers, fh)
         from amp_bench.measure.devices import for_device
         if for_device(device_type).onednn_kernels and not fixed_steps:  # under DDP: one more collective step
-            onednn_kernels(run, _onednn_path(trace_path))
+            onednn_kernels(run, onednn_path(trace_path))
         return {"explain_status": "captured", "explain_trace": str(trace_path), "explain_reason": ""}
     except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the measurement
         return {"explain_status": "unavailable", "explain_trace": "",
