@@ -48,7 +48,7 @@ NUMBERS = ("--target-ci", "--case-budget", "--budget", "--timeout-s", "--peak-tf
 KEYS = ("--device", "--precision", "--compile", "--compile-backend", "--compile-cache", "--isolation",
         "--on-contention", "--cpu-allocator", "--executor", "--slurm-cluster", "--modes", "--cpu-isa", "--target",
         "--source-gpu", "--fp32-as", "--format", "--images", "--kind", "--threshold-time", "--threshold-throughput",
-        "--threshold-speedup", "--threshold-memory")
+        "--threshold-speedup", "--threshold-memory", "--try")
 TEXTS = ("--slurm-partition", "--slurm-gres", "--slurm-constraint", "--slurm-account", "--slurm-qos",
          "--slurm-setup", "--reference", "--machine", "--suite", "--note", "--history")
 IN_FILES = ("--trace", "--prices", "--annotations", "suite", "files", "suites")

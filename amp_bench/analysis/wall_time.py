@@ -17,7 +17,8 @@ def phase_frame(results: pd.DataFrame) -> pd.DataFrame:
     columns = [phase_column(name) for name in OWN_PHASES]
     if "worker_wall_s" not in results or not set(columns) <= set(results.columns):
         return pd.DataFrame(columns=["label", "repeat", "own_s", *OWN_PHASES, "first_window"])
-    timed = results[results["worker_wall_s"].notna()]
+    # a worker stopped or killed before its result has a wall time but no phases: nothing to break down
+    timed = results[results["worker_wall_s"].notna() & results[columns].notna().any(axis=1)]
     frame = timed[columns].fillna(0.0).set_axis(OWN_PHASES, axis=1)
     frame.insert(0, "own_s", frame.sum(axis=1))
     # a later repeat measured by the same worker (repeats_per_worker) is a row, not a worker of its own

@@ -64,6 +64,10 @@ def add_parsers(sub) -> None:
     run.add_argument("--reports-dir", type=Path, default=Path("reports"))
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run the cases of RUN_DIR that have no row or "
                      "whose job died (a killed parent, Ctrl-C, a cancelled or preempted SLURM job), where it ran")
+    run.add_argument("--try", nargs=2, metavar=("ADVICE", "RUN_DIR"), dest="try_advice",
+                     help="measure an advice item of RUN_DIR's cases (a rule's name, or all: `explain RUN_DIR` lists "
+                          "them) beside the case itself, in pairs, and print predicted against measured gain "
+                          "(docs/advice.md)")
     add_executor_options(run)
     run.set_defaults(func=cmd_run)
 
@@ -120,6 +124,8 @@ def _refuse_outer_torchrun() -> None:
 def cmd_run(args, console) -> int:
     from amp_bench.studies.benchmark import run_suite
     _refuse_outer_torchrun()
+    if args.try_advice is not None:
+        return _try(args, console)
     if args.resume is not None:
         if args.suite is not None:
             raise UserError("run --resume RUN_DIR takes no suite: it runs what RUN_DIR planned")
@@ -173,6 +179,7 @@ def _finish(results, args, console) -> None:
         render_console.print_summary(results, console)
         _print_explained(results, console)
         _print_wall_time(results, console)
+        _print_advice_scores(results, console)
     if not args.no_report and not results.empty:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
 
@@ -254,6 +261,37 @@ def _print_explained(results, console) -> None:
     from amp_bench.analysis.explain.decompose import sentences
     for text in sentences(results):
         console.print(f"why: {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def _try(args, console) -> int:
+    """run --try ADVICE RUN_DIR: the item's rule and run checked in one line each, then the trial run."""
+    from amp_bench.analysis.advice import RULES
+    from amp_bench.store.results import read_manifest
+    from amp_bench.studies.try_advice import run_trials
+    rule, run_dir = args.try_advice
+    names = [r.__name__ for r in RULES]
+    if args.suite is not None or args.resume is not None:
+        raise UserError("run --try ADVICE RUN_DIR takes no suite and no --resume: it tries RUN_DIR's own cases")
+    if rule not in (*names, "all"):
+        raise UserError(f"--try: unknown advice {rule!r} (one of {', '.join(names)}, or all)")
+    if not Path(run_dir).is_dir() or read_manifest(run_dir) is None:
+        raise UserError(f"--try: {run_dir} is not a run directory (no manifest.json)")
+    return _here(lambda reporter: run_trials(run_dir, rule, repeats=args.repeats, results_dir=args.results_dir,
+                                             reporter=reporter, on_contention=args.on_contention),
+                 args, console, "every finished pair is saved in the new run directory")
+
+
+def _print_advice_scores(results, console) -> None:
+    """A trial run's end: each item's predicted gain beside the measured one."""
+    for row in results.attrs.get("advice", []):
+        interval = f" ({row['measured_low']:.2f}-{row['measured_high']:.2f}x)" if row["measured_low"] else \
+            " (one pair: no interval)"
+        busy = " [CONTENDED: the machine was shared; not a trustworthy figure]" if row["contended"] else ""
+        measured = (f"measured {row['measured_speedup']:.2f}x{interval} from {row['pairs']} pair(s); error "
+                    f"{row['error']:+.0%}{busy}" if row["measured_speedup"] else "not measured (no pair)")
+        console.print(f"tried {row['rule']} on {row['case_id']}: predicted {row['predicted_speedup']:.2f}x "
+                      f"({row['predicted_low']:.2f}-{row['predicted_high']:.2f}x), {measured}", highlight=False,
+                      soft_wrap=True)
 
 
 def _print_wall_time(results, console) -> None:

@@ -1,0 +1,160 @@
+"""`run --try ADVICE RUN_DIR`: an advice item checked by measuring it. For every case of RUN_DIR whose
+profiled step the item applies to (analysis/advice), the case and its variant (the item applied: channels_last,
+the fused optimizer, a doubled batch, a padded vocabulary) run side by side in a new run directory, paired and
+interleaved as a run's modes are (a lockstep set on the CPU, one after the other elsewhere), each repeat one
+pair; the measured gain is the paired throughput ratio's trimmed mean with its 95% interval, beside the
+prediction. Every item tried is a row of the new run's `advice` table: the rule, the predicted and measured
+gains with their intervals, the error, how it was predicted. docs/advice.md publishes the scores."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from amp_bench.analysis.advice import Advice, advise, from_row
+from amp_bench.analysis.intervals import paired_log_interval
+from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS
+from amp_bench.errors import UserError
+from amp_bench.store.flags import true_rows
+from amp_bench.store.results import load_results, read_manifest
+from amp_bench.suite import Case
+
+ADVICE_TABLE = "advice"
+ADVICE_COLUMNS = ["run_id", "tried_run", "rule", "case_id", "variant_case_id", "precision", "device_name",
+                  "change", "predicted_speedup", "predicted_low", "predicted_high", "measured_speedup",
+                  "measured_low", "measured_high", "pairs", "contended", "error", "evidence", "how", "source"]
+
+
+@dataclass
+class Trial:
+    advice: Advice
+    original: Case
+    variant: Case
+
+
+def variant_case(case: Case, advice: Advice) -> Case:
+    """The case with the advice item applied (its `variant` names it, so its rows are a case of their own)."""
+    change = dict(advice.variant or {})
+    name = ",".join(f"{k}={v}" for k, v in sorted(change.items()))
+    fields: dict = {"variant": name}
+    if "optimizer_impl" in change:
+        fields["optimizer"] = dataclasses.replace(case.optimizer, impl=change.pop("optimizer_impl"))
+    if "pad_vocab_to_multiple_of" in change:
+        pad = change.pop("pad_vocab_to_multiple_of")
+        fields["model"] = dataclasses.replace(case.model, pad_vocab_to_multiple_of=pad)
+    return dataclasses.replace(case, **fields, **change)
+
+
+def trials(run_dir: Path, rule: str) -> list[Trial]:
+    """Each (case, advice item) of RUN_DIR that `rule` names (or every rule: "all") and that has a variant to try,
+    from its first repeat's profiled step; the cases as its plan ran them."""
+    rows = load_results(run_dir)
+    plan = {item["case"]["suite"] + "/" + Case.from_json(item["case"]).case_id: Case.from_json(item["case"])
+            for item in _plan(run_dir)["items"]}
+    found, seen = [], []
+    for row in rows[(rows["status"] == "ok") & (rows["repeat"] == 0)].to_dict("records"):
+        for advice in advise(from_row(row, run_dir)):
+            seen.append(advice.rule)
+            case = plan.get(f"{row['suite']}/{row['case_id']}")
+            if advice.variant and case is not None and rule in (advice.rule, "all"):
+                found.append(Trial(advice, case, variant_case(case, advice)))
+    if not found:
+        said = f"advice found: {', '.join(sorted(set(seen)))}" if seen else "no advice applies to its cases"
+        raise UserError(f"{run_dir}: nothing to try for {rule!r} ({said}; `explain {run_dir}` lists it)")
+    return found
+
+
+def _plan(run_dir: Path) -> dict:
+    import json
+    path = Path(run_dir) / "plan.json"
+    if not path.is_file() or read_manifest(run_dir) is None:
+        raise UserError(f"{run_dir}: not a run directory with a plan (plan.json)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def order(found: list[Trial], repeats: int) -> list[tuple[Case, int]]:
+    """Each trial's pairs, repeat by repeat, which side goes first rotating as a run's modes do."""
+    out = []
+    for trial in found:
+        for repeat in range(repeats):
+            pair = [trial.original, trial.variant] if repeat % 2 == 0 else [trial.variant, trial.original]
+            # throughput is what is compared: no probe after the window (FLOPs, phase memory, the profile)
+            out.extend((dataclasses.replace(case, repeats=repeats, explain=False, instrument=False, count_flops=False),
+                        repeat) for case in pair)
+    return out
+
+
+def _pair_logs(ok: pd.DataFrame, trial: Trial) -> tuple[pd.Series, bool]:
+    """The trial's per-pair log throughput ratios (variant over original), from the pairs neither side of which
+    ran contended while MIN_CLEAN_PAIRS such remain (else every pair: said as contended), as a run's speedups."""
+    sides = [ok[ok["case_id"] == case.case_id].set_index("repeat") for case in (trial.original, trial.variant)]
+    logs = np.log((sides[1]["throughput"] / sides[0]["throughput"]).dropna())
+    busy = (true_rows(sides[0]["contended"]).reindex(logs.index, fill_value=False)
+            | true_rows(sides[1]["contended"]).reindex(logs.index, fill_value=False))
+    clean = logs[~busy]
+    return (clean, False) if len(clean) >= MIN_CLEAN_PAIRS else (logs, bool(busy.any()))
+
+
+def score(results: pd.DataFrame, found: list[Trial], tried_run: str) -> list[dict]:
+    """The advice table's rows: each trial's predicted gain beside the paired measured one."""
+    ok = results[results["status"] == "ok"]
+    rows = []
+    for trial in found:
+        logs, contended = _pair_logs(ok, trial)
+        interval = paired_log_interval(logs) if len(logs) >= 2 else None  # one pair: a figure, no interval
+        point, low, high = interval if interval else (float(np.exp(logs.mean())) if len(logs) else None, None, None)
+        a = trial.advice
+        rows.append({"run_id": results["run_id"].iloc[0] if len(results) else "", "tried_run": tried_run,
+                     "rule": a.rule, "case_id": trial.original.case_id, "variant_case_id": trial.variant.case_id,
+                     "precision": trial.original.precision, "device_name": results["device_name"].iloc[0],
+                     "change": a.change, "predicted_speedup": a.speedup, "predicted_low": a.step_ms / a.high_ms,
+                     "predicted_high": a.step_ms / a.low_ms, "measured_speedup": point, "measured_low": low,
+                     "measured_high": high, "pairs": len(logs), "contended": contended,
+                     "error": a.speedup / point - 1 if point else None, "evidence": a.evidence, "how": a.how,
+                     "source": a.source})
+    return rows
+
+
+def pair_units(indexed: list[tuple], machine) -> list[list[tuple]]:
+    """Each trial's pair of one repeat as one launch: a lockstep set where both sides may take turns (the CPU,
+    eager, forked), else one after the other."""
+    from amp_bench.studies.benchmark import in_lockstep
+    units = []
+    for first, second in zip(indexed[::2], indexed[1::2]):
+        together = in_lockstep(first[1], machine) and in_lockstep(second[1], machine)
+        units.extend([[first, second]] if together else [[first], [second]])
+    return units
+
+
+def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="results", reporter=None,
+               on_contention: str | None = None):
+    """Try `rule` (an advice rule's name, or "all") on RUN_DIR's cases: the new run's rows (their `advice`
+    attribute: the advice table's rows). `on_contention` replaces the cases' own (--on-contention)."""
+    from amp_bench.store.run_state import Heartbeat
+    from amp_bench.studies.benchmark import Machine, Reporter, finished_counts, make_plan, results_frame, run_cases
+    from amp_bench.studies.session import Session
+    run_dir, reporter = Path(run_dir), reporter or Reporter()
+    found = trials(run_dir, rule)
+    request = _plan(run_dir).get("device_request", "auto")
+    session = Session.start(run_dir / "suite.yaml", request)
+    planned = order(found, repeats or max(2, found[0].original.repeats))
+    if on_contention:
+        planned = [(dataclasses.replace(case, on_contention=on_contention), repeat) for case, repeat in planned]
+    store = session.open_store(results_dir, {}, kind="try", tried_run=run_dir.name, rule=rule,
+                               cases_planned=len(planned), executor={"type": "local"},
+                               workers=session.isolation_record())
+    store.write_plan(make_plan(planned, session.device.type, request))
+    reporter.run_started(store, session.device, len(planned))
+    machine = Machine(session.device, session.versions, session.host["hostname"], session.fingerprint,
+                      server=session.server)
+    indexed = [(i, case, repeat) for i, (case, repeat) in enumerate(planned)]
+    with session.running(lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
+        run_cases(store, indexed, machine, reporter, heartbeat=heartbeat, units=pair_units(indexed, machine))
+    results = results_frame(store)
+    scored = score(results, found, run_dir.name)
+    store.write_table(ADVICE_TABLE, scored, ADVICE_COLUMNS)
+    results.attrs["advice"] = scored
+    return results

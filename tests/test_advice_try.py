@@ -1,0 +1,92 @@
+"""`run --try ADVICE RUN_DIR`: the advice item measured beside its case, in pairs (a lockstep set on the CPU),
+and scored: the advice table holds the predicted and measured gains with their intervals. A real CPU run of a
+ResNet-18 whose foreach SGD the optimizer rule prices; what the machine's speed does to the measured figure is
+what the pairs cancel, so the test asserts what was run and recorded, never the gain itself."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from amp_bench.studies.try_advice import ADVICE_COLUMNS, order, variant_case
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+SUITE = """
+models: [torchvision/resnet18]
+image_size: 32
+batch_sizes: [2]
+precisions: [fp32]
+warmup_steps: 1
+steps: 3
+repeats: 1
+optimizer: {name: sgd, impl: foreach, lr: 0.01, momentum: 0.9}
+explain: true
+timeout_s: 120
+"""
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "amp_bench", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**__import__("os").environ, "COLUMNS": "200"})
+
+
+@pytest.fixture(scope="module")
+def explained_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("advice")
+    (folder / "suite.yaml").write_text(SUITE)
+    proc = cli("run", folder / "suite.yaml", "--device", "cpu", "--results-dir", folder / "results", "--no-report",
+               "--on-contention", "flag")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return next((folder / "results").iterdir())
+
+
+def test_an_advice_item_is_tried_in_pairs_and_scored(explained_run, tmp_path):
+    proc = cli("run", "--try", "optimizer_impl", explained_run, "--repeats", "2", "--results-dir", tmp_path,
+               "--no-report", "--on-contention", "flag")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (tried,) = list(tmp_path.iterdir())
+    manifest = json.loads((tried / "manifest.json").read_text())
+    assert manifest["kind"] == "try" and manifest["tried_run"] == explained_run.name
+    assert manifest["rule"] == "optimizer_impl"
+    rows = pd.read_csv(tried / "results.csv")
+    variant = rows[rows["variant"].fillna("") != ""]
+    assert set(variant["variant"]) == {"optimizer_impl=fused"} and set(variant["optimizer_impl"]) == {"fused"}
+    assert set(rows.loc[rows["variant"].fillna("") == "", "optimizer_impl"]) == {"foreach"}
+    assert len(rows) == 4 and set(rows["interleave"]) == {"steps"}  # two pairs, each a lockstep set
+    advice = pd.read_csv(tried / "advice.csv")
+    assert list(advice.columns) == ADVICE_COLUMNS and len(advice) == 1
+    row = advice.iloc[0]
+    assert row["rule"] == "optimizer_impl" and row["case_id"] == "resnet18-bs2-32px-fp32"
+    assert row["predicted_low"] < row["predicted_speedup"] < row["predicted_high"]
+    assert row["pairs"] == 2 and row["measured_low"] <= row["measured_speedup"] <= row["measured_high"]
+    assert row["error"] == pytest.approx(row["predicted_speedup"] / row["measured_speedup"] - 1)
+    assert "tried optimizer_impl on resnet18-bs2-32px-fp32: predicted" in proc.stdout.replace("\n", " ")
+
+
+def test_an_item_that_does_not_apply_is_said_in_one_line(explained_run, tmp_path):
+    proc = cli("run", "--try", "pad_dims", explained_run, "--results-dir", tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "nothing to try for 'pad_dims' (advice found: optimizer_impl" in proc.stderr
+    bad = cli("run", "--try", "faster", explained_run)
+    assert bad.returncode == 2 and "--try: unknown advice 'faster'" in bad.stderr
+
+
+def test_a_variant_is_a_case_of_its_own_and_pairs_alternate_which_side_goes_first():
+    from amp_bench.analysis.advice import Advice
+    from amp_bench.suite import load_suite
+    case = load_suite(ROOT / "suites" / "smoke.yaml").cases("cpu")[0]
+    advice = Advice("optimizer_impl", "use the fused sgd", "", 10.0, 8.0, 7.0, 9.0, "", "",
+                    variant={"optimizer_impl": "fused"})
+    fused = variant_case(case, advice)
+    assert fused.optimizer.impl == "fused" and fused.variant == "optimizer_impl=fused"
+    assert fused.case_id != case.case_id and fused.case_id.startswith(case.case_id.rsplit("-", 1)[0])
+    from amp_bench.studies.try_advice import Trial
+    planned = order([Trial(advice, case, fused)], 3)
+    assert [(c.variant, r) for c, r in planned] == [("", 0), ("optimizer_impl=fused", 0), ("optimizer_impl=fused", 1),
+                                                   ("", 1), ("", 2), ("optimizer_impl=fused", 2)]
+    assert not any(c.explain or c.instrument or c.count_flops for c, _ in planned)  # throughput only
+    assert Path(ROOT / "docs" / "advice.md").is_file()
