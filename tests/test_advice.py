@@ -96,3 +96,17 @@ def test_the_optimizer_rule_prices_the_fused_pass_and_the_host_rule_a_doubled_ba
     assert host.rule == "host_bound" and host.variant == {"batch_size": 16} and "(8 -> 16)" in host.change
     per_sample = (2 * busy + evidence.host_ms) / 2
     assert host.predicted_ms == pytest.approx(evidence.measured(per_sample))
+
+
+def test_a_runs_advice_is_ranked_per_case_with_how_to_try_each_and_in_the_report(tmp_path):
+    from amp_bench.analysis.advice.for_run import advice_lines
+    from amp_bench.report.explain_section import advice_display
+    resnet50_cpu(tmp_path)  # the saved files, under tmp_path/traces
+    row = json.loads((ADVICE / "resnet50-bs8-224px-amp_bf16-r0.row.json").read_text())
+    row.update(run_id=tmp_path.name, repeat=0, model_label="resnet50", image_size=224)
+    results = pd.DataFrame([row])
+    (line,) = advice_lines(results, tmp_path)
+    assert line.startswith("resnet50 bs 8 224px amp_bf16: 1. train in channels_last")
+    assert f"(`run --try channels_last {tmp_path}` measures it)" in line
+    shown = advice_display(results, [tmp_path])
+    assert list(shown["rule"]) == ["channels_last"] and shown["speedup"].iloc[0].startswith("1.1")

@@ -158,6 +158,9 @@ def cmd_explain(args, console) -> int:
     for text in explained.sentences:
         console.print(f"- {escape(text)}", highlight=False, soft_wrap=True)
     run_dir = explained.results.attrs["run_dir"]
+    from amp_bench.analysis.advice.for_run import advice_lines
+    for line in advice_lines(explained.results, run_dir):  # what to change next (docs/advice.md)
+        console.print(f"advice: {escape(line)}", highlight=False, soft_wrap=True)
     console.print(f"traces (Perfetto opens them): {run_dir}/traces/")
     if not args.no_report:
         auto_report(run_dir, args.reports_dir, console)

@@ -178,6 +178,7 @@ def _finish(results, args, console) -> None:
     if not results.empty:
         render_console.print_summary(results, console)
         _print_explained(results, console)
+        _print_advice(results, console)
         _print_wall_time(results, console)
         _print_advice_scores(results, console)
     if not args.no_report and not results.empty:
@@ -292,6 +293,15 @@ def _print_advice_scores(results, console) -> None:
         console.print(f"tried {row['rule']} on {row['case_id']}: predicted {row['predicted_speedup']:.2f}x "
                       f"({row['predicted_low']:.2f}-{row['predicted_high']:.2f}x), {measured}", highlight=False,
                       soft_wrap=True)
+
+
+def _print_advice(results, console) -> None:
+    """With explain on, what to change next: each case's advice items, ranked, and how to try each."""
+    from rich.markup import escape
+
+    from amp_bench.analysis.advice.for_run import advice_lines
+    for line in advice_lines(results, results.attrs["run_dir"]):
+        console.print(f"advice: {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _print_wall_time(results, console) -> None:

@@ -139,14 +139,36 @@ def _notes(results: pd.DataFrame) -> list[str]:
     return notes
 
 
-def section_html(results: pd.DataFrame, html_table) -> str:
-    """The text under the section's heading: how to read it, the sentences, the alignment list, notes."""
+def advice_display(results: pd.DataFrame, run_dirs) -> pd.DataFrame:
+    """The run's advice (analysis/advice) as the report shows it: each case's items, ranked, with the predicted
+    step and speedup and their intervals (rounded), how it was priced and the rule's source."""
+    from amp_bench.analysis.advice.for_run import advice_table
+    table = advice_table(results, run_dirs)
+    if table.empty:
+        return table
+    table["predicted step ms"] = [f"{p:.4g} ({lo:.4g}-{hi:.4g})" for p, lo, hi in
+                                  zip(table["predicted ms"], table["low ms"], table["high ms"])]
+    table["speedup"] = [f"{s:.2f}x ({step / hi:.2f}-{step / lo:.2f}x)" for s, step, lo, hi in
+                        zip(table["speedup"], table["step ms"], table["low ms"], table["high ms"])]
+    return table[["case", "rule", "change", "evidence", "predicted step ms", "speedup", "how", "source"]]
+
+
+ADVICE_NOTE = ("Advice, ranked by predicted gain (docs/advice.md): what to change, the evidence, the step predicted "
+               "after it with its interval, how it was priced. `python -m amp_bench run --try RULE RUN_DIR` measures "
+               "an item beside its case, in pairs.")
+
+
+def section_html(results: pd.DataFrame, html_table, run_dirs=()) -> str:
+    """The text under the section's heading: how to read it, the sentences, the advice, the alignment list, notes."""
     if not has_explain(results):
         return ""  # render.ABSENT says how to turn it on
     parts = [f"<p class='note'>{html.escape(HOW_TO)}</p>"]
     said = [f"{label}: {sentence(d)}." for label, d in explain_results(results)]
     if said:
         parts.append("<div class='headline'>" + "".join(f"<p>{html.escape(s)}</p>" for s in said) + "</div>")
+    advice = advice_display(results, run_dirs)
+    if not advice.empty:
+        parts += [f"<p class='note'>{html.escape(ADVICE_NOTE)}</p>", html_table(advice)]
     align = alignment_rows(results)
     if not align.empty:
         cpu = "device" in align and (align["device"].astype(str) == "cpu").any()
@@ -160,11 +182,14 @@ def section_html(results: pd.DataFrame, html_table) -> str:
     return "\n".join(parts)
 
 
-def markdown(results: pd.DataFrame, markdown_table) -> list[str]:
+def markdown(results: pd.DataFrame, markdown_table, run_dirs=()) -> list[str]:
     if not has_explain(results):
         return []
     lines = ["## Where the time goes", "", HOW_TO, ""]
     lines += [f"- {label}: {sentence(d)}." for label, d in explain_results(results)] + [""]
+    advice = advice_display(results, run_dirs)
+    if not advice.empty:
+        lines += [ADVICE_NOTE, "", markdown_table(advice), ""]
     table = category_table(results)
     if not table.empty:
         wide = table.pivot_table(index=["case", "precision"], columns="category", values="ms_per_step",

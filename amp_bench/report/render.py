@@ -250,7 +250,7 @@ def _sections_html(data: ReportData, summary: pd.DataFrame, missing: pd.DataFram
     on an air-gapped machine)."""
     from amp_bench.report import study_sections
     parts, first = [], True
-    tables = {"explain": lambda: explain_section.section_html(data.results, html_table),
+    tables = {"explain": lambda: explain_section.section_html(data.results, html_table, data.run_dirs),
               "predict": lambda: predict_section.section_html(data, html_table),
               "compile": lambda: compile_section.html(summary, html_table),
               "machines": lambda: gpus_section.section_html(gpus_section.table(data), data, html_table)}
@@ -322,7 +322,7 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
                       "host-device sync the bf16 and fp32 steps don't pay); a fused optimizer avoids it.", ""]
     lines += compile_section.markdown(summary, markdown_table)
     lines += gpus_section.markdown(gpus_section.table(data), data, markdown_table)
-    lines += explain_section.markdown(data.results, markdown_table)
+    lines += explain_section.markdown(data.results, markdown_table, data.run_dirs)
     lines += predict_section.markdown(data, markdown_table)
     if not claims.empty:
         lines += ["## Claims (1.5-3x faster, 40-50% less memory)", "", markdown_table(claims.reindex(columns=[
@@ -389,6 +389,7 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
                             ("not_measured", missing),
                             ("explain", explain_section.category_table(data.results)),
                             ("explain_layers", explain_section.layer_table(data)),
+                            ("advice", explain_section.advice_display(data.results, data.run_dirs)),
                             ("gpus", gpus_section.table(data)), ("predict", predict_section.predictions(data)[0]),
                             *study_sections.csv_tables(data).items()):
             path = Path(f"{stem}.{name}.csv")

@@ -63,7 +63,8 @@ def trials(run_dir: Path, rule: str) -> list[Trial]:
                 found.append(Trial(advice, case, variant_case(case, advice)))
     if not found:
         said = f"advice found: {', '.join(sorted(set(seen)))}" if seen else "no advice applies to its cases"
-        raise UserError(f"{run_dir}: nothing to try for {rule!r} ({said}; `explain {run_dir}` lists it)")
+        raise UserError(f"{run_dir}: nothing to try for {rule!r} ({said}; the run's `advice:` lines and its "
+                        "report list what applies)")
     return found
 
 
