@@ -110,3 +110,38 @@ def test_a_runs_advice_is_ranked_per_case_with_how_to_try_each_and_in_the_report
     assert f"(`run --try channels_last {tmp_path}` measures it)" in line
     shown = advice_display(results, [tmp_path])
     assert list(shown["rule"]) == ["channels_last"] and shown["speedup"].iloc[0].startswith("1.1")
+
+
+PREDICT = ROOT / "tests" / "data" / "predict"
+
+
+@pytest.mark.parametrize("trace, said", [("adamw-for-loop", ("adamw", "for-loop")),
+                                         ("adamw-foreach", ("adamw", "foreach")), ("adamw-fused", ("adamw", "fused"))])
+def test_a_trace_alone_says_which_optimizer_ran_and_gets_the_advice_that_applies(trace, said):
+    """Three real AdamW steps (tests/data/predict/optimizer_steps): a user's own trace, no layer records."""
+    from amp_bench.analysis.advice.evidence import from_profile
+    from amp_bench.analysis.explain.trace import read_profile
+    evidence = from_profile(read_profile(PREDICT / "optimizer_steps" / f"{trace}.json.gz", None))
+    assert (evidence.case["optimizer"], evidence.case["optimizer_impl"]) == said
+    rules = [item.rule for item in advise(evidence)]
+    assert rules == ([] if said[1] == "fused" else ["optimizer_impl"])
+
+
+def test_gemm_shapes_judge_alignment_where_no_layers_were_saved():
+    from amp_bench.analysis.advice.evidence import misaligned_from_shapes
+    shapes = [{"op": "aten::addmm", "dims": [[500], [16, 784], [784, 500], [], []], "count": 1},
+              {"op": "aten::mm", "dims": [[16, 500], [500, 304]], "count": 2},
+              {"op": "aten::convolution", "dims": [[16, 3, 32, 32], [64, 3, 3, 3]], "count": 1}]
+    found = misaligned_from_shapes(shapes, 8)
+    assert [(label, dims) for label, _, dims in found] == [("aten::addmm(16x784 @ 784x500)", {"N": 500}),
+                                                           ("aten::mm(16x500 @ 500x304)", {"K": 500})]
+    assert sum(share for _, share, _ in found) == pytest.approx(1.0)  # both GEMMs misaligned; the conv is not one
+    assert misaligned_from_shapes(shapes[:1], 4) == []
+
+
+def test_explain_trace_prints_the_advice_after_the_breakdown(capsys):
+    from amp_bench.cli import main
+    assert main(["explain", "--trace", str(PREDICT / "optimizer_steps" / "adamw-foreach.json.gz"), "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "Advice (docs/advice.md)" in out and "1. use the fused adamw (fused=True)" in out
+    assert out.index("Advice") > out.index("ms per step by category")

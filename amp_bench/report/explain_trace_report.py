@@ -27,9 +27,26 @@ def _sections(explanation) -> list[tuple[str, object]]:
         out.append(("Before comparing: how the two traces differ", [line for _, line in explanation.differences]))
     if explanation.sentences():
         out.append(("Why", explanation.sentences()))
+    advice = advice_lines(explanation)
+    if advice:
+        out.append(("Advice (docs/advice.md)", advice))
     if explanation.notes:
         out.append(("Notes", explanation.notes))
     return out
+
+
+def advice_lines(explanation) -> list[str]:
+    """Each trace's advice items, ranked (from what a trace alone shows: no layer records, no oneDNN step),
+    and what is by design; the trace's mode is --modes' where given."""
+    from amp_bench.analysis.advice import advise, intrinsic
+    from amp_bench.analysis.advice.evidence import from_profile
+    modes = list(explanation.modes or []) if getattr(explanation, "modes", None) else []
+    lines = []
+    for n, (name, profile) in enumerate(zip(explanation.names, explanation.profiles)):
+        evidence = from_profile(profile, modes[n] if n < len(modes) else "")
+        lines += [f"{name}: {i}. {item.line()}" for i, item in enumerate(advise(evidence), 1)]
+        lines += [f"{name}: by design: {note}" for note in intrinsic(evidence)]
+    return lines
 
 
 def markdown(explanation) -> str:

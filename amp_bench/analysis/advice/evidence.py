@@ -37,6 +37,8 @@ class Evidence:
     reorders: list[Reorder] = field(default_factory=list)  # CPU: oneDNN's reorders in its verbose step
     onednn_conv_ms: float = 0.0  # CPU: oneDNN's convolution time in the same verbose step
     case: dict = field(default_factory=dict)  # model, batch, layout, optimizer, compile, fp8: as the row says
+    shape_misaligned: dict = field(default_factory=dict)  # multiple -> misaligned GEMM ops from a trace's shapes
+    steps_known: bool = True  # False: a trace without step regions (its "step" is the whole trace, idle and all)
 
     def share(self, ms: float) -> float:
         """`ms` of the profiled step as a share of it."""
@@ -118,3 +120,48 @@ def _add_saved_files(evidence: Evidence, trace: Path) -> None:
     if onednn.is_file():
         evidence.reorders, evidence.onednn_conv_ms = parse_reorders(
             onednn.read_text(encoding="utf-8", errors="replace").splitlines())
+
+
+def optimizer_from_names(names) -> tuple[str, str]:
+    """(optimizer, implementation) as a trace's op and kernel names show it: fused Adam/AdamW or SGD by their
+    fused ops, foreach by `_foreach_` ops (CPU) or multi-tensor-apply kernels (GPU), Adam's family by its
+    square root, addcdiv and lerp passes (a for-loop Adam by those alone); ("", "") where nothing says."""
+    joined = " ".join(names).lower()
+    if "_fused_adam" in joined or "fusedadam" in joined:
+        return "adamw", "fused"
+    if "_fused_sgd" in joined or "fusedsgd" in joined:
+        return "sgd", "fused"
+    adam = any(word in joined for word in ("addcdiv", "sqrt", "lerp"))
+    if "_foreach_" in joined or "multi_tensor_apply" in joined:
+        return ("adamw" if adam else "sgd"), "foreach"
+    return ("adamw", "for-loop") if adam else ("", "")  # Adam's per-parameter ops, one tensor at a time
+
+
+def misaligned_from_shapes(shapes: list[dict], multiple: int) -> list[tuple[str, float, dict]]:
+    """(label, share of the GEMMs' FLOPs, the misaligned dims) of the GEMM ops a trace recorded with shapes
+    (mm, addmm, bmm): where no layer records were saved, the ops' own K and N judge alignment."""
+    gemms = []
+    for record in shapes:
+        matrices = [d for d in record.get("dims") or [] if isinstance(d, list) and len(d) >= 2]
+        if "conv" in record.get("op", "") or len(matrices) < 2:
+            continue
+        m, k, n = matrices[0][-2], matrices[0][-1], matrices[1][-1]
+        flops = 2 * m * k * n * int(record.get("count", 1))
+        gemms.append((f"{record['op']}({m}x{k} @ {k}x{n})", flops, {"K": k, "N": n}))
+    total = sum(f for _, f, _ in gemms)
+    return [(label, flops / total, bad) for label, flops, dims in gemms
+            if total and (bad := {key: v for key, v in dims.items() if v % multiple})]
+
+
+def from_profile(profile, precision: str = "") -> Evidence:
+    """A trace read by `explain --trace` (analysis/explain/trace.py's Profile): its categories, idle time,
+    GEMM kernels per step and op shapes, and the optimizer its op names show; no layer records."""
+    steps = max(1, len(profile.steps))
+    evidence = Evidence(profile.device_type, precision, profile.wall_ms, profile.categories_sum_ms + profile.host_ms,
+                        dict(profile.categories_ms), profile.host_ms, profile.device_name)
+    evidence.kernels_ms = {name: ms / steps for name, ms in ((profile.tensor_cores or {}).get("kernels") or {}).items()}
+    name, impl = optimizer_from_names(profile.kernel_set)
+    evidence.case = {"optimizer": name, "optimizer_impl": impl}
+    evidence.shape_misaligned = {m: misaligned_from_shapes(profile.shapes, m) for m in (8, 16)}
+    evidence.steps_known = not any("is one step" in note for note in profile.notes)
+    return evidence

@@ -72,7 +72,9 @@ def misaligned_layers(evidence: Evidence, multiple: int) -> list[tuple[str, floa
     if linears and total:
         return [(layer.label(), layer.flops() / total, bad) for layer in linears
                 if (bad := {k: v for k, v in layer.checked().items() if v % multiple})]
-    return [(label, share, {}) for label, share in evidence.misaligned]
+    if evidence.misaligned:
+        return [(label, share, {}) for label, share in evidence.misaligned]
+    return evidence.shape_misaligned.get(multiple, [])  # a trace alone: its GEMM ops' recorded shapes
 
 
 def pad_dims(evidence: Evidence) -> Advice | None:
@@ -198,8 +200,8 @@ def host_bound(evidence: Evidence) -> Advice | None:
     as small ops fill the machine better or spill its caches) while the host's stays."""
     busy, host = evidence.profiled_ms - evidence.host_ms, evidence.host_ms
     batch = int(float(evidence.case.get("batch_size") or 0))
-    if evidence.share(host) < HOST_BOUND_SHARE or busy <= 0:
-        return None
+    if evidence.share(host) < HOST_BOUND_SHARE or busy <= 0 or not evidence.steps_known:
+        return None  # (a trace without steps: its idle is the whole trace's, not a step's)
 
     def per_sample(scale: float) -> float:  # profiled ms per original batch's worth of samples
         return (scale * busy + host) / 2

@@ -181,6 +181,7 @@ def _tensor_cores(kept) -> dict:
             shapes[name] = (op.name, op.event["args"]["Input Dims"])
     summary = tensor_core_summary(kernel_ms)
     summary["off"] = [(name, ms) + shapes.get(name, ("", None)) for name, ms in summary["off"]]
+    summary["kernels"] = kernel_ms  # each GEMM/conv kernel's ms over the trace (advice: its align1 kernels)
     return summary
 
 
