@@ -70,7 +70,7 @@ def test_an_advice_item_is_tried_in_pairs_and_scored(explained_run, tmp_path):
 def test_an_item_that_does_not_apply_is_said_in_one_line(explained_run, tmp_path):
     proc = cli("run", "--try", "pad_dims", explained_run, "--results-dir", tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "nothing to try for 'pad_dims' (advice found: optimizer_impl" in proc.stderr
+    assert "nothing to try for 'pad_dims' (advice found: " in proc.stderr and "optimizer_impl" in proc.stderr
     bad = cli("run", "--try", "faster", explained_run)
     assert bad.returncode == 2 and "--try: unknown advice 'faster'" in bad.stderr
 
@@ -85,8 +85,14 @@ def test_a_variant_is_a_case_of_its_own_and_pairs_alternate_which_side_goes_firs
     assert fused.optimizer.impl == "fused" and fused.variant == "optimizer_impl=fused"
     assert fused.case_id != case.case_id and fused.case_id.startswith(case.case_id.rsplit("-", 1)[0])
     from amp_bench.studies.try_advice import Trial
-    planned = order([Trial(advice, case, fused)], 3)
+    planned, sizes = order([Trial(advice, case, fused)], 3)
     assert [(c.variant, r) for c, r in planned] == [("", 0), ("optimizer_impl=fused", 0), ("optimizer_impl=fused", 1),
                                                    ("", 1), ("", 2), ("optimizer_impl=fused", 2)]
+    assert sizes == [2, 2, 2]
     assert not any(c.explain or c.instrument or c.count_flops for c, _ in planned)  # throughput only
+    layout = Advice("channels_last", "train in channels_last", "", 10.0, 9.0, 8.0, 9.5, "", "",
+                    variant={"channels_last": True})
+    both, sizes = order([Trial(advice, case, fused), Trial(layout, case, variant_case(case, layout))], 2)
+    assert sizes == [3, 3] and [c.variant for c, _ in both][:3] == ["", "optimizer_impl=fused", "channels_last=True"]
+    assert [c.variant for c, _ in both][3:] == ["optimizer_impl=fused", "channels_last=True", ""]  # one original
     assert Path(ROOT / "docs" / "advice.md").is_file()

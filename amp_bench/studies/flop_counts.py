@@ -31,6 +31,8 @@ class FlopCounts:
         """The case as its worker should run it: counting its FLOPs only when no worker has counted them
         yet or is counting them now (a lockstep set's first member counts for the set)."""
         key = flops_key(case)
+        if not case.count_flops:  # asked for no probes (a try run compares throughput only)
+            return case
         if key in self.counted or key in self.claimed:
             return dataclasses.replace(case, count_flops=False)
         self.claimed.add(key)

@@ -76,16 +76,21 @@ def _plan(run_dir: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def order(found: list[Trial], repeats: int) -> list[tuple[Case, int]]:
-    """Each trial's pairs, repeat by repeat, which side goes first rotating as a run's modes do."""
-    out = []
+def order(found: list[Trial], repeats: int) -> tuple[list[tuple[Case, int]], list[int]]:
+    """The try run's order and the sizes of its sets: per original case and repeat, the case and every variant of
+    it tried (one original serves all its items' pairs), which goes first rotating as a run's modes do."""
+    by_case: dict[str, list[Case]] = {}
     for trial in found:
+        by_case.setdefault(trial.original.case_id, [trial.original]).append(trial.variant)
+    out, sizes = [], []
+    for cases in by_case.values():
         for repeat in range(repeats):
-            pair = [trial.original, trial.variant] if repeat % 2 == 0 else [trial.variant, trial.original]
+            shift = repeat % len(cases)
             # throughput is what is compared: no probe after the window (FLOPs, phase memory, the profile)
             out.extend((dataclasses.replace(case, repeats=repeats, explain=False, instrument=False, count_flops=False),
-                        repeat) for case in pair)
-    return out
+                        repeat) for case in cases[shift:] + cases[:shift])
+            sizes.append(len(cases))
+    return out, sizes
 
 
 def _pair_logs(ok: pd.DataFrame, trial: Trial) -> tuple[pd.Series, bool]:
@@ -119,14 +124,16 @@ def score(results: pd.DataFrame, found: list[Trial], tried_run: str) -> list[dic
     return rows
 
 
-def pair_units(indexed: list[tuple], machine) -> list[list[tuple]]:
-    """Each trial's pair of one repeat as one launch: a lockstep set where both sides may take turns (the CPU,
-    eager, forked), else one after the other."""
+def set_units(indexed: list[tuple], sizes: list[int], machine) -> list[list[tuple]]:
+    """Each original's set of one repeat (the case and its variants) as one launch: a lockstep set where all may
+    take turns (the CPU, eager, forked), else one after the other."""
     from amp_bench.studies.benchmark import in_lockstep
-    units = []
-    for first, second in zip(indexed[::2], indexed[1::2]):
-        together = in_lockstep(first[1], machine) and in_lockstep(second[1], machine)
-        units.extend([[first, second]] if together else [[first], [second]])
+    units, start = [], 0
+    for size in sizes:
+        members = indexed[start:start + size]
+        start += size
+        together = size > 1 and all(in_lockstep(case, machine) for _, case, _ in members)
+        units.extend([members] if together else [[member] for member in members])
     return units
 
 
@@ -140,8 +147,10 @@ def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="r
     run_dir, reporter = Path(run_dir), reporter or Reporter()
     found = trials(run_dir, rule)
     request = _plan(run_dir).get("device_request", "auto")
-    session = Session.start(run_dir / "suite.yaml", request)
-    planned = order(found, repeats or max(2, found[0].original.repeats))
+    # the suite where it was: its folder is where a python: model's module is found (the run keeps a copy)
+    original = Path(((read_manifest(run_dir) or {}).get("suite") or {}).get("path") or "")
+    session = Session.start(original if original.is_file() else run_dir / "suite.yaml", request)
+    planned, sizes = order(found, repeats or max(2, found[0].original.repeats))
     if on_contention:
         planned = [(dataclasses.replace(case, on_contention=on_contention), repeat) for case, repeat in planned]
     store = session.open_store(results_dir, {}, kind="try", tried_run=run_dir.name, rule=rule,
@@ -153,7 +162,7 @@ def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="r
                       server=session.server)
     indexed = [(i, case, repeat) for i, (case, repeat) in enumerate(planned)]
     with session.running(lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
-        run_cases(store, indexed, machine, reporter, heartbeat=heartbeat, units=pair_units(indexed, machine))
+        run_cases(store, indexed, machine, reporter, heartbeat=heartbeat, units=set_units(indexed, sizes, machine))
     results = results_frame(store)
     scored = score(results, found, run_dir.name)
     store.write_table(ADVICE_TABLE, scored, ADVICE_COLUMNS)
