@@ -9,7 +9,7 @@ Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON li
 the model prints to stdout/stderr goes to the case's log untouched. The result file is written
 atomically; a worker that dies without one is classified by the parent. What a case measures is in
 measure/case.py; what every worker shares (events, atomic writes, OOM, parent death) in
-measure/channel.py.
+measure/channel.py, measure/ending.py.
 """
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ import sys
 import time
 import traceback
 
-from amp_bench.measure.channel import EventChannel, die_with_parent, exit_without_teardown, is_oom, write_json_atomic
+from amp_bench.measure.channel import EventChannel, write_json_atomic
+from amp_bench.measure.ending import die_with_parent, exit_without_teardown, is_oom
 from amp_bench.measure.phases import PhaseClock
 
 
 def _case_job(spec: dict, events: EventChannel, rank, phases) -> dict:
     from amp_bench.measure import ddp
-    from amp_bench.measure.baton import Baton
+    from amp_bench.measure.baton import NO_BATON, Baton
     from amp_bench.measure.case import run_case
     from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.suite import Case
@@ -34,7 +35,7 @@ def _case_job(spec: dict, events: EventChannel, rank, phases) -> dict:
     baton = Baton.from_env()  # a lockstep member's (measure/conductor.py)
     if baton is not None:  # its waits for the other members' turns are a phase of their own
         phases.waited = lambda: baton.waited_s
-    record = run_case(case, device, events, rank, support=support, baton=baton, phases=phases,
+    record = run_case(case, device, events, rank, support=support, baton=baton or NO_BATON, phases=phases,
                       windows=int(spec.get("windows", 1)))
     if rank is not None:  # every rank gets every record; each node's local rank 0 writes the row
         more = record.pop("more_windows", [])

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from amp_bench.analysis.compare import Threshold, bootstrap_median_ratio, judge
+from amp_bench.analysis.intervals import Threshold, bootstrap_median_ratio, judge
 from amp_bench.errors import UserError
 from conftest import ROOT
 

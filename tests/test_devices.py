@@ -162,12 +162,12 @@ def test_the_cpu_phase_probe_only_where_the_kernel_offers_it(monkeypatch):
 def test_the_cpu_caps_the_address_space_above_the_rehearsed_process(monkeypatch):
     import resource
 
-    from amp_bench.measure import channel
+    from amp_bench.measure import procfs
     from amp_bench.measure.devices import cpu
     steps, limits = [], []
     monkeypatch.setattr(cpu, "_predictable_malloc", lambda: steps.append("malloc"))
     monkeypatch.setattr(cpu, "_rehearse", lambda case, kind, device: steps.append(f"rehearse {kind} {device}"))
-    monkeypatch.setattr(channel, "read_status_bytes", lambda key: 3 * GiB if key == "VmSize:" else None)
+    monkeypatch.setattr(procfs, "read_status_bytes", lambda key: 3 * GiB if key == "VmSize:" else None)
     monkeypatch.setattr(resource, "getrlimit", lambda what: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     monkeypatch.setattr(resource, "setrlimit", lambda what, pair: limits.append((what, pair)))
     columns = CpuOps("cpu").cap_memory(SimpleNamespace(memory_cap_bytes=2 * GiB))
@@ -247,7 +247,7 @@ def test_kept_memory_is_written_again_without_page_faults():
 def test_cpu_settles_until_two_steps_were_taken_only_where_the_case_keeps_freed_memory(monkeypatch):
     from amp_bench.measure.devices import cpu
     faulted = iter([10 * MiB, 130 * MiB])  # before and after the untimed step: it faulted in 120 MiB
-    monkeypatch.setattr("amp_bench.measure.channel.faulted_bytes", lambda: next(faulted))
+    monkeypatch.setattr("amp_bench.measure.procfs.faulted_bytes", lambda: next(faulted))
     monkeypatch.setattr(cpu, "keep_freed_memory", lambda case: "system (not glibc)")  # what mallopt answered
     steps = []
     step = SimpleNamespace(untimed_step=lambda inputs, target: steps.append((inputs, target)))
@@ -272,7 +272,7 @@ def test_cpu_settles_until_two_steps_were_taken_only_where_the_case_keeps_freed_
 
 
 FAULTED_BYTES_OF_A_BLOCK = """
-from amp_bench.measure.channel import faulted_bytes
+from amp_bench.measure.procfs import faulted_bytes
 before = faulted_bytes()
 block = bytearray(32 << 20)  # calloc'd: the kernel's zero pages, faulted in as they are written
 block[::4096] = b"\\1" * len(block[::4096])
@@ -296,10 +296,10 @@ def test_faulted_bytes_counts_the_pages_a_process_touches_for_the_first_time():
 def test_the_memory_tracker_reports_what_the_window_faulted_in_per_step(monkeypatch):
     from amp_bench.measure.trackers import MemoryTracker
     faulted = iter([100 * MiB, 106 * MiB])
-    monkeypatch.setattr("amp_bench.measure.channel.faulted_bytes", lambda: next(faulted))
+    monkeypatch.setattr("amp_bench.measure.procfs.faulted_bytes", lambda: next(faulted))
     tracker = MemoryTracker(CpuOps("cpu"))
     tracker.start()
-    columns = tracker.stop(3, {})
+    columns = tracker.stop(3)
     assert columns["window_faulted_bytes_per_step"] == 2 * MiB
     assert columns["rss_hwm_bytes"] > 0
 

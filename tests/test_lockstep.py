@@ -285,9 +285,9 @@ def test_a_refusing_conductor_has_its_members_run_one_after_another(write_suite,
     order = _order(write_suite, "allow_emulated: true\nexplain: false")
     refused = WorkerOutcome({"status": "refused", "reason": "lockstep set not conducted: an import initialised CUDA"},
                             0, False, None, 0.1, tmp_path / "c.log", "fork")
-    monkeypatch.setattr(lockstep, "run_job", lambda *args, **kwargs: refused)
+    monkeypatch.setattr(lockstep.launch, "run_job", lambda *args, **kwargs: refused)
     alone = []
-    monkeypatch.setattr(lockstep, "run_one", lambda case, repeat, *args, stem, **kwargs: (
+    monkeypatch.setattr(lockstep.launch, "run_one", lambda case, repeat, *args, stem, **kwargs: (
         alone.append(stem) or ({"status": "ok", "precision": case.precision}, [])))
     store = RunStore(tmp_path, "20261203T000000Z-host-cpu")
     members = [(case, repeat, f"{case.case_id}-r{repeat}") for _, case, repeat in order[:2]]

@@ -171,3 +171,43 @@ def test_a_kept_memory_cpu_case_settles_one_untimed_step_outside_the_samples_and
     assert [(s["phase"], s["step"]) for s in record["samples"]] == [("warmup", 0), ("measure", 1), ("measure", 2),
                                                                      ("measure", 3)]
     assert record["steps"] == 3 and all(s["loss"] is not None for s in record["samples"])
+
+
+def test_the_trackers_stop_in_order_and_say_their_warnings_beside_their_columns():
+    """A tracker that reads another's columns (contention reads NVML's clock events) names it and stops
+    after it, or the window refuses to run; a tracker's warning comes back beside the columns, never as
+    one of them; the window's step count is its step times'."""
+    from amp_bench.measure.trackers import ContentionTracker, Tracker, run_window
+    from amp_bench.measure.window import WindowTimes
+
+    class Clocks(Tracker):
+        columns = {"clock_event_reasons": "hw_slowdown"}
+
+        def stop(self, steps):
+            return {"steps_seen": steps, **self.columns}
+
+    class Warns(Tracker):
+        def stop(self, steps):
+            self.warnings = ("3 recompiles inside the window",)
+            return {"recompiles_in_window": 3}
+
+    class Watch:
+        def start(self):
+            pass
+
+        def stop(self):
+            return {"contended": False}
+
+    class Sampler:
+        reader = type("Reader", (), {"other_processes": lambda self: []})()
+
+    clocks = Clocks()
+    clocks.sampler = Sampler()
+    contention = ContentionTracker(Watch(), clocks)
+    times = WindowTimes([1.0, 2.0, 3.0], 0.006, "fixed steps")
+    reading = run_window([clocks, Warns(), contention], lambda halt: times)
+    assert reading.times is times and reading.columns["steps_seen"] == 3
+    assert reading.warnings == ["3 recompiles inside the window"] and "_warning" not in reading.columns
+    assert "contended" in reading.columns  # read with the clock events the tracker before it gave
+    with pytest.raises(AssertionError, match="stops before one it reads"):
+        run_window([contention, clocks], lambda halt: times)

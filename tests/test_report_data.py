@@ -7,7 +7,8 @@ import pytest
 from fake_results import write_machine_runs
 
 from amp_bench.errors import UserError
-from amp_bench.report.data import claims_table, collect, environment_table, find_run_dirs, not_measured, verdict
+from amp_bench.report.data import claims_table, collect, environment_table, not_measured, verdict
+from amp_bench.store.results import find_run_dirs
 
 
 @pytest.fixture

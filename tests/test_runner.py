@@ -126,7 +126,7 @@ timeout_s: 20
     results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path, isolation="spawn")
     assert time.monotonic() - started < 90
     by = results.set_index("model_label")
-    # a worker ends once its result is written and its output flushed (channel.exit_without_teardown),
+    # a worker ends once its result is written and its output flushed (ending.exit_without_teardown),
     # fresh interpreter or forked: a thread the model left running is not waited for
     assert by.loc["leaves_thread", "status"] == "ok" and by.loc["leaves_thread", "worker_start"] == "spawn"
     assert "hung after" not in str(by.loc["leaves_thread", "warnings"])

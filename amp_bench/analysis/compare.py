@@ -30,21 +30,11 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import stats
+from amp_bench.analysis import intervals
 from amp_bench.analysis.compare_outputs import to_json, to_junit, to_markdown, write_outputs  # noqa: F401 (re-exported)
 from amp_bench.analysis.drift import speedup_results, wander, widen_for_wander
 from amp_bench.analysis.gate.history import history_noise
-from amp_bench.analysis.intervals import (  # noqa: F401 (re-exported)
-    BOOTSTRAP,
-    MIN_REPEATS,
-    Threshold,
-    bootstrap_median_ratio,
-    judge,
-    mann_whitney_p,
-    repeats_interval,
-    spread_text,
-    welch_log_interval,
-    widen_by_noise,
-)
+from amp_bench.analysis.intervals import Threshold
 from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS, headline_memory
 from amp_bench.errors import UserError
 from amp_bench.store.fingerprint import fingerprint_mismatch, fingerprints
@@ -162,7 +152,7 @@ def compare(baseline: list[str], candidate: list[str], *, threshold_time: Thresh
             noise_floor: dict[str, float] | None = None, history: str | Path | None = None) -> Comparison:
     """noise_floor: case id -> night-to-night noise of its series (log units), or history: a results
     tree to take it from (the candidate's machine): widens each interval by that run-to-run
-    variance, and lets fewer than MIN_REPEATS repeats decide."""
+    variance, and lets fewer than intervals.MIN_REPEATS repeats decide."""
     threshold_throughput = threshold_throughput or threshold_time
     base_rows, base_samples = _load_side(baseline)
     cand_rows, cand_samples = _load_side(candidate)
@@ -314,7 +304,7 @@ def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> li
 
 def _too_few_repeats(n_base: int, n_cand: int) -> str:
     return (f"{n_base} baseline and {n_cand} candidate repeats: run-to-run variance unknown "
-            f"(need {MIN_REPEATS} each, or --history for the series' noise floor)")
+            f"(need {intervals.MIN_REPEATS} each, or --history for the series' noise floor)")
 
 
 def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None) -> MetricResult:
@@ -330,19 +320,19 @@ def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None)
     if base.empty or cand.empty:
         return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
                             "no throughput figure on one side")
-    if min(len(base), len(cand)) < MIN_REPEATS and not floor:
+    if min(len(base), len(cand)) < intervals.MIN_REPEATS and not floor:
         return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
                             _too_few_repeats(len(base), len(cand)))
     bm, cm = float(base.median()), float(cand.median())
     ratio = cm / bm
-    found = welch_log_interval(np.log(base), np.log(cand)) if min(len(base), len(cand)) >= 2 else None
+    found = intervals.welch_log_interval(np.log(base), np.log(cand)) if min(len(base), len(cand)) >= 2 else None
     low, high = (found[1], found[2]) if found else (ratio, ratio)
-    low, high = widen_for_wander(ratio, *widen_by_noise(ratio, low, high, floor), *context.wanders)
+    low, high = widen_for_wander(ratio, *intervals.widen_by_noise(ratio, low, high, floor), *context.wanders)
     if step is not None and step.ci_low and step.ci_high and step.ratio:  # the step time's width, mirrored
         low = min(low, ratio * step.ratio / step.ci_high)
         high = max(high, ratio * step.ratio / step.ci_low)
     return MetricResult(case_id, "throughput", bm, cm, ratio, low, high, None,
-                        judge(low, high, context.throughput.relative, worse_when_higher=False),
+                        intervals.judge(low, high, context.throughput.relative, worse_when_higher=False),
                         f"{len(base)} vs {len(cand)} repeats"
                         + (f"; night noise {floor:.2%} from history" if floor else ""))
 
@@ -364,22 +354,23 @@ def _step_time(case_id, b, c, context: _CaseContext) -> MetricResult:
     if n_base < MIN_SAMPLES or n_cand < MIN_SAMPLES:
         return MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
                             f"{n_base} baseline and {n_cand} candidate step samples (need {MIN_SAMPLES} each)")
-    if min(len(base_steps), len(cand_steps)) < MIN_REPEATS and not floor:
+    if min(len(base_steps), len(cand_steps)) < intervals.MIN_REPEATS and not floor:
         return MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
                             _too_few_repeats(len(base_steps), len(cand_steps)))
-    ratio, low, high = bootstrap_median_ratio(base_steps, cand_steps, context.rng)
+    ratio, low, high = intervals.bootstrap_median_ratio(base_steps, cand_steps, context.rng)
     notes = [f"{n_base} vs {n_cand} steps"]
-    between = repeats_interval(base_steps, cand_steps)
+    between = intervals.repeats_interval(base_steps, cand_steps)
     if between is not None and (between[0] < low or between[1] > high):
         # the wider of the two: the repeats differ between processes more than the samples show
         low, high = min(low, between[0]), max(high, between[1])
-        notes.append(f"interval widened to the spread between repeats ({spread_text(base_steps, cand_steps)})")
-    low, high = widen_for_wander(ratio, *widen_by_noise(ratio, low, high, floor), *context.wanders)
+        spread = intervals.spread_text(base_steps, cand_steps)
+        notes.append(f"interval widened to the spread between repeats ({spread})")
+    low, high = widen_for_wander(ratio, *intervals.widen_by_noise(ratio, low, high, floor), *context.wanders)
     notes += [f"night noise {floor:.2%} from history"] if floor else []
-    p = mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
+    p = intervals.mann_whitney_p(np.concatenate(base_steps), np.concatenate(cand_steps))
     base_median, cand_median = np.median(np.concatenate(base_steps)), np.median(np.concatenate(cand_steps))
     return MetricResult(case_id, "step_time", base_median, cand_median, ratio, low, high, p,
-                        judge(low, high, context.time.relative, worse_when_higher=True), "; ".join(notes))
+                        intervals.judge(low, high, context.time.relative, worse_when_higher=True), "; ".join(notes))
 
 
 def _peak_memory(case_id, b, c, threshold: Threshold) -> MetricResult:
@@ -394,6 +385,6 @@ def _peak_memory(case_id, b, c, threshold: Threshold) -> MetricResult:
         verdict = "regression" if cand_mem.min() - base_mem.max() > threshold.absolute_bytes else (
             "improvement" if base_mem.min() - cand_mem.max() > threshold.absolute_bytes else "no change")
     else:
-        verdict = judge(low, high, threshold.relative, worse_when_higher=True)
+        verdict = intervals.judge(low, high, threshold.relative, worse_when_higher=True)
     return MetricResult(case_id, "peak_memory", bm, cm, cm / bm if bm else None, low, high, None, verdict,
                         f"{len(base_mem)} vs {len(cand_mem)} repeats")

@@ -374,7 +374,7 @@ def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
     except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback in the log, exit 1
         import traceback
         traceback.print_exc()
-    from amp_bench.measure.channel import exit_without_teardown
+    from amp_bench.measure.ending import exit_without_teardown
     exit_without_teardown(code)
 
 
@@ -491,7 +491,7 @@ def _reaped_one() -> bool:
 def _session_process(conn: socket.socket, zygote_pid: int, same: dict) -> None:
     """The forked copy of the zygote serving one run: never back into the accept loop, never torn down
     (an error in it is its run's: in the log, and the run's join or next case says the server is gone)."""
-    from amp_bench.measure.channel import exit_without_teardown
+    from amp_bench.measure.ending import exit_without_teardown
     code = 1
     try:
         code = _run_session(conn, zygote_pid, same)
@@ -505,7 +505,7 @@ def _session_process(conn: socket.socket, zygote_pid: int, same: dict) -> None:
 def _run_session(conn: socket.socket, zygote_pid: int, same: dict) -> int:
     """In a run's server forked by the zygote: check the run would get what its own server would give
     it (what_a_fork_keeps), import what the run adds, say ready, then serve it as its own server would."""
-    from amp_bench.measure.channel import die_with_parent
+    from amp_bench.measure.ending import die_with_parent
     os.environ["AMP_BENCH_PARENT_PID"] = str(zygote_pid)
     die_with_parent()  # the zygote ended: so does this server (and, through theirs, its children)
     conn.settimeout(None)
@@ -525,7 +525,7 @@ def _run_session(conn: socket.socket, zygote_pid: int, same: dict) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from amp_bench.measure.channel import die_with_parent
+    from amp_bench.measure.ending import die_with_parent
     die_with_parent()  # AMP_BENCH_PARENT_PID: the run's parent (a zygote's: whoever started it)
     if argv[0] == "--zygote":
         options = json.loads(argv[2])
@@ -547,5 +547,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from amp_bench.measure.channel import exit_without_teardown
+    from amp_bench.measure.ending import exit_without_teardown
     exit_without_teardown(main(sys.argv[1:]))  # the server holds torch: its teardown cost every run 1.5 s

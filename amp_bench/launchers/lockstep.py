@@ -19,19 +19,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from amp_bench.launchers import process
+from amp_bench.launchers import launch, process
 from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import (
-    base_row,
-    case_spec,
-    contention_watch,
-    death_reason,
-    finish,
-    for_repeat,
-    run_job,
-    run_one,
-    worker_setting,
-)
 from amp_bench.platform.device import DeviceInfo, Support
 from amp_bench.store.results import RunStore
 from amp_bench.suite import Case
@@ -49,11 +38,11 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     each member's (row, per-step samples) in order."""
     prepared, specs = [], []
     for (case, repeat, stem), support in zip(members, supports):
-        row = base_row(case, repeat, device, versions, store.run_id)
-        case = for_repeat(case, repeat)
-        _, extra_env, cache_dir = worker_setting(case, store, stem, row)
+        row = launch.base_row(case, repeat, device, versions, store.run_id)
+        case = launch.for_repeat(case, repeat)
+        _, extra_env, cache_dir = launch.worker_setting(case, store, stem, row)
         spec_path = store.dir / "work" / f"{stem}.json"
-        spec_path.write_text(json.dumps(case_spec(case, device, support)), encoding="utf-8")
+        spec_path.write_text(json.dumps(launch.case_spec(case, device, support)), encoding="utf-8")
         specs.append({"spec": str(spec_path), "result": str(store.dir / "work" / f"{stem}.result.json"),
                       "log": str(store.dir / "logs" / f"{stem}.log"), "env": extra_env or {},
                       "timeout_s": case.timeout_s})
@@ -75,8 +64,8 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     started, started_at = time.monotonic(), time.time()
     deadline_s = sum(p[1].timeout_s for p in prepared) + SET_SLACK_S
     try:
-        outcome = run_job(store, "lockstep", stem, {"members": specs}, deadline_s, on_event=each_member,
-                          server=server, contention=contention_watch(first, device))
+        outcome = launch.run_job(store, "lockstep", stem, {"members": specs}, deadline_s, on_event=each_member,
+                          server=server, contention=launch.contention_watch(first, device))
     finally:
         for spec in specs:
             Path(spec["spec"]).unlink(missing_ok=True)
@@ -91,7 +80,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     for n, (row, case, repeat, member_stem, cache_dir) in enumerate(prepared):
         found = _member_outcome(outcome, ended.get(n), specs[n], started, unreaped, started_at)
         row[INTERLEAVE_COLUMN] = "steps"
-        rows.append(finish(row, found, case, repeat, store, member_stem, cache_dir))
+        rows.append(launch.finish(row, found, case, repeat, store, member_stem, cache_dir))
     return rows
 
 
@@ -99,7 +88,7 @@ def _one_after_another(members, device, versions, store, supports, on_event, ser
     """The set's members each in a worker of its own, one after another (the conductor refused)."""
     rows = []
     for (case, repeat, stem), support in zip(members, supports):
-        row, samples = run_one(case, repeat, device, versions, store, support, stem=stem, server=server,
+        row, samples = launch.run_one(case, repeat, device, versions, store, support, stem=stem, server=server,
                                on_event=None if on_event is None else (lambda event, case=case: on_event(case, event)))
         row[INTERLEAVE_COLUMN] = "repeats"
         row["warnings"] = " | ".join(w for w in (row.get("warnings"), f"{why}; run alone") if w)
@@ -118,7 +107,7 @@ def _set_ending(conductor: process.WorkerOutcome, stem: str, deadline_s: float, 
                                                f"({deadline_s:g} s: their timeout_s together and {SET_SLACK_S:g}); "
                                                f"killed with its conductor ({log})"}
     failed = conductor.result or {}
-    why = failed.get("reason") or death_reason(conductor, deadline_s).replace("worker", "conductor", 1)
+    why = failed.get("reason") or launch.death_reason(conductor, deadline_s).replace("worker", "conductor", 1)
     return {"status": "error", "reason": f"the lockstep set's conductor failed: {why} ({log})"}
 
 

@@ -101,7 +101,7 @@ def first_rank_failure(result_path, world_size: int) -> dict | None:
 # --------------------------------------------------------------------------- launcher
 
 def _launch(argv: list[str]) -> int:
-    from amp_bench.measure.channel import die_with_parent
+    from amp_bench.measure.ending import die_with_parent
     die_with_parent()
     fd = os.environ.pop("AMP_BENCH_EVENT_FD", None)
     if fd:  # torchrun closes inherited fds; rank 0 reopens this process's end of the pipe by path
@@ -129,5 +129,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from amp_bench.measure.channel import exit_without_teardown
+    from amp_bench.measure.ending import exit_without_teardown
     exit_without_teardown(main(sys.argv[1:]))  # torchrun has reaped its ranks: skip tearing torch down

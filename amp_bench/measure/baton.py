@@ -23,6 +23,25 @@ TURN_S = 0.05
 MORE, WINDOW_OVER, GO = b"m", b"w", b"g"
 
 
+class NoBaton:
+    """The baton of a worker outside a lockstep set: every turn is its own, so a case's code takes and passes
+    turns alike whether it runs in a set or alone."""
+    partners: tuple[int, ...] = ()
+    waited_s = 0.0
+
+    def take(self) -> None:
+        pass
+
+    def give(self, word: bytes = MORE) -> None:
+        pass
+
+    def turn_over(self) -> bool:
+        return False
+
+    def pass_turn(self) -> None:
+        pass
+
+
 class Baton:
     """Held by one member. take() blocks until the conductor gives a turn; give() hands it back."""
 
@@ -82,3 +101,6 @@ class Baton:
         """Between two steps of the window: give the turn back and wait for the next."""
         self.give(MORE)
         self.take()
+
+
+NO_BATON = NoBaton()

@@ -12,14 +12,38 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from amp_bench import modes
 from amp_bench.measure import compiling
-from amp_bench.measure.channel import EventChannel, read_rss_bytes
+from amp_bench.measure.baton import NO_BATON, WINDOW_OVER, Baton, NoBaton
+from amp_bench.measure.channel import EventChannel
+from amp_bench.measure.ddp import Rank, synced_steps, threads_per_rank
 from amp_bench.measure.devices import for_device
+from amp_bench.measure.devices.base import DeviceOps
 from amp_bench.measure.phases import PhaseClock
+from amp_bench.measure.procfs import read_rss_bytes
 from amp_bench.measure.telemetry.contention import WindowWatch
+from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
+from amp_bench.measure.telemetry.phase_memory import phase_columns
+from amp_bench.measure.telemetry.profile import MIN_STEPS, TRACE_ENV, capture
+from amp_bench.measure.trackers import (
+    CompileTracker,
+    ContentionTracker,
+    MemoryTracker,
+    NvmlTracker,
+    WindowReading,
+    run_window,
+)
+from amp_bench.measure.window import StopRule, measure_window, stop_rule
+from amp_bench.platform.device import DeviceInfo, may_run, not_run_reason
+from amp_bench.platform.nvml import NvmlReader
+from amp_bench.stats import MEASURED_PHASE, WORKER_PHASES, Window, median_ci, phase_column
+from amp_bench.suite import Case
+
+if TYPE_CHECKING:  # a set-up case's step (the module imports torch)
+    from amp_bench.measure.step import TrainStep
 
 
 def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: dict, steps_taken: int) -> None:
@@ -36,8 +60,6 @@ def _after_window(case, device, ops, step, inputs, target, median_ms: float, pha
     """Outside the timed window: one step counted for FLOPs, instrumented for per-phase memory too (the
     counter allocates nothing). A compiled case's counted step runs its eager module, so its memory gets
     a step of its own, compiled; so does a case whose FLOPs another worker of the run counts."""
-    from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
-    from amp_bench.measure.telemetry.phase_memory import phase_columns
 
     phases = phases or PhaseClock()
     out: dict = {}
@@ -65,11 +87,9 @@ def _explain(case, device, step, inputs, target, median_ms: float, rank=None) ->
     """explain: a few more steps under torch.profiler after the window; rank 0 saves the trace. Under DDP
     every rank runs the same fixed number of steps with gradient sync (so communication is real),
     guarded by a timeout (measure/ddp.py)."""
-    from amp_bench.measure.telemetry.profile import MIN_STEPS, TRACE_ENV, capture
     trace = os.environ.get(TRACE_ENV) if os.environ.get("RANK", "0") == "0" else None
     if rank is None:
         return capture(step, inputs, target, device.type, trace, median_ms)
-    from amp_bench.measure.ddp import synced_steps
     return synced_steps(rank, lambda: capture(step, inputs, target, device.type, trace, median_ms, MIN_STEPS),
                         MIN_STEPS, median_ms)
 
@@ -84,7 +104,6 @@ def prepare_case(case, device, record: dict, support):
 
     from amp_bench.measure.precision import autocast_engages, check_fp32_math, read_fp32_math_flags, set_fp32_math
     from amp_bench.measure.step import UnsupportedCase
-    from amp_bench.platform.device import may_run, not_run_reason
 
     record["emulated"] = support.emulated
     record["emulated_reason"] = support.reason if support.emulated else ""
@@ -137,9 +156,8 @@ def build_step(case, device_type: str, torch_device, record: dict, wrap=None, mo
     inputs, target = workload.make_batch(case.batch_size, torch_device)  # once, on the device
     if wrap is not None:
         model = wrap(model)
-    from amp_bench.measure.compiling import compile_model, compile_optimizer_step
-    model = compile_model(model, case)  # lazily: it compiles in the first warmup step (compiling.py)
-    compile_optimizer_step(optimizer, case)
+    model = compiling.compile_model(model, case)  # lazily: it compiles in the first warmup step (compiling.py)
+    compiling.compile_optimizer_step(optimizer, case)
     step = TrainStep(model, workload.loss_fn, optimizer, mode or modes.get(case.precision), device_type)
     record["scaler_host_sync"] = step.scaler_host_sync  # a per-step sync fp16 pays with a non-fused optimizer
     return step, inputs, target
@@ -149,26 +167,26 @@ def build_step(case, device_type: str, torch_device, record: dict, wrap=None, mo
 class _Setup:
     """A case made ready in this process: its device seam, mode, record so far, step and batch, stop
     rule, the device meter (NVML) where there is one, and its rank under DDP."""
-    case: object
-    device: object
-    ops: object
-    mode: object
+    case: Case
+    device: DeviceInfo
+    ops: DeviceOps
+    mode: modes.Mode
     record: dict
-    step: object
-    inputs: object
-    target: object
-    rule: object
-    rank: object = None
-    reader: object = None
+    step: TrainStep
+    inputs: Any  # the batch on the device: a tensor, or a model's dict of them
+    target: Any
+    rule: StopRule
+    rank: Rank | None = None
+    reader: NvmlReader | None = None
     baseline: int | None = None
-    watch: object = None  # the host at the window's edges (telemetry.contention.WindowWatch), made at warmup
-    loss_values: list = None  # every step's loss, warmup's first
-    phases: PhaseClock = None  # the worker's phase clock (measure/phases.py)
+    watch: WindowWatch | None = None  # the host at the window's edges, made at warmup
+    loss_values: list[float] = field(default_factory=list)  # every step's loss, warmup's first
+    phases: PhaseClock = field(default_factory=PhaseClock)  # the worker's phase clock (measure/phases.py)
     warmup_taken: int = 0  # the warmup steps run (a compiled case's until compilation settled)
 
 
-def run_case(case, device, events: EventChannel, rank=None, *, support, baton=None, phases=None,
-             windows: int = 1) -> dict:
+def run_case(case, device, events: EventChannel, rank=None, *, support, baton: Baton | NoBaton = NO_BATON,
+             phases=None, windows: int = 1) -> dict:
     """Build, warm up and measure one case. Returns the record (status ok or nonfinite). `support`: the
     hardware gate's decision for it, made by the parent that planned it (platform.device.precision_support).
 
@@ -180,24 +198,18 @@ def run_case(case, device, events: EventChannel, rank=None, *, support, baton=No
     `windows` > 1: as many windows, one after another, for as many repeats of the case (repeats_per_worker):
     the later ones' records, each whole, are the record's `more_windows`."""
     phases = phases or PhaseClock()
-    if baton is not None:
-        baton.take()
+    baton.take()
     setup = _set_up(case, device, rank, support, phases)
     losses: list = []
     warmup_steps = setup.warmup_taken = _warm_up(setup, losses, events, baton)
-    if baton is not None:
-        baton.pass_turn()  # every member warms up before any window opens
-    (per_step_ms, window_s, setup.record["stop_reason"]), columns = _window(setup, losses, events, warmup_steps,
-                                                                            baton)
-    median_ms, setup.loss_values = _record_window(setup, setup.record, per_step_ms, window_s, columns, losses,
-                                                  warmup_steps)
+    baton.pass_turn()  # every member warms up before any window opens
+    reading = _window(setup, losses, events, warmup_steps, baton)
+    median_ms, setup.loss_values = _record_window(setup, setup.record, reading, losses, warmup_steps)
     phases.mark("window")
-    more = _more_windows(setup, events, windows - 1, warmup_steps + len(per_step_ms))
+    more = _more_windows(setup, events, windows - 1, warmup_steps + len(reading.times.per_step_ms))
     events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
-    if baton is not None:
-        from amp_bench.measure.baton import WINDOW_OVER
-        baton.give(WINDOW_OVER)
-        baton.take()  # the instrumented steps after every member's window
+    baton.give(WINDOW_OVER)
+    baton.take()  # the instrumented steps after every member's window
     _instrument(setup, median_ms)
     record = _status(setup.record, setup.loss_values)
     if more:
@@ -209,13 +221,12 @@ def _more_windows(setup: _Setup, events: EventChannel, count: int, steps_before:
     """`count` more windows right after the first, each a later repeat's whole record: the worker's columns
     as they stood after the first window (its set-up, flags, compile), then the window's own; its phases are
     its window alone (the worker's start, build and warmup are the first repeat's). No probe runs for them."""
-    from amp_bench.stats import WORKER_PHASES, phase_column
     records = []
     for _ in range(count):
         record, losses = {k: v for k, v in setup.record.items() if k != "samples"}, []
-        (per_step_ms, window_s, record["stop_reason"]), columns = _window(setup, losses, events, 0)
-        _, loss_values = _record_window(setup, record, per_step_ms, window_s, columns, losses, 0, steps_before)
-        steps_before += len(per_step_ms)
+        reading = _window(setup, losses, events, 0)
+        _, loss_values = _record_window(setup, record, reading, losses, 0, steps_before)
+        steps_before += len(reading.times.per_step_ms)
         record.update({phase_column(name): 0.0 for name in WORKER_PHASES})
         record[phase_column("window")] = round(setup.phases.hand_off(), 4)
         records.append(_status(record, loss_values))
@@ -227,10 +238,8 @@ def _set_up(case, device, rank, support, phases: PhaseClock) -> _Setup:
     seeds, the device meter's idle baseline, then the model, optimizer, batch and step."""
     import torch
 
-    from amp_bench.measure.window import stop_rule
     phases.mark("imports")
     if rank is not None:  # set explicitly: torchrun alone would leave one thread per rank
-        from amp_bench.measure.ddp import threads_per_rank
         torch.set_num_threads(int(os.environ.get("AMP_BENCH_THREADS_PER_RANK") or threads_per_rank(case)))
     record: dict = {"num_threads": torch.get_num_threads(),
                     "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY") or "default (spin, then sleep)"}
@@ -261,18 +270,17 @@ def _set_up(case, device, rank, support, phases: PhaseClock) -> _Setup:
                   baseline, phases=phases)
 
 
-def _warm_up(setup: _Setup, losses: list, events: EventChannel, baton=None) -> int:
+def _warm_up(setup: _Setup, losses: list, events: EventChannel, baton: Baton | NoBaton) -> int:
     """Warmup (on until compilation settles for a compiled case), then the settle step; how many ran."""
     case, record = setup.case, setup.record
     total = case.warmup_steps + setup.rule.max_steps  # the most steps this case can take, for progress
     events.emit(event="phase", phase="warmup", total=total)
-    setup.watch = WindowWatch(setup.ops.host_threads(record["num_threads"]),
-                              partners=baton.partners if baton is not None else ())
+    setup.watch = WindowWatch(setup.ops.host_threads(record["num_threads"]), partners=baton.partners)
     if not case.compiled:  # inductor's compile workers would count as other processes
         setup.watch.mark_warmup()  # a window too short for /proc/stat is judged with its warmup
     launched = os.environ.get("AMP_BENCH_LAUNCHED_AT")  # the parent's clock when it started this worker
-    waited = baton.waited_s if baton is not None else 0.0  # a lockstep member's wait for its first turn
-    record["worker_start_s"] = time.time() - float(launched) - waited if launched else None  # launch -> first step
+    # launch -> first step, less a lockstep member's wait for its first turn
+    record["worker_start_s"] = time.time() - float(launched) - baton.waited_s if launched else None
     compile_columns = compiling.warm_up(case, setup.step, setup.inputs, setup.target, losses,
                                         lambda i: _warmup_step_done(setup, events, i, total))
     compiling.log_summary(compile_columns)
@@ -293,16 +301,13 @@ def _warmup_step_done(setup: _Setup, events: EventChannel, index: int, total: in
     events.emit(event="step", phase="warmup", step=index, total=total)
 
 
-def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int, baton=None):
-    """The timed window with its trackers: ((per-step ms, window s, stop reason), the trackers' columns)."""
-    from amp_bench.measure.trackers import CompileTracker, ContentionTracker, MemoryTracker, NvmlTracker, run_window
-    from amp_bench.measure.window import measure_window
-    from amp_bench.stats import MEASURED_PHASE
+def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int,
+            baton: Baton | NoBaton = NO_BATON) -> WindowReading:
+    """The timed window with its trackers: its step times, and the trackers' columns and warnings."""
     case, rule = setup.case, setup.rule
-    trackers = [MemoryTracker(setup.ops)]
-    if setup.reader is not None:
-        trackers.append(NvmlTracker(setup.reader, setup.baseline, case.nvml_interval_ms, case.batch_size))
-    trackers.append(ContentionTracker(setup.watch, setup.reader))
+    nvml = NvmlTracker(setup.reader, setup.baseline, case.nvml_interval_ms, case.batch_size) \
+        if setup.reader is not None else None
+    trackers = [MemoryTracker(setup.ops), *([nvml] if nvml else []), ContentionTracker(setup.watch, nvml)]
     if case.compiled:
         trackers.append(CompileTracker(setup.record))
     timer = setup.ops.step_timer(rule.max_steps)
@@ -318,17 +323,16 @@ def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int
     return run_window(trackers, measure)
 
 
-def _record_window(setup: _Setup, record: dict, per_step_ms, window_s, columns: dict, losses: list,
-                   warmup_steps: int, steps_before: int | None = None) -> tuple[float, list[float]]:
+def _record_window(setup: _Setup, record: dict, reading: WindowReading, losses: list, warmup_steps: int,
+                   steps_before: int | None = None) -> tuple[float, list[float]]:
     """The window's figures, the trackers' columns, the losses, warnings and per-step samples into
     `record`; returns the median step time and the losses (warmup's first). `steps_before`: the steps the
     worker took before this window (its warmup, and any earlier window's)."""
     import torch
 
-    from amp_bench.stats import MEASURED_PHASE, Window, median_ci
     case, rule, step = setup.case, setup.rule, setup.step
-    tracker_warning = columns.pop("_warning", "")
-    record.update(columns)
+    per_step_ms, window_s, record["stop_reason"] = reading.times
+    record.update(reading.columns)
     steps = len(per_step_ms)
     record.update(steps=steps, min_steps=rule.min_steps, max_steps=rule.max_steps, target_ci=rule.target_ci,
                   case_budget_s=rule.budget_s)
@@ -339,8 +343,8 @@ def _record_window(setup: _Setup, record: dict, per_step_ms, window_s, columns: 
     record.update(loss_first=loss_values[0], loss_last=loss_values[-1],
                   output_dtype=str(step.output_dtype).replace("torch.", "") if step.output_dtype else "")
     before = warmup_steps if steps_before is None else steps_before
-    warnings = [w for w in (tracker_warning, window.stats.instability()) if w] + _step_warnings(setup, record, before,
-                                                                                                steps)
+    warnings = [*reading.warnings, *filter(None, [window.stats.instability()]),
+                *_step_warnings(setup, record, before, steps)]
     record["warnings"] = " | ".join(warnings)
     record["samples"] = [
         {"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
@@ -371,20 +375,38 @@ def _step_warnings(setup: _Setup, record: dict, steps_before: int, steps: int) -
     return warnings
 
 
+def _counted_step(setup: _Setup, median_ms: float) -> dict:
+    """FLOPs and per-phase memory (_after_window); under DDP without gradient sync: no collective that a
+    rank-local failure here could desync."""
+    no_sync = setup.step.model.no_sync() if setup.rank is not None else contextlib.nullcontext()
+    with no_sync:
+        return _after_window(setup.case, setup.device, setup.ops, setup.step, setup.inputs, setup.target, median_ms,
+                             setup.phases)
+
+
+def _profiled_steps(setup: _Setup, median_ms: float) -> dict:
+    """explain's profiled steps (_explain), with the case's explain on."""
+    if not getattr(setup.case, "explain", False):
+        return {}
+    out = _explain(setup.case, setup.device, setup.step, setup.inputs, setup.target, median_ms, setup.rank)
+    setup.phases.mark("profile")
+    return out
+
+
+# The probes after the window, each (setup, median ms) -> its columns, in this order: the counted and
+# instrumented step before the profiled ones, whose profiler would otherwise enter the phases' peaks.
+AFTER_WINDOW = (_counted_step, _profiled_steps)
+
+
 def _instrument(setup: _Setup, median_ms: float) -> None:
-    """After the window: FLOPs and per-phase memory, then explain's profiled steps; never at the cost of
-    the measurement taken (a failure is a warning)."""
-    case, record, rank = setup.case, setup.record, setup.rank
+    """After the window: AFTER_WINDOW's probes, for a case that instruments or counts its FLOPs; never at the
+    cost of the measurement taken (a failure is a warning)."""
+    if not (setup.case.instrument or setup.case.count_flops):
+        return
+    record = setup.record
     try:
-        if case.instrument or case.count_flops:
-            # under DDP without gradient sync: no collective that a rank-local failure here could desync
-            no_sync = setup.step.model.no_sync() if rank is not None else contextlib.nullcontext()
-            with no_sync:
-                record.update(_after_window(case, setup.device, setup.ops, setup.step, setup.inputs, setup.target,
-                                            median_ms, setup.phases))
-            if getattr(case, "explain", False):
-                record.update(_explain(case, setup.device, setup.step, setup.inputs, setup.target, median_ms, rank))
-                setup.phases.mark("profile")
+        for probe in AFTER_WINDOW:
+            record.update(probe(setup, median_ms))
     except Exception as exc:  # instrumentation must never cost the measurement taken above
         record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
                                                     f"failed: {type(exc).__name__}: {exc}"[:300]) if w)

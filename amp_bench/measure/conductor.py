@@ -30,7 +30,8 @@ import time
 import traceback
 
 from amp_bench.measure.baton import BATON_ENV, GO, MORE, WINDOW_OVER
-from amp_bench.measure.channel import EventChannel, die_with_parent, exit_without_teardown
+from amp_bench.measure.channel import EventChannel
+from amp_bench.measure.ending import die_with_parent, exit_without_teardown
 
 
 class _Member:

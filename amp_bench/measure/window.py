@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from amp_bench.stats import MIN_CI_SAMPLES, relative_half_width
 
@@ -70,8 +70,14 @@ def stop_rule(case, rank=None):
     return StopRule(case.min_steps, case.max_steps, case.target_ci, case.case_budget_s)
 
 
+class WindowTimes(NamedTuple):
+    per_step_ms: list[float]
+    window_s: float
+    stop_reason: str  # precision reached, budget, max steps, fixed steps
+
+
 def measure_window(run_step, timer, rule, on_step=lambda i: None,
-                   before_end=lambda: None, baton=None) -> tuple[list[float], float, str]:
+                   before_end=lambda: None, baton=None) -> WindowTimes:
     """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
     The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
     at checkpoints, about ten times a window, so the GPU queue stays full in between. `before_end`
@@ -102,8 +108,7 @@ def measure_window(run_step, timer, rule, on_step=lambda i: None,
         elif rule.adaptive and timer.cheap_times and rule.over_budget(n, timer.elapsed_s()):
             reason = "budget"  # a clock read: the CPU window ends on the step that spends the budget
     before_end()
-    per_step_ms, window_s = timer.end_window()
-    return per_step_ms, window_s, reason
+    return WindowTimes(*timer.end_window(), reason)
 
 
 class CpuStepTimer:

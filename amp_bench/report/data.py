@@ -14,16 +14,8 @@ from amp_bench import identity, modes
 from amp_bench.analysis.speedups import summarize
 from amp_bench.errors import UserError
 from amp_bench.stats import measured as measured_samples
+from amp_bench.store import results
 from amp_bench.store.flags import is_true, text_column
-from amp_bench.store.results import (
-    RESULT_COLUMNS,
-    RESULTS_FILE,
-    SAMPLE_COLUMNS,
-    SAMPLES_FILE,
-    find_run_dirs,
-    read_manifests,
-    read_table,
-)
 
 # The seed articles' claims: "AMP is 1.5-3x faster and uses 40-50% less memory".
 CLAIMED_SPEEDUP = (1.5, 3.0)
@@ -91,14 +83,15 @@ class ReportData:
 def collect(inputs: list[str | Path], prices: dict | None = None, reference: str | None = None) -> ReportData:
     from amp_bench.analysis.fidelity import load_fidelity
     from amp_bench.analysis.headroom import load_headroom
-    run_dirs = find_run_dirs(inputs)
-    frame = read_table(run_dirs, RESULTS_FILE[: -len(".csv")], RESULT_COLUMNS)
-    samples = read_table(run_dirs, SAMPLES_FILE[: -len(".csv")], SAMPLE_COLUMNS)
+    run_dirs = results.find_run_dirs(inputs)
+    frame = results.read_table(run_dirs, results.RESULTS_FILE[: -len(".csv")], results.RESULT_COLUMNS)
+    samples = results.read_table(run_dirs, results.SAMPLES_FILE[: -len(".csv")], results.SAMPLE_COLUMNS)
     try:
         fidelity, headroom = load_fidelity(run_dirs), load_headroom(run_dirs)
     except (ValueError, pd.errors.ParserError) as exc:
         raise UserError(f"{', '.join(map(str, run_dirs))}: unreadable fidelity or headroom table ({exc})") from None
-    data = ReportData(run_dirs, frame, samples, read_manifests(run_dirs), fidelity, headroom, prices or {}, reference)
+    manifests = results.read_manifests(run_dirs)
+    data = ReportData(run_dirs, frame, samples, manifests, fidelity, headroom, prices or {}, reference)
     if not (data.has_benchmarks or data.has_fidelity or data.has_headroom):
         raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")
     return data

@@ -12,15 +12,8 @@ import pandas as pd
 from amp_bench import modes
 from amp_bench.analysis.headline import headlines
 from amp_bench.report import charts, compile_section, explain_section, gpus_section, predict_section
-from amp_bench.report.data import (
-    CLAIMED_MEMORY_SAVING,
-    CLAIMED_SPEEDUP,
-    ReportData,
-    claims_table,
-    environment_table,
-    not_measured,
-    step_samples,
-)
+from amp_bench.report import data as report_data
+from amp_bench.report.data import ReportData
 from amp_bench.store.flags import is_true, true_rows
 
 CSS = """
@@ -158,7 +151,7 @@ def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, st
         *([("scaling", "Scaling across processes (DDP)", scaling)] if scaling is not None else []),
         *([("compile", "torch.compile: precision x compile mode", compile_section.heatmap(summary))]
           if compile_section.has_compile(summary) else []),
-        ("distributions", "Step-time distributions", charts.step_time_chart(step_samples(data))),
+        ("distributions", "Step-time distributions", charts.step_time_chart(report_data.step_samples(data))),
         ("energy", "Energy and MFU", charts.energy_and_mfu_chart(summary, results)),
         ("scaler", "GradScaler skipped steps", charts.scaler_chart(results)),
         ("worker-time", "Where each worker's time went", charts.worker_time_chart(results)),
@@ -276,9 +269,10 @@ def _sections_html(data: ReportData, summary: pd.DataFrame, missing: pd.DataFram
 
 
 def _claims_html(claims: pd.DataFrame) -> list[str]:
+    (fast, faster), (saves, saves_more) = report_data.CLAIMED_SPEEDUP, report_data.CLAIMED_MEMORY_SAVING
     return ["<h2 id='claims'>The claims, checked</h2>",
-            f"<p class='note'>Seed articles: AMP is {CLAIMED_SPEEDUP[0]}-{CLAIMED_SPEEDUP[1]}x faster and saves "
-            f"{CLAIMED_MEMORY_SAVING[0]:.0%}-{CLAIMED_MEMORY_SAVING[1]:.0%} memory. Each AMP case against fp32 and, "
+            f"<p class='note'>Seed articles: AMP is {fast}-{faster}x faster and saves "
+            f"{saves:.0%}-{saves_more:.0%} memory. Each AMP case against fp32 and, "
             "where run, against tf32 — on Ampere and later TF32 is what 'FP32' means to most users. Verdicts: "
             "below, within or above the claimed range.</p>",
             html_table(claims_for_reading(claims), lambda c, r: str(r[c]).split(" ")[0] if c.endswith("verdict")
@@ -370,9 +364,9 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     summary = data.summary
-    claims = claims_table(summary, data.headroom_runs)
-    env = environment_table(data)
-    missing = not_measured(data.results)
+    claims = report_data.claims_table(summary, data.headroom_runs)
+    env = report_data.environment_table(data)
+    missing = report_data.not_measured(data.results)
     stem = output.with_suffix("")
     written: dict[str, object] = {}
     figures = build_figures(data, summary) if ("html" in formats or images) else []

@@ -102,7 +102,7 @@ def settle_memory(run_step, steps: int, faulted=None) -> dict:
     for fp32, 1.26x for bf16 in one main job; 1.02-1.05x one worker at a time); with it out of the window
     the windows' step-time CV fell to 0.3-5% (one 10.7%). Settling on until a step faulted in under 1% of
     the RSS took 2.4 steps a worker and a third more time for little. Returns the row's settle columns."""
-    from amp_bench.measure.channel import faulted_bytes
+    from amp_bench.measure.procfs import faulted_bytes
     faulted = faulted or faulted_bytes
     new_bytes = None
     for _ in range(steps):
@@ -143,7 +143,7 @@ class CpuOps(DeviceOps):
         the cap, so the cap is what the model and its training may use on top of the bare runtime."""
         import resource
 
-        from amp_bench.measure.channel import read_status_bytes
+        from amp_bench.measure.procfs import read_status_bytes
         cap_bytes = case.memory_cap_bytes
         _predictable_malloc()
         _rehearse(case, self.type, self.torch_device)

@@ -177,7 +177,7 @@ def train_precision(spec, precision: str, device, events, support) -> dict:
     `support`: the parent's hardware-gate decision (platform.device.precision_support)."""
     import os
 
-    from amp_bench.measure.channel import is_oom
+    from amp_bench.measure.ending import is_oom
     from amp_bench.measure.precision import autocast_engages, set_fp32_math
     from amp_bench.measure.step import UnsupportedCase
     from amp_bench.platform.device import may_run
