@@ -112,6 +112,21 @@ def test_a_runs_advice_is_ranked_per_case_with_how_to_try_each_and_in_the_report
     assert list(shown["rule"]) == ["channels_last"] and shown["speedup"].iloc[0].startswith("1.1")
 
 
+def test_a_runs_advice_starts_from_the_cases_median_not_its_profiled_repeat(tmp_path):
+    """The profiled repeat ran on a slow stretch of the VM (1.6x its other repeats, as r0 of a main job did):
+    the expected step starts from the median the table prints, the speedup is the profile's either way."""
+    from amp_bench.analysis.advice.for_run import run_advice
+    resnet50_cpu(tmp_path)
+    row = json.loads((ADVICE / "resnet50-bs8-224px-amp_bf16-r0.row.json").read_text())
+    row.update(run_id=tmp_path.name, repeat=0, model_label="resnet50", image_size=224)
+    alone = run_advice(pd.DataFrame([row]), [tmp_path])[0][1]
+    others = [{**row, "repeat": r, "step_time_ms_median": row["step_time_ms_median"] / 1.6} for r in (1, 2)]
+    (_, item), *_ = run_advice(pd.DataFrame([row, *others]), [tmp_path])
+    assert item.step_ms == pytest.approx(row["step_time_ms_median"] / 1.6)
+    assert item.speedup == pytest.approx(alone.speedup)
+    assert f"from {item.step_ms:.4g}" in item.line()
+
+
 PREDICT = ROOT / "tests" / "data" / "predict"
 
 

@@ -12,12 +12,17 @@ from amp_bench.identity import case_label
 
 
 def run_advice(results: pd.DataFrame, run_dirs) -> list[tuple[dict, Advice | str]]:
-    """(row, an Advice or a by-design note) for every first-repeat row with a breakdown, in row order."""
+    """(row, an Advice or a by-design note) for every first-repeat row with a breakdown, in row order. A step is
+    the case's median over its ok repeats, the figure its table prints: the profiled repeat alone may have run
+    on a slower or faster machine (the saving's share of the step is the profile's either way)."""
     by_run = {Path(d).name: Path(d) for d in run_dirs}
     found = []
     if results.empty or "explain_status" not in results:
         return found
-    for row in results[(results["status"] == "ok") & (results["repeat"] == 0)].to_dict("records"):
+    ok = results[results["status"] == "ok"]
+    medians = ok.groupby(["run_id", "case_id"])["step_time_ms_median"].median()
+    for row in ok[ok["repeat"] == 0].to_dict("records"):
+        row["step_time_ms_median"] = medians.get((row["run_id"], row["case_id"]), row["step_time_ms_median"])
         evidence = from_row(row, by_run.get(str(row.get("run_id"))))
         found += [(row, item) for item in advise(evidence)] + [(row, note) for note in
                                                                 (intrinsic(evidence) if evidence else [])]

@@ -39,7 +39,7 @@ class Advice:
 
     def line(self) -> str:
         """The item in one line, for the console and the report."""
-        return (f"{self.change}: {self.evidence}; expected step ~{self.predicted_ms:.4g} ms "
+        return (f"{self.change}: {self.evidence}; expected step ~{self.predicted_ms:.4g} ms from {self.step_ms:.4g} "
                 f"({self.low_ms:.4g}-{self.high_ms:.4g}), {self.speedup:.2f}x "
                 f"({self.step_ms / self.high_ms:.2f}-{self.step_ms / self.low_ms:.2f}x). How: {self.how}")
 
