@@ -20,16 +20,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from amp_bench import modes  # noqa: E402
 from amp_bench.analysis.explain.categories import CATEGORIES  # noqa: E402
 from amp_bench.analysis.explain.ceiling import cpu_unit, ideal_factors  # noqa: E402
 from amp_bench.analysis.explain.decompose import decompose, times_from_row  # noqa: E402
-from amp_bench.analysis.explain.sentence import sentence  # noqa: E402
-from amp_bench.platform.device import effective_cpu_flags, read_cpu_info  # noqa: E402
 from amp_bench.analysis.explain.judge import explain_row  # noqa: E402
+from amp_bench.analysis.explain.sentence import sentence  # noqa: E402
 from amp_bench.measure.models import build_workload  # noqa: E402
-from amp_bench import modes  # noqa: E402
 from amp_bench.measure.step import TrainStep, build_optimizer  # noqa: E402
 from amp_bench.measure.telemetry.profile import capture  # noqa: E402
+from amp_bench.platform.device import effective_cpu_flags, read_cpu_info  # noqa: E402
 from amp_bench.suite import OptimizerSpec  # noqa: E402
 
 SGD = OptimizerSpec(name="sgd", impl="foreach", lr=0.1, momentum=0.9, weight_decay=1e-4)
@@ -72,7 +72,8 @@ def check(name: str, batch: int = 8, precisions=("fp32", "amp_bf16")) -> None:
         total = sum(cols[f"explain_{c}_ms"] for c in CATEGORIES)
         busy = cols["explain_busy_ms"]
         print(f"== {name} bs{batch} {precision}: measured median {median:.0f} ms, profiled step "
-              f"{cols['explain_profiled_ms']:.0f} ms (x{cols['explain_profiled_vs_measured']:.2f}), busy {busy:.0f} ms, "
+              f"{cols['explain_profiled_ms']:.0f} ms (x{cols['explain_profiled_vs_measured']:.2f}), "
+              f"busy {busy:.0f} ms, "
               f"categories {total:.0f} ms = {total / busy:.1%} of busy, host {cols['explain_host_ms']:.0f} ms, "
               f"other {cols['explain_other_share']:.2%}, {cols['explain_status']} {cols['explain_reason']}")
         for category in CATEGORIES:
@@ -87,8 +88,8 @@ def check(name: str, batch: int = 8, precisions=("fp32", "amp_bf16")) -> None:
         ratio, source = cpu_unit("amp_bf16", ",".join(effective_cpu_flags(read_cpu_info()[1])))
         d = decompose(times_from_row(base), times_from_row(mode), "amp_bf16", measured_speedup=base["median"] /
                       mode["median"], distorted="distorted" in (base["explain_status"], mode["explain_status"]),
-                      device_type="cpu", ideal=ideal_factors("amp_bf16", dict.fromkeys(("gemm", "conv", "attention"), ratio),
-                                                             source))
+                      device_type="cpu",
+                      ideal=ideal_factors("amp_bf16", dict.fromkeys(("gemm", "conv", "attention"), ratio), source))
         print(d.table.round(3).to_string(index=False))
         print(f"{name} bs {batch}: {sentence(d)}")
 

@@ -59,7 +59,8 @@ def hta_figures(trace: Path) -> dict:
         shutil.rmtree(workdir, ignore_errors=True)
     rows = {str(r["kernel_type"]): float(r["sum"]) / 1e3 for _, r in kernel_types.iterrows()}
     kinds = {k.lower(): sum(v for name, v in rows.items() if k in name.split(" overlapping ")) for k in KINDS}
-    return {"rows_ms": rows, "kinds_ms": kinds, "events": events, "sync_events": syncs, "idle_ms": float(temporal["idle_time(us)"].iloc[0]) / 1e3,
+    return {"rows_ms": rows, "kinds_ms": kinds, "events": events, "sync_events": syncs,
+            "idle_ms": float(temporal["idle_time(us)"].iloc[0]) / 1e3,
             "span_ms": float(temporal["kernel_time(us)"].iloc[0]) / 1e3}
 
 
@@ -94,7 +95,8 @@ def main(argv=None) -> int:
                   f"{_diff(ours['kinds_ms'][kind], hta['kinds_ms'][kind])}")
         print(f"  {'idle':14s} HTA {hta['idle_ms']:10.3f} ms   amp_bench {ours['idle_ms']:10.3f} ms  "
               f"{_diff(ours['idle_ms'], hta['idle_ms'])}")
-        print(f"  kernels, memcpys and memsets counted: HTA {hta['events']} (and {hta['sync_events']} cuda_sync markers), "
+        print(f"  kernels, memcpys and memsets counted: HTA {hta['events']} "
+              f"(and {hta['sync_events']} cuda_sync markers), "
               f"amp_bench {ours['events']}")
         print("  HTA rows:", {k: round(v, 3) for k, v in hta["rows_ms"].items()})
     if args.json:

@@ -1,7 +1,7 @@
 """How long the README's main job takes, on this CPU as it is and with its bf16/fp16 instructions
 hidden from oneDNN (ONEDNN_MAX_CPU_ISA=AVX2: what a Zen 2 or an older Xeon has), and what it
-printed as its headline. Targets (issue 12): under 3 minutes without bf16 instructions, under 2.5
-minutes with them, every figure labelled honestly.
+printed as its headline. Targets (a first run a new user can wait for): under 3 minutes without bf16
+instructions, under 2.5 minutes with them, every figure labelled honestly.
 
     python benchmarks/main_job.py                  # both settings
     python benchmarks/main_job.py --only native    # or: --only avx2
@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from timings_page import machine, write_row  # noqa: E402  (benchmarks/, this script's folder)
-
 
 HEADLINE = re.compile(r"^\S+ bs \d+ .* on [^:]+: ")
 

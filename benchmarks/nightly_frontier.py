@@ -8,7 +8,7 @@ them (z, no margin), is judged every night from the 6th to the 30th, and is red 
 passes the bar. For each set of tail lengths it prints the lowest bar whose pure-noise series are
 ever red at most 0.1% of the time, and the share of 3% steps (at night 21) caught within 5 nights
 at that bar. A detector that has to learn the noise from the series' own nights does worse than
-this. The issue's pair of targets (3% within 5 nights >= 90%, pure noise <= 0.1%) is met only by
+this. The pair of targets the gate was asked for (3% within 5 nights >= 90%, pure noise <= 0.1%) is met only by
 the oracle, and only with few tail lengths; see docs/nightly.md.
 """
 from __future__ import annotations

@@ -43,7 +43,8 @@ def detection_rates(trials: int = 400, seed: int = 0, noise_series: int = 0) -> 
                                             "fixed_green_within_2",
                                             "spike2_green_within_2", "bimodal_tree_ever_red", "drift_before_5pct")}
     for _ in range(trials):
-        for key, size, within in (("step10_within_2", 0.10, 2), ("step5_within_3", 0.05, 3), ("step3_within_5", 0.03, 5)):
+        for key, size, within in (("step10_within_2", 0.10, 2), ("step5_within_3", 0.05, 3),
+                                  ("step3_within_5", 0.03, 5)):
             v = nights(rng)
             v[AT:] *= 1 + size
             hits = [i for i in range(AT + 1, AT + within + 1) if state(v[:i]).red]

@@ -106,9 +106,9 @@ def plain_loop(precision: str, warmup: int, steps: int, work: Workload = Workloa
 
 def harness_round(precision: str, warmup: int, steps: int, workdir: Path, device: dict,
                   work: Workload = Workload()) -> tuple[float, float]:
+    from amp_bench.launchers.process import run_worker
     from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.suite import Case, ModelSpec, OptimizerSpec
-    from amp_bench.launchers.process import run_worker
 
     h = work.hyper()
     case = Case(suite="overhead", model=ModelSpec(ref=f"torchvision/{work.model}", label=work.model),

@@ -37,10 +37,12 @@ _HF = "HF BertFor* (eager attention) stands in for NVIDIA's BERT (fused bias-GEL
 #  throughput base, throughput amp, published speedup, source, note)
 DLE_ROWS = [
     ("DGX A100 (1x A100 80GB)", "a100-80gb", "resnet50", "tf32", 256, 256, "nchw", "nhwc", 938, 2470, 2.63, _RN50, ""),
-    ("DGX-1 16GB (1x V100 16GB)", "v100-sxm2", "resnet50", "fp32", 112, 256, "nchw", "nhwc", 367, 1200, 3.26, _RN50, ""),
-    ("DGX-1 32GB (1x V100 32GB)", "v100-sxm2", "resnet50", "fp32", 112, 256, "nchw", "nhwc", 356, 1156, 3.24, _RN50, ""),
-    ("DGX A100 (1x A100 80GB), SQuAD", "a100-80gb", "bert_large_squad", "tf32", 32, 32, "", "", 61.5, 110.5, 1.79, _BERT,
-     _HF + "; sequence length 384 (the README's SQuAD default)"),
+    ("DGX-1 16GB (1x V100 16GB)", "v100-sxm2", "resnet50", "fp32", 112, 256, "nchw", "nhwc", 367, 1200, 3.26, _RN50,
+     ""),
+    ("DGX-1 32GB (1x V100 32GB)", "v100-sxm2", "resnet50", "fp32", 112, 256, "nchw", "nhwc", 356, 1156, 3.24, _RN50,
+     ""),
+    ("DGX A100 (1x A100 80GB), SQuAD", "a100-80gb", "bert_large_squad", "tf32", 32, 32, "", "", 61.5, 110.5, 1.79,
+     _BERT, _HF + "; sequence length 384 (the README's SQuAD default)"),
     ("DGX-1 32G (1x V100 32GB), SQuAD", "v100-sxm2", "bert_large_squad", "fp32", 8, 16, "", "", 12, 52, 4.33, _BERT,
      _HF + "; sequence length 384"),
     ("DGX A100 (1x A100 80GB), pretraining seq 128", "a100-80gb", "bert_large_pretrain_128", "tf32", 128, 256, "", "",
@@ -52,7 +54,8 @@ DLE_ROWS = [
     ("DGX-1 32G (1x V100 32GB), pretraining seq 512", "v100-sxm2", "bert_large_pretrain_512", "fp32", 4, 8, "", "",
      19, 75, 3.94, _BERT, _HF + "; micro-batch = 2048 / accumulation steps (512 and 256)"),
 ]
-LAMBDA_GPUS = {"LambdaCloud V100 16GB": "v100-sxm2", "LambdaCloud A10": "a10", "LambdaCloud A100 40GB PCIe": "a100-pcie-40gb",
+LAMBDA_GPUS = {"LambdaCloud V100 16GB": "v100-sxm2", "LambdaCloud A10": "a10",
+               "LambdaCloud A100 40GB PCIe": "a100-pcie-40gb",
                "A100 80GB PCIe": "a100-pcie-80gb", "A100 80GB SXM4": "a100-80gb", "RTX 4090": "rtx-4090",
                "H100 80GB PCIe Gen5": "h100-pcie", "LambdaCloud H100 80GB PCIe Gen5": "h100-pcie",
                "H100 80GB SXM5": "h100-sxm", "Dell H100 80GB SXM5": "h100-sxm", "DellTexas H100 80GB SXM5": "h100-sxm",
@@ -160,7 +163,8 @@ def predict() -> None:
         amp_step = price_inventory(inventory(_inventory_path(*amp)), target, (False, False), amp[1])
         speedup = base_step.step_ms * amp[1] / (amp_step.step_ms * base[1])  # throughput ratio, batches differ
         lo, hi = INTERVALS["cpu"]
-        rows.append({"pair": pair["pair"], "predicted_baseline_ms": base_step.step_ms, "predicted_amp_ms": amp_step.step_ms,
+        rows.append({"pair": pair["pair"], "predicted_baseline_ms": base_step.step_ms,
+                     "predicted_amp_ms": amp_step.step_ms,
                      "predicted_speedup": speedup, "predicted_speedup_low": speedup * lo,
                      "predicted_speedup_high": speedup * hi})
     PREDICTIONS.parent.mkdir(parents=True, exist_ok=True)
@@ -181,7 +185,8 @@ def _compact(scored: pd.DataFrame) -> pd.DataFrame:
     def arm(row):
         layouts = f" {row['baseline_layout']}->{row['amp_layout']}" if isinstance(row["baseline_layout"], str) else ""
         return f"{row['baseline']} bs {row['baseline_batch']} -> fp16 bs {row['amp_batch']}{layouts}"
-    out = pd.DataFrame({"pair": scored["pair"], "table": scored["table"], "GPU": scored["gpu"], "model": scored["model"],
+    out = pd.DataFrame({"pair": scored["pair"], "table": scored["table"], "GPU": scored["gpu"],
+                        "model": scored["model"],
                         "arms": scored.apply(arm, axis=1), "measured speedup": scored["measured_speedup"]})
     out["amp_bench speedup (interval)"] = [f"{p:.2f}x ({lo:.2f}-{hi:.2f})" if p == p else "-" for p, lo, hi in zip(
         scored["predicted_speedup"], scored["predicted_speedup_low"], scored["predicted_speedup_high"])]
@@ -203,7 +208,8 @@ def score() -> None:
     for table, group in scored[scored["scored"]].groupby("table"):
         print(f"\n{table}\n\n" + markdown_table(summary(group)))
     ranks = [{"table": t, "model": m, "GPUs": len(g), "amp_bench tau": kendall(g, "predicted_speedup"),
-              "peak ratio tau": kendall(g, "peak_ratio")} for (t, m), g in scored[scored["scored"]].groupby(["table", "model"])]
+              "peak ratio tau": kendall(g, "peak_ratio")}
+             for (t, m), g in scored[scored["scored"]].groupby(["table", "model"])]
     print("\n" + markdown_table(pd.DataFrame(ranks)))
     inside = scored.loc[scored["scored"], "inside_interval"]
     print(f"\nmeasured speedup inside the predicted interval: {inside.mean():.0%} of {len(inside)}\n")

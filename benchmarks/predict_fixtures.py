@@ -2,7 +2,7 @@
 
     python benchmarks/predict_fixtures.py cpu RUN_DIR          # a CPU run of suites/smoke.yaml: its resnet18 case
     python benchmarks/predict_fixtures.py gpu TRACE.json.gz    # HTA's tests/data/timeline_analysis/sampled_rank-0
-    python benchmarks/predict_fixtures.py optimizers OUT_DIR   # one real CPU step per AdamW form (for-loop, foreach, fused)
+    python benchmarks/predict_fixtures.py optimizers OUT_DIR   # a real CPU step per AdamW form (loop, foreach, fused)
 
 Traces keep only what `predict` reads (the step's CPU ops and annotations with their shapes, types and
 concrete inputs; kernels, copies and launches with their correlation ids and grids); results.csv keeps
@@ -53,7 +53,8 @@ def cpu(run_dir: str) -> None:
     rows = rows[(rows["model_label"] == "resnet18") & (rows["repeat"] == 0)]  # every column: the report reads them
     samples = pd.read_csv(run / "samples.csv")
     out = DATA / "cpu_run"
-    samples[samples["case_id"].isin(rows["case_id"]) & (samples["repeat"] == 0)].to_csv(out / "samples.csv", index=False)
+    first = samples["case_id"].isin(rows["case_id"]) & (samples["repeat"] == 0)
+    samples[first].to_csv(out / "samples.csv", index=False)
     for trace in rows["explain_trace"].dropna():
         _write(trim_trace(json.load(gzip.open(run / trace))["traceEvents"]), out / trace)
     rows.to_csv(out / "results.csv", index=False)
@@ -69,7 +70,8 @@ def gpu(trace_file: str) -> None:
     trace = trim_trace(events, step["ts"], step["ts"] + step["dur"] + 2e5)  # + the kernels still queued at its end
     out = DATA / "gpu_run"
     _write(trace, out / "traces" / "sampled_rank-0-tf32-r0.json.gz")
-    row = {"run_id": "hta-sampled-rank-0", "case_id": "hta-recsys-tf32", "model": "unknown", "model_label": "hta-recsys",
+    row = {"run_id": "hta-sampled-rank-0", "case_id": "hta-recsys-tf32", "model": "unknown",
+           "model_label": "hta-recsys",
            "batch_size": 1, "precision": "tf32", "channels_last": False, "device": "cuda",
            "device_name": "NVIDIA A100-PG509-200", "world_size": 1, "repeat": 0, "status": "ok",
            "step_time_ms_median": step["dur"] / 1e3, "tf32_matmul": True, "tf32_cudnn": True, "compile_mode": "eager",

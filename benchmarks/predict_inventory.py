@@ -94,7 +94,8 @@ class OpLog(TorchDispatchMode):
         dims, types, strides, concrete = _arg_fields(args)
         self.clock += 2
         event = {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": self.clock, "dur": dur,
-                 "args": {"Input Dims": dims, "Input type": types, "Input Strides": strides, "Concrete Inputs": concrete}}
+                 "args": {"Input Dims": dims, "Input type": types, "Input Strides": strides,
+                          "Concrete Inputs": concrete}}
         self.events.append(event)
         return event
 

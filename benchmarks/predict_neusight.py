@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path

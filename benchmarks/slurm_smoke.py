@@ -5,8 +5,9 @@
 Each pair runs `amp_bench run suites/smoke.yaml` locally, then the same with `--executor slurm
 --slurm-partition P` on the one-node cluster of scripts/slurm_local.sh (start it first), and prints each
 run's wall time, how its workers started (fork or spawn) and how its CPU repeats ran (lockstep sets or one
-worker after another), and the SLURM run's time over the local one's. Target (issue 46): a SLURM job forks
-its workers as a local run does, and the smoke suite takes at most 1.5x its local time per partition.
+worker after another), and the SLURM run's time over the local one's. Target (a job pays no more than a
+local run): a SLURM job forks its workers as a local run does, and the smoke suite takes at most 1.5x its
+local time per partition.
 Alternating keeps the VM's drift (10-40% within an hour) out of the ratio.
 """
 from __future__ import annotations

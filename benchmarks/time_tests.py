@@ -1,4 +1,4 @@
-"""How long the README's test command takes on this machine, from a fresh clone (issue #21's
+"""How long the README's test command takes on this machine, from a fresh clone (the README's
 target: under 10 minutes on 2 cores, install included; it must also pass with one core busy).
 
     python benchmarks/time_tests.py [--no-bf16] [--busy-core] [--keep] [--write]
@@ -32,7 +32,8 @@ from timings_page import machine, write_row  # noqa: E402  (benchmarks/, this sc
 
 def readme_test_command() -> str:
     text = (ROOT / "README.md").read_text()
-    lines = [line.strip() for block in re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S) for line in block.splitlines()]
+    blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", text, re.S)
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
     return next(line for line in lines if "pytest" in line and "pip install" in line)
 
 
@@ -57,7 +58,8 @@ def main() -> int:
     started = time.monotonic()
     try:
         with open(log, "w") as out:
-            code = subprocess.run(["bash", "-c", command], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+            code = subprocess.run(["bash", "-c", command], cwd=clone, env=env, stdout=out,
+                                  stderr=subprocess.STDOUT).returncode
     finally:
         if burner is not None:
             burner.kill()
