@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from amp_bench import modes
-from amp_bench.measure import compiling
+from amp_bench.measure import compiling, trackers
 from amp_bench.measure.baton import NO_BATON, WINDOW_OVER, Baton, NoBaton
 from amp_bench.measure.channel import EventChannel
 from amp_bench.measure.ddp import Rank, synced_steps, threads_per_rank
@@ -28,14 +28,6 @@ from amp_bench.measure.telemetry.contention import WindowWatch
 from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
 from amp_bench.measure.telemetry.phase_memory import phase_columns
 from amp_bench.measure.telemetry.profile import MIN_STEPS, TRACE_ENV, capture
-from amp_bench.measure.trackers import (
-    CompileTracker,
-    ContentionTracker,
-    MemoryTracker,
-    NvmlTracker,
-    WindowReading,
-    run_window,
-)
 from amp_bench.measure.window import StopRule, measure_window, stop_rule
 from amp_bench.platform.device import DeviceInfo, may_run, not_run_reason
 from amp_bench.platform.nvml import NvmlReader
@@ -302,14 +294,15 @@ def _warmup_step_done(setup: _Setup, events: EventChannel, index: int, total: in
 
 
 def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int,
-            baton: Baton | NoBaton = NO_BATON) -> WindowReading:
+            baton: Baton | NoBaton = NO_BATON) -> trackers.WindowReading:
     """The timed window with its trackers: its step times, and the trackers' columns and warnings."""
     case, rule = setup.case, setup.rule
-    nvml = NvmlTracker(setup.reader, setup.baseline, case.nvml_interval_ms, case.batch_size) \
+    nvml = trackers.NvmlTracker(setup.reader, setup.baseline, case.nvml_interval_ms, case.batch_size) \
         if setup.reader is not None else None
-    trackers = [MemoryTracker(setup.ops), *([nvml] if nvml else []), ContentionTracker(setup.watch, nvml)]
+    window_trackers = [trackers.MemoryTracker(setup.ops), *([nvml] if nvml else []),
+                       trackers.ContentionTracker(setup.watch, nvml)]
     if case.compiled:
-        trackers.append(CompileTracker(setup.record))
+        window_trackers.append(trackers.CompileTracker(setup.record))
     timer = setup.ops.step_timer(rule.max_steps)
     if setup.rank is not None:  # every rank has warmed up (DDP rebuilt its buckets): start the window together
         setup.rank.barrier()
@@ -320,10 +313,10 @@ def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int
         return measure_window(lambda: losses.append(setup.step(setup.inputs, setup.target)), timer, rule,
                               lambda i: events.emit(event="step", phase=MEASURED_PHASE, step=warmup_steps + i,
                                                     total=total), before_end=halt, baton=baton)
-    return run_window(trackers, measure)
+    return trackers.run_window(window_trackers, measure)
 
 
-def _record_window(setup: _Setup, record: dict, reading: WindowReading, losses: list, warmup_steps: int,
+def _record_window(setup: _Setup, record: dict, reading: trackers.WindowReading, losses: list, warmup_steps: int,
                    steps_before: int | None = None) -> tuple[float, list[float]]:
     """The window's figures, the trackers' columns, the losses, warnings and per-step samples into
     `record`; returns the median step time and the losses (warmup's first). `steps_before`: the steps the

@@ -5,7 +5,7 @@ precisions) plus run settings. A `cpu:` or `cuda:` block replaces top-level sett
 same file runs on a laptop with smaller batches and fewer steps.
 
   schema.py   the value objects (Case, Suite, ...) and DEFAULTS, every field's default in one table
-  checks.py   validator building blocks (_int, _axis, _choice, _check_keys, ...)
+  checks.py   validator building blocks (integer, axis, choice, check_keys, ...)
   fields.py   the field tables: settings, models: entries, optimizer, fidelity:, headroom:; validate_overrides
   load.py     reading the YAML: load_suite
   executor.py the `executor:` block (where the cases run: here, or SLURM jobs): ExecutorSpec

@@ -12,14 +12,14 @@ from typing import Any, Callable
 Problems = list[str]
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _int(lo: int, hi: int, what: str = "an integer") -> Callable:
+def integer(lo: int, hi: int, what: str = "an integer") -> Callable:
     def check(value, path, problems):
         if isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{path}: expected {what} between {lo} and {hi}, got {value!r} ({_type_name(value)})")
+            problems.append(f"{path}: expected {what} between {lo} and {hi}, got {value!r} ({type_name(value)})")
             return None
         if not lo <= value <= hi:
             problems.append(f"{path}: expected {what} between {lo} and {hi}, got {value}")
@@ -28,7 +28,7 @@ def _int(lo: int, hi: int, what: str = "an integer") -> Callable:
     return check
 
 
-def _number(lo_exclusive: float, hi: float) -> Callable:
+def number(lo_exclusive: float, hi: float) -> Callable:
     def check(value, path, problems):
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
             try:
@@ -36,7 +36,7 @@ def _number(lo_exclusive: float, hi: float) -> Callable:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            problems.append(f"{path}: expected a number, got {value!r} ({_type_name(value)})")
+            problems.append(f"{path}: expected a number, got {value!r} ({type_name(value)})")
             return None
         if not lo_exclusive < value <= hi:
             problems.append(f"{path}: expected a number > {lo_exclusive} and <= {hi}, got {value}")
@@ -45,21 +45,21 @@ def _number(lo_exclusive: float, hi: float) -> Callable:
     return check
 
 
-def _bool(value, path, problems):
+def boolean(value, path, problems):
     if not isinstance(value, bool):
-        problems.append(f"{path}: expected true or false, got {value!r} ({_type_name(value)})")
+        problems.append(f"{path}: expected true or false, got {value!r} ({type_name(value)})")
         return None
     return value
 
 
-def _str(value, path, problems):
+def text(value, path, problems):
     if not isinstance(value, str) or not value.strip():
-        problems.append(f"{path}: expected a non-empty string, got {value!r} ({_type_name(value)})")
+        problems.append(f"{path}: expected a non-empty string, got {value!r} ({type_name(value)})")
         return None
     return value
 
 
-def _choice(choices: tuple[str, ...]) -> Callable:
+def choice(choices: tuple[str, ...]) -> Callable:
     def check(value, path, problems):
         if not isinstance(value, str) or value not in choices:
             hint = ""
@@ -72,7 +72,7 @@ def _choice(choices: tuple[str, ...]) -> Callable:
     return check
 
 
-def _axis(item_check: Callable, what: str) -> Callable:
+def axis(item_check: Callable, what: str) -> Callable:
     """A matrix axis: a single value or a non-empty list of distinct values."""
     def check(value, path, problems):
         value = list(value) if isinstance(value, tuple) else value
@@ -98,44 +98,44 @@ def _axis(item_check: Callable, what: str) -> Callable:
     return check
 
 
-def _mapping(value, path, problems):
+def mapping(value, path, problems):
     if not isinstance(value, dict):
-        problems.append(f"{path}: expected a mapping, got {value!r} ({_type_name(value)})")
+        problems.append(f"{path}: expected a mapping, got {value!r} ({type_name(value)})")
         return None
     return value
 
 
-def _optional(check: Callable) -> Callable:
+def optional(check: Callable) -> Callable:
     """null keeps the default (e.g. threads_per_rank: null = cpu cores / processes)."""
     return lambda value, path, problems: None if value is None else check(value, path, problems)
 
 
-def _check_keys(mapping: dict, allowed, path: str, problems: Problems) -> None:
-    for key in mapping:
+def check_keys(data: dict, allowed, path: str, problems: Problems) -> None:
+    for key in data:
         if key not in allowed:
             close = difflib.get_close_matches(str(key), list(allowed), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            problems.append(f"{_join(path, str(key))}: unknown key ({hint}expected one of: {', '.join(allowed)})")
+            problems.append(f"{join(path, str(key))}: unknown key ({hint}expected one of: {', '.join(allowed)})")
 
 
-def _join(path: str, key: str) -> str:
+def join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _checked_fields(data: dict, path: str, problems: Problems, fields: dict[str, Callable]) -> dict:
+def checked_fields(data: dict, path: str, problems: Problems, fields: dict[str, Callable]) -> dict:
     """Each present field through its check; the valid ones, normalised (problems collect the rest)."""
     out = {}
     for key, check in fields.items():
         if key in data:
-            checked = check(data[key], _join(path, key), problems)
+            checked = check(data[key], join(path, key), problems)
             if checked is not None:
                 out[key] = checked
     return out
 
 
-def _validate_section(value, path: str, problems: Problems, fields: dict[str, Callable]) -> dict | None:
+def validate_section(value, path: str, problems: Problems, fields: dict[str, Callable]) -> dict | None:
     """A mapping whose keys are the field table's: unknown keys and bad values are problems."""
-    if _mapping(value, path, problems) is None:
+    if mapping(value, path, problems) is None:
         return None
-    _check_keys(value, fields, path, problems)
-    return _checked_fields(value, path, problems, fields)
+    check_keys(value, fields, path, problems)
+    return checked_fields(value, path, problems, fields)

@@ -18,19 +18,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 from amp_bench.errors import SuiteError
-from amp_bench.suite.checks import (
-    Problems,
-    _bool,
-    _check_keys,
-    _checked_fields,
-    _choice,
-    _int,
-    _join,
-    _mapping,
-    _number,
-    _optional,
-    _str,
-)
+from amp_bench.suite import checks
+from amp_bench.suite.checks import Problems
 from amp_bench.suite.schema import DEFAULTS
 
 EXECUTORS = ("local", "slurm")
@@ -68,37 +57,37 @@ def _lines(value, path, problems):
 
 
 def _sbatch_options(value, path, problems):
-    if _mapping(value, path, problems) is None:
+    if checks.mapping(value, path, problems) is None:
         return None
     out = {}
     for key, item in value.items():
         if not isinstance(key, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", key):
-            problems.append(f"{_join(path, str(key))}: expected an sbatch option name such as reservation")
+            problems.append(f"{checks.join(path, str(key))}: expected an sbatch option name such as reservation")
             return None
         if not isinstance(item, (str, int, float, bool)):
-            problems.append(f"{_join(path, key)}: expected a string or number, got {item!r}")
+            problems.append(f"{checks.join(path, key)}: expected a string or number, got {item!r}")
             return None
         out[key] = item
     return out
 
 
 FIELDS: dict[str, Callable] = {
-    "type": _choice(EXECUTORS),
+    "type": checks.choice(EXECUTORS),
     "partitions": _name_list("partition"),
-    "cluster": _choice(CLUSTERS),
-    "gpus_per_node": _optional(_int(0, 64, "a GPU count")),
-    "gres": _optional(_str),
-    "cpus_per_task": _optional(_int(1, 4096, "a CPU count")),
-    "mem_gb": _optional(_number(0, 1e5)),
-    "constraint": _optional(_str),
-    "account": _optional(_str),
-    "qos": _optional(_str),
-    "time_min": _optional(_int(1, 30 * 24 * 60, "minutes")),
+    "cluster": checks.choice(CLUSTERS),
+    "gpus_per_node": checks.optional(checks.integer(0, 64, "a GPU count")),
+    "gres": checks.optional(checks.text),
+    "cpus_per_task": checks.optional(checks.integer(1, 4096, "a CPU count")),
+    "mem_gb": checks.optional(checks.number(0, 1e5)),
+    "constraint": checks.optional(checks.text),
+    "account": checks.optional(checks.text),
+    "qos": checks.optional(checks.text),
+    "time_min": checks.optional(checks.integer(1, 30 * 24 * 60, "minutes")),
     "setup": _lines,
-    "exclusive": _bool,
-    "tasks": _int(1, 4096, "a job count"),
+    "exclusive": checks.boolean,
+    "tasks": checks.integer(1, 4096, "a job count"),
     "sbatch": _sbatch_options,
-    "poll_s": _number(0, 3600),
+    "poll_s": checks.number(0, 3600),
 }
 
 
@@ -151,10 +140,10 @@ def flag(key: str) -> str:
 
 def validate_executor(value, path: str, problems: Problems) -> dict | None:
     """The `executor:` block: its fields checked, one line per problem."""
-    if _mapping(value, path, problems) is None:
+    if checks.mapping(value, path, problems) is None:
         return None
-    _check_keys(value, FIELDS, path, problems)
-    return _checked_fields(value, path, problems, FIELDS)
+    checks.check_keys(value, FIELDS, path, problems)
+    return checks.checked_fields(value, path, problems, FIELDS)
 
 
 def executor_spec(block: dict | None, overrides: dict | None = None, source: str = "") -> ExecutorSpec:

@@ -15,32 +15,8 @@ from typing import Callable
 
 from amp_bench import modes
 from amp_bench.errors import SuiteError
-from amp_bench.suite.checks import (
-    Problems,
-    _axis,
-    _bool,
-    _check_keys,
-    _checked_fields,
-    _choice,
-    _int,
-    _join,
-    _mapping,
-    _number,
-    _optional,
-    _str,
-    _validate_section,
-)
-from amp_bench.suite.schema import (
-    COMPILE_MODES,
-    DATASETS,
-    DEFAULT_MODELS,
-    DEFAULTS,
-    EAGER,
-    FP8_RECIPES,
-    ModelSpec,
-    OptimizerSpec,
-    compile_mode_name,
-)
+from amp_bench.suite import checks, schema
+from amp_bench.suite.checks import Problems
 
 MAX_BATCH_SIZE = 65536
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -54,39 +30,39 @@ FIDELITY_MODELS = ("small_cnn", "tabular_transformer", "mlp")
 # --------------------------------------------------------------------------- optimizer
 
 OPTIMIZER_FIELDS: dict[str, Callable] = {
-    "name": _choice(OPTIMIZERS), "impl": _choice(OPTIMIZER_IMPLS), "lr": _number(0, 1e3),
-    "momentum": _number(-1e-12, 1.0), "weight_decay": _number(-1e-12, 1.0),
+    "name": checks.choice(OPTIMIZERS), "impl": checks.choice(OPTIMIZER_IMPLS), "lr": checks.number(0, 1e3),
+    "momentum": checks.number(-1e-12, 1.0), "weight_decay": checks.number(-1e-12, 1.0),
 }
 
 
 def _optimizer(value, path, problems):
-    """A name (`optimizer: adamw`) or a mapping; the keys it leaves out come from DEFAULTS["optimizer"]."""
+    """A name (`optimizer: adamw`) or a mapping; the keys it leaves out come from schema.DEFAULTS["optimizer"]."""
     if isinstance(value, str):
         value = {"name": value}
-    if _mapping(value, path, problems) is None:
+    if checks.mapping(value, path, problems) is None:
         return None
-    _check_keys(value, OPTIMIZER_FIELDS, path, problems)
+    checks.check_keys(value, OPTIMIZER_FIELDS, path, problems)
     before = len(problems)
-    merged = dict(DEFAULTS["optimizer"])
+    merged = dict(schema.DEFAULTS["optimizer"])
     for key, check in OPTIMIZER_FIELDS.items():
         if key in value:
-            merged[key] = check(value[key], _join(path, key), problems)
+            merged[key] = check(value[key], checks.join(path, key), problems)
     if len(problems) > before:
         return None
     if merged["name"] != "sgd" and "momentum" in value:
-        problems.append(f"{_join(path, 'momentum')}: only sgd takes momentum")
+        problems.append(f"{checks.join(path, 'momentum')}: only sgd takes momentum")
         return None
-    return OptimizerSpec(**merged)
+    return schema.OptimizerSpec(**merged)
 
 
 def _compile_item(value, path, problems):
     """false / true / a torch.compile mode ("false" and "eager" are accepted from the command line)."""
-    if isinstance(value, bool) or value in ("false", "true", EAGER):
-        return compile_mode_name(True if value == "true" else value)
-    return _choice(COMPILE_MODES)(value, path, problems)
+    if isinstance(value, bool) or value in ("false", "true", schema.EAGER):
+        return schema.compile_mode_name(True if value == "true" else value)
+    return checks.choice(schema.COMPILE_MODES)(value, path, problems)
 
 
-_compile_axis = _axis(_compile_item, "compile mode (false, true or one of " + ", ".join(COMPILE_MODES) + ")")
+_compile_axis = checks.axis(_compile_item, f"compile mode (false, true or one of {', '.join(schema.COMPILE_MODES)})")
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")  # "eager": dynamo only, no codegen (tests)
 COMPILE_CACHES = ("warm", "cold")
 ISOLATIONS = ("fork", "spawn")  # a case's worker: a child of the run's fork server, or a fresh interpreter
@@ -108,15 +84,15 @@ def _label(value, path, problems):
 
 _MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
                  "nproc_per_node", "compile", "precisions", "explain")
-_nproc_axis = _axis(_int(1, MAX_PROCS, "a process count"), "process count")
+_nproc_axis = checks.axis(checks.integer(1, MAX_PROCS, "a process count"), "process count")
 
 
 # per-model keys whose null (or absence) means "the suite's own": key -> its check
 _MODEL_OVERRIDES: dict[str, Callable] = {
     "nproc_per_node": lambda v, p, problems: _nproc_axis(v, p, problems),
     "compile": lambda v, p, problems: _compile_axis(v, p, problems),
-    "precisions": lambda v, p, problems: _axis(_choice(modes.names()), "precision")(v, p, problems),
-    "explain": lambda v, p, problems: _bool(v, p, problems),
+    "precisions": lambda v, p, problems: checks.axis(checks.choice(modes.names()), "precision")(v, p, problems),
+    "explain": lambda v, p, problems: checks.boolean(v, p, problems),
 }
 _KIND_ONLY = (("config", "transformers"), ("task", "transformers"), ("attn_implementation", "transformers"),
               ("options", "python"), ("num_classes", "torchvision"))
@@ -125,8 +101,8 @@ _KIND_ONLY = (("config", "transformers"), ("task", "transformers"), ("attn_imple
 def _model_overrides(value: dict, path: str, problems: Problems) -> dict:
     out = {}
     for key, check in _MODEL_OVERRIDES.items():
-        given = value.get(key, DEFAULTS["model"][key])
-        checked = check(given, _join(path, key), problems) if given is not None else None
+        given = value.get(key, schema.DEFAULTS["model"][key])
+        checked = check(given, checks.join(path, key), problems) if given is not None else None
         out[key] = tuple(checked) if isinstance(checked, list) else checked
     return out
 
@@ -134,48 +110,50 @@ def _model_overrides(value: dict, path: str, problems: Problems) -> dict:
 def _model(search_dirs: tuple[str, ...]) -> Callable:
     def check(value, path, problems):
         from amp_bench.suite import model_refs
-        defaults = DEFAULTS["model"]
+        defaults = schema.DEFAULTS["model"]
         if isinstance(value, str):
             value = {"ref": value}
-        if _mapping(value, path, problems) is None:
+        if checks.mapping(value, path, problems) is None:
             return None
-        _check_keys(value, _MODEL_FIELDS, path, problems)
+        checks.check_keys(value, _MODEL_FIELDS, path, problems)
         before = len(problems)
         if "ref" not in value:
-            problems.append(f"{_join(path, 'ref')}: missing (expected a model reference such as torchvision/resnet50)")
+            problems.append(f"{checks.join(path, 'ref')}: missing "
+                            "(expected a model reference such as torchvision/resnet50)")
             return None
-        ref = _str(value["ref"], _join(path, "ref"), problems)
+        ref = checks.text(value["ref"], checks.join(path, "ref"), problems)
         if ref is None:
             return None
-        label = _label(value.get("label", model_refs.short_name(ref)), _join(path, "label"), problems)
-        config = _mapping(value.get("config", defaults["config"]), _join(path, "config"), problems)
+        label = _label(value.get("label", model_refs.short_name(ref)), checks.join(path, "label"), problems)
+        config = checks.mapping(value.get("config", defaults["config"]), checks.join(path, "config"), problems)
         for key in config or {}:
             if not isinstance(key, str):
-                problems.append(f"{_join(path, 'config')}: keys must be attribute names, got {key!r}")
-        options = _mapping(value.get("options", defaults["options"]), _join(path, "options"), problems)
+                problems.append(f"{checks.join(path, 'config')}: keys must be attribute names, got {key!r}")
+        options = checks.mapping(value.get("options", defaults["options"]), checks.join(path, "options"), problems)
         # null is the same as leaving these out
         task = value.get("task", defaults["task"])
         if task is not None:
-            task = _choice(model_refs.TRANSFORMERS_TASKS)(task, _join(path, "task"), problems)
+            task = checks.choice(model_refs.TRANSFORMERS_TASKS)(task, checks.join(path, "task"), problems)
         attn = value.get("attn_implementation", defaults["attn_implementation"])
         if attn is not None:
-            attn = _choice(model_refs.ATTN_IMPLEMENTATIONS)(attn, _join(path, "attn_implementation"), problems)
+            attn = checks.choice(model_refs.ATTN_IMPLEMENTATIONS)(attn, checks.join(path, "attn_implementation"),
+                                                                  problems)
         num_classes = value.get("num_classes", defaults["num_classes"])
         if num_classes is not None:
-            num_classes = _int(2, 1_000_000)(num_classes, _join(path, "num_classes"), problems)
+            num_classes = checks.integer(2, 1_000_000)(num_classes, checks.join(path, "num_classes"), problems)
         overrides = _model_overrides(value, path, problems)
         if len(problems) > before:
             return None
         kind = model_refs.kind_of(ref)
         for key, wants in _KIND_ONLY:
             if key in value and kind is not None and kind != wants:
-                problems.append(f"{_join(path, key)}: only applies to {wants}/ models, not {ref}")
+                problems.append(f"{checks.join(path, key)}: only applies to {wants}/ models, not {ref}")
         for sub, message in model_refs.check_model(ref, config=config, task=task, search_dirs=search_dirs):
             problems.append(f"{path}{sub}: {message}")
         if len(problems) > before:
             return None
-        return ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
-                         options=options or {}, num_classes=num_classes, **overrides)
+        return schema.ModelSpec(ref=ref, label=label, config=config or {}, task=task, attn_implementation=attn,
+                                options=options or {}, num_classes=num_classes, **overrides)
     return check
 
 
@@ -208,10 +186,11 @@ def _models(search_dirs):
 def _peak_tflops(value, path, problems):
     """A number for every precision, or a mapping precision -> number."""
     if isinstance(value, dict):
-        _check_keys(value, modes.names(), path, problems)
-        out = {k: _number(0, 1e6)(v, _join(path, k), problems) for k, v in value.items() if k in modes.names()}
+        checks.check_keys(value, modes.names(), path, problems)
+        out = {k: checks.number(0, 1e6)(v, checks.join(path, k), problems)
+               for k, v in value.items() if k in modes.names()}
         return None if None in out.values() else out
-    number = _number(0, 1e6)(value, path, problems)
+    number = checks.number(0, 1e6)(value, path, problems)
     return None if number is None else {mode: number for mode in modes.names()}
 
 
@@ -236,48 +215,48 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
     """Built per use: models resolve python: references against the suite's folder."""
     return {
         "models": _models(search_dirs),
-        "batch_sizes": _axis(_int(1, MAX_BATCH_SIZE, "a batch size"), "batch size"),
-        "precisions": _axis(_choice(modes.names()), "precision"),
-        "image_size": _axis(_int(8, 8192, "an image size"), "image size"),
-        "seq_len": _axis(_int(1, 1 << 20, "a sequence length"), "sequence length"),
-        "channels_last": _axis(_bool, "layout"),
-        "warmup_steps": _int(0, 100_000),
-        "steps": _int(1, 1_000_000),
-        "target_ci": _optional(_number(0, 0.5)),
-        "min_steps": _int(1, 1_000_000),
-        "max_steps": _int(1, 1_000_000),
-        "case_budget_s": _optional(_number(0, 7 * 24 * 3600)),
-        "budget_s": _optional(_number(0, 30 * 24 * 3600)),
-        "repeats": _int(1, 1000),
-        "repeats_per_worker": _int(1, 1000),
+        "batch_sizes": checks.axis(checks.integer(1, MAX_BATCH_SIZE, "a batch size"), "batch size"),
+        "precisions": checks.axis(checks.choice(modes.names()), "precision"),
+        "image_size": checks.axis(checks.integer(8, 8192, "an image size"), "image size"),
+        "seq_len": checks.axis(checks.integer(1, 1 << 20, "a sequence length"), "sequence length"),
+        "channels_last": checks.axis(checks.boolean, "layout"),
+        "warmup_steps": checks.integer(0, 100_000),
+        "steps": checks.integer(1, 1_000_000),
+        "target_ci": checks.optional(checks.number(0, 0.5)),
+        "min_steps": checks.integer(1, 1_000_000),
+        "max_steps": checks.integer(1, 1_000_000),
+        "case_budget_s": checks.optional(checks.number(0, 7 * 24 * 3600)),
+        "budget_s": checks.optional(checks.number(0, 30 * 24 * 3600)),
+        "repeats": checks.integer(1, 1000),
+        "repeats_per_worker": checks.integer(1, 1000),
         "optimizer": _optimizer,
-        "seed": _int(0, 2**32 - 1),
-        "timeout_s": _number(0, 7 * 24 * 3600),
-        "allow_emulated": _bool,
-        "cudnn_benchmark": _bool,
+        "seed": checks.integer(0, 2**32 - 1),
+        "timeout_s": checks.number(0, 7 * 24 * 3600),
+        "allow_emulated": checks.boolean,
+        "cudnn_benchmark": checks.boolean,
         "peak_tflops": _peak_tflops,
-        "nvml_interval_ms": _number(0.5, 60_000),
+        "nvml_interval_ms": checks.number(0.5, 60_000),
         "nproc_per_node": _nproc_axis,
-        "nnodes": _int(1, MAX_PROCS, "a node count"),
-        "dist_backend": _choice(DIST_BACKENDS),
-        "threads_per_rank": _optional(_int(1, 4096, "a thread count")),
-        "rdzv_endpoint": _optional(_endpoint),
-        "rdzv_id": _optional(_rdzv_id),
+        "nnodes": checks.integer(1, MAX_PROCS, "a node count"),
+        "dist_backend": checks.choice(DIST_BACKENDS),
+        "threads_per_rank": checks.optional(checks.integer(1, 4096, "a thread count")),
+        "rdzv_endpoint": checks.optional(_endpoint),
+        "rdzv_id": checks.optional(_rdzv_id),
         "compile": _compile_axis,
-        "compile_backend": _choice(COMPILE_BACKENDS),
-        "compile_fullgraph": _bool,
-        "compile_optimizer": _bool,
-        "explain": _bool,
-        "isolation": _choice(ISOLATIONS),
-        "on_contention": _choice(("stop", "flag")),
-        "interleave": _choice(("auto", "steps", "repeats")),
-        "cpu_allocator": _choice(("keep", "system")),
-        "compile_cache": _choice(COMPILE_CACHES),
-        "compile_precisions": _optional(_axis(_choice(modes.names()), "precision")),
-        "compile_timeout_s": _optional(_number(0, 7 * 24 * 3600)),
-        "fp8_recipe": _choice(FP8_RECIPES),
-        "fp8_skip_first_last": _bool,
-        "fp8_compile": _bool,
+        "compile_backend": checks.choice(COMPILE_BACKENDS),
+        "compile_fullgraph": checks.boolean,
+        "compile_optimizer": checks.boolean,
+        "explain": checks.boolean,
+        "isolation": checks.choice(ISOLATIONS),
+        "on_contention": checks.choice(("stop", "flag")),
+        "interleave": checks.choice(("auto", "steps", "repeats")),
+        "cpu_allocator": checks.choice(("keep", "system")),
+        "compile_cache": checks.choice(COMPILE_CACHES),
+        "compile_precisions": checks.optional(checks.axis(checks.choice(modes.names()), "precision")),
+        "compile_timeout_s": checks.optional(checks.number(0, 7 * 24 * 3600)),
+        "fp8_recipe": checks.choice(schema.FP8_RECIPES),
+        "fp8_skip_first_last": checks.boolean,
+        "fp8_compile": checks.boolean,
     }
 
 
@@ -286,14 +265,14 @@ TOP_ONLY = ("name", "description", "device", "executor", "predict") + DEVICE_BLO
 SETTING_KEYS = tuple(_setting_fields(()))
 
 
-def _validate_settings(data: dict, path: str, problems: Problems, search_dirs) -> dict:
-    return _checked_fields(data, path, problems, _setting_fields(search_dirs))
+def validate_settings(data: dict, path: str, problems: Problems, search_dirs) -> dict:
+    return checks.checked_fields(data, path, problems, _setting_fields(search_dirs))
 
 
 # --------------------------------------------------------------------------- fidelity: and headroom:
 
 def _fidelity_model(value, path, problems):
-    if _str(value, path, problems) is None:
+    if checks.text(value, path, problems) is None:
         return None
     if value in FIDELITY_MODELS:
         return value
@@ -308,19 +287,21 @@ def _fidelity_model(value, path, problems):
 
 def _fidelity_fields() -> dict[str, Callable]:
     return {
-        "dataset": _choice(DATASETS), "model": _fidelity_model, "epochs": _int(1, 100_000),
-        "batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "seeds": _axis(_int(0, 2**32 - 1, "a seed"), "seed"),
-        "precisions": _axis(_choice(modes.names()), "precision"), "optimizer": _optimizer,
-        "test_fraction": _number(0, 0.9), "image_size": _int(8, 1024, "an image size"),
-        "tolerance_pp": _number(0, 100), "probe_every": _int(0, 10_000_000), "timeout_s": _number(0, 7 * 24 * 3600),
+        "dataset": checks.choice(schema.DATASETS), "model": _fidelity_model, "epochs": checks.integer(1, 100_000),
+        "batch_size": checks.integer(1, MAX_BATCH_SIZE, "a batch size"),
+        "seeds": checks.axis(checks.integer(0, 2**32 - 1, "a seed"), "seed"),
+        "precisions": checks.axis(checks.choice(modes.names()), "precision"), "optimizer": _optimizer,
+        "test_fraction": checks.number(0, 0.9), "image_size": checks.integer(8, 1024, "an image size"),
+        "tolerance_pp": checks.number(0, 100), "probe_every": checks.integer(0, 10_000_000),
+        "timeout_s": checks.number(0, 7 * 24 * 3600),
         "compile": _compile_item,  # one mode: the study trains every precision eager or compiled
     }
 
 
 HEADROOM_FIELDS: dict[str, Callable] = {
-    "memory_cap_gb": _number(0, 1e6), "start_batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"),
-    "max_batch_size": _int(1, MAX_BATCH_SIZE, "a batch size"), "resolution": _int(1, MAX_BATCH_SIZE),
-    "probe_steps": _int(1, 1000), "measure": _bool,
+    "memory_cap_gb": checks.number(0, 1e6), "start_batch_size": checks.integer(1, MAX_BATCH_SIZE, "a batch size"),
+    "max_batch_size": checks.integer(1, MAX_BATCH_SIZE, "a batch size"),
+    "resolution": checks.integer(1, MAX_BATCH_SIZE), "probe_steps": checks.integer(1, 1000), "measure": checks.boolean,
 }
 
 
@@ -339,35 +320,35 @@ def _gpu_key(value, path, problems):
     return value
 
 
-PREDICT_FIELDS: dict[str, Callable] = {"targets": _axis(_gpu_key, "GPU"),
-                                       "fp32_as": _choice(("mode", "pytorch-default"))}
+PREDICT_FIELDS: dict[str, Callable] = {"targets": checks.axis(_gpu_key, "GPU"),
+                                       "fp32_as": checks.choice(("mode", "pytorch-default"))}
 
 
-def _validate_predict(value, path: str, problems: Problems) -> dict | None:
-    return _validate_section(value, path, problems, PREDICT_FIELDS)
+def validate_predict(value, path: str, problems: Problems) -> dict | None:
+    return checks.validate_section(value, path, problems, PREDICT_FIELDS)
 
 
-def _validate_fidelity(value, path: str, problems: Problems) -> dict | None:
-    return _validate_section(value, path, problems, _fidelity_fields())
+def validate_fidelity(value, path: str, problems: Problems) -> dict | None:
+    return checks.validate_section(value, path, problems, _fidelity_fields())
 
 
-def _validate_headroom(value, path: str, problems: Problems) -> dict | None:
-    return _validate_section(value, path, problems, HEADROOM_FIELDS)
+def validate_headroom(value, path: str, problems: Problems) -> dict | None:
+    return checks.validate_section(value, path, problems, HEADROOM_FIELDS)
 
 
-def _fidelity_dataset_and_model(section: dict) -> tuple[str, str]:
+def fidelity_dataset_and_model(section: dict) -> tuple[str, str]:
     """A validated fidelity section's dataset and model, defaults filled in (the model follows the dataset)."""
-    dataset = section.get("dataset", DEFAULTS["fidelity"]["dataset"])
-    return dataset, section.get("model") or DEFAULT_MODELS[dataset]
+    dataset = section.get("dataset", schema.DEFAULTS["fidelity"]["dataset"])
+    return dataset, section.get("model") or schema.DEFAULT_MODELS[dataset]
 
 
-def _check_fidelity_combination(section: dict, path: str, problems: Problems) -> None:
-    dataset, model = _fidelity_dataset_and_model(section)
+def check_fidelity_combination(section: dict, path: str, problems: Problems) -> None:
+    dataset, model = fidelity_dataset_and_model(section)
     image_data = dataset == "digits"
     takes = {"tabular_transformer": (False,), "mlp": (True, False)}.get(model, (True,))  # image data?
     if image_data not in takes:
-        problems.append(f"{_join(path, 'model')}: {model} does not take the {dataset} dataset "
-                        f"({'images' if image_data else 'tabular features'}); use {DEFAULT_MODELS[dataset]}")
+        problems.append(f"{checks.join(path, 'model')}: {model} does not take the {dataset} dataset "
+                        f"({'images' if image_data else 'tabular features'}); use {schema.DEFAULT_MODELS[dataset]}")
 
 
 def validate_overrides(overrides: dict, path: Path) -> dict:
@@ -377,7 +358,7 @@ def validate_overrides(overrides: dict, path: Path) -> dict:
     for key in unknown:
         problems.append(f"override {key!r}: unknown setting (expected one of: {', '.join(SETTING_KEYS)})")
     known = {k: v for k, v in overrides.items() if k in SETTING_KEYS and v is not None}
-    out = _validate_settings(known, "override", problems, (str(Path(path).resolve().parent),))
+    out = validate_settings(known, "override", problems, (str(Path(path).resolve().parent),))
     if problems:
         raise SuiteError([f"{path}: {p}" for p in problems])
     return out

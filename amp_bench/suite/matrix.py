@@ -14,22 +14,15 @@ from pathlib import Path
 
 from amp_bench import modes
 from amp_bench.errors import SuiteError
+from amp_bench.suite import fields
 from amp_bench.suite.checks import Problems
-from amp_bench.suite.fields import (
-    DEVICE_BLOCKS,
-    _check_fidelity_combination,
-    _fidelity_dataset_and_model,
-    _validate_fidelity,
-    _validate_headroom,
-    validate_overrides,
-)
 from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, OptimizerSpec, compile_mode_name
 
 
 def settings_for(suite: Suite, device_type: str, overrides: dict | None = None) -> dict:
     settings = {**suite.settings, **suite.blocks.get(device_type, {})}
     if overrides:
-        given = validate_overrides(overrides, suite.path)
+        given = fields.validate_overrides(overrides, suite.path)
         if "steps" in given and not ADAPTIVE_KEYS & set(given):
             # `--steps N` asks for exactly N steps: it switches off an adaptive window from the file
             settings.update({key: None for key in ADAPTIVE_KEYS})
@@ -118,7 +111,7 @@ def _compile_for(precision: str, compile_mode: str, settings: dict) -> tuple[str
 
 def check_distributed(settings: dict, device_type: str, path: Path) -> None:
     """Settings that are fine one by one but not together."""
-    where = "" if device_type not in DEVICE_BLOCKS else f" (on {device_type})"
+    where = "" if device_type not in fields.DEVICE_BLOCKS else f" (on {device_type})"
     problems = []
     uses_ddp = any(n is not None for n in settings["nproc_per_node"]) or \
         any(m.nproc_per_node for m in settings["models"])
@@ -158,8 +151,8 @@ def fidelity_spec(suite: Suite, device_type: str, overrides: dict | None = None)
                          "{dataset: digits, epochs: 10}, to run the fidelity study)")
     settings = suite.settings_for(device_type)
     problems: Problems = []
-    section = {**section, **(_validate_fidelity(_given(overrides), "override", problems) or {})}
-    _check_fidelity_combination(section, "fidelity", problems)
+    section = {**section, **(fields.validate_fidelity(_given(overrides), "override", problems) or {})}
+    fields.check_fidelity_combination(section, "fidelity", problems)
     if problems:
         raise SuiteError([f"{suite.path}: {p}" for p in problems])
     return _fidelity_spec(suite, settings, section)
@@ -168,7 +161,7 @@ def fidelity_spec(suite: Suite, device_type: str, overrides: dict | None = None)
 def _fidelity_spec(suite: Suite, settings: dict, section: dict) -> FidelitySpec:
     defaults = DEFAULTS["fidelity"]
     given = {**defaults, **section}
-    dataset, model = _fidelity_dataset_and_model(section)
+    dataset, model = fields.fidelity_dataset_and_model(section)
     precisions = list(given["precisions"] or settings["precisions"])
     precisions = ["fp32"] + [p for p in precisions if p != "fp32"]  # the reference always runs, first
     # a validated section's optimizer is already an OptimizerSpec (its gaps filled from DEFAULTS["optimizer"])
@@ -188,7 +181,7 @@ def _fidelity_spec(suite: Suite, settings: dict, section: dict) -> FidelitySpec:
 def headroom_spec(suite: Suite, device_type: str, overrides: dict | None = None) -> HeadroomSpec:
     problems: Problems = []
     section = {**(suite.section("headroom", device_type) or {}),
-               **(_validate_headroom(_given(overrides), "override", problems) or {})}
+               **(fields.validate_headroom(_given(overrides), "override", problems) or {})}
     if problems:
         raise SuiteError([f"{suite.path}: {p}" for p in problems])
     given = {**DEFAULTS["headroom"], **section}

@@ -23,15 +23,8 @@ communication and layout wherever they were launched.
 """
 from __future__ import annotations
 
+from amp_bench.analysis.explain import categories
 from amp_bench.analysis.explain import events as ev
-from amp_bench.analysis.explain.categories import (
-    ACCELERATED,
-    CATEGORIES,
-    KINDS,
-    classify_kernel,
-    copy_is_cast,
-    kernel_kind,
-)
 from amp_bench.analysis.explain.kernels import kernel_math, tensor_core_summary, without_dtypes
 
 NO_GPU_EVENTS = ("the CUDA trace holds no kernel, memcpy or memset in its steps: CUPTI recorded nothing (another "
@@ -71,14 +64,14 @@ def _select(gpu: list[dict], launches: dict, windows: ev.Windows) -> list[tuple[
 
 
 def _category(e: dict, launch: ev.EventNode | None) -> str:
-    category = classify_kernel(e.get("name", ""))
-    if launch is None or kernel_kind(e.get("name", "")) != "computation":
+    category = categories.classify_kernel(e.get("name", ""))
+    if launch is None or categories.kernel_kind(e.get("name", "")) != "computation":
         return category  # NCCL and memcpy/memset stay themselves, wherever they were launched
     if any(ev._is_optimizer_region(a) for a in launch.ancestors()):
         return "optimizer"
     ops = [a for a in launch.ancestors() if a.event.get("cat") == "cpu_op"]
     if category in ("layout", "elementwise") and ops and ops[0].name == "aten::copy_" and \
-            copy_is_cast((ops[0].event.get("args") or {}).get("Input type")):
+            categories.copy_is_cast((ops[0].event.get("args") or {}).get("Input type")):
         return "cast"  # the kernel's name hides the dtype change; its launching op shows it
     return category
 
@@ -123,15 +116,16 @@ def _steps(kept, windows: ev.Windows, phases: ev._Phases, phase_ms: dict) -> lis
         split, busy = split_busy(items)
         first = min([w_start] + [s for s, _, _ in items])
         last = max([w_end] + [e for _, e, _ in items])  # GPU work after the step's last CPU op counts
-        steps.append(ev.StepTimes((last - first) / 1e3, busy / 1e3, {c: split.get(c, 0.0) / 1e3 for c in CATEGORIES}))
+        by_category = {c: split.get(c, 0.0) / 1e3 for c in categories.CATEGORIES}
+        steps.append(ev.StepTimes((last - first) / 1e3, busy / 1e3, by_category))
     return steps
 
 
 def _totals(kept) -> dict:
     """HTA's figures over every counted GPU event: busy time per kind (merged), all, and the span."""
-    by_kind: dict[str, list] = {k: [] for k in KINDS}
+    by_kind: dict[str, list] = {k: [] for k in categories.KINDS}
     for e, _, _ in kept:
-        by_kind[kernel_kind(e.get("name", ""))].append(_interval(e))
+        by_kind[categories.kernel_kind(e.get("name", ""))].append(_interval(e))
     every = [iv for ivs in by_kind.values() for iv in ivs]
     return {"kinds_ms": {k: ev._union(v) / 1e3 for k, v in by_kind.items()},
             "gpu_busy_ms": ev._union(every) / 1e3, "gpu_events": len(every),
@@ -141,8 +135,9 @@ def _totals(kept) -> dict:
 def _model_kernels(kept) -> frozenset:
     """The names of the kernels a model runs whatever its precision: not the GEMM/conv/attention ones
     (their library and format change with the GPU and the mode), casts or collectives."""
+    skipped = categories.ACCELERATED + ("cast", "communication")
     return frozenset(without_dtypes(e.get("name", "")) for e, _, _ in kept
-                     if classify_kernel(e.get("name", "")) not in ACCELERATED + ("cast", "communication"))
+                     if categories.classify_kernel(e.get("name", "")) not in skipped)
 
 
 def _math(kept) -> dict[str, float]:
@@ -150,7 +145,7 @@ def _math(kept) -> dict[str, float]:
     out: dict[str, float] = {}
     for e, _, _ in kept:
         name = e.get("name", "")
-        math = kernel_math(name) if classify_kernel(name) in ("gemm", "conv") else None
+        math = kernel_math(name) if categories.classify_kernel(name) in ("gemm", "conv") else None
         if math:
             start, end = _interval(e)
             out[math] = out.get(math, 0.0) + (end - start) / 1e3
@@ -171,7 +166,8 @@ def _tensor_cores(kept) -> dict:
     shapes: dict[str, tuple] = {}
     for e, launch, _ in kept:
         name = e.get("name", "")
-        if classify_kernel(name) not in ACCELERATED or classify_kernel(name) == "attention":
+        category = categories.classify_kernel(name)
+        if category not in categories.ACCELERATED or category == "attention":
             continue
         start, end = _interval(e)
         kernel_ms[name] = kernel_ms.get(name, 0.0) + (end - start) / 1e3
