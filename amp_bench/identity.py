@@ -146,8 +146,7 @@ def case_label(row, model: bool = True, without: tuple[str, ...] = ()) -> str:
 
 def case_labels(frame, model: bool = True, without: tuple[str, ...] = ()):
     import pandas as pd
-    return pd.Series([case_label(row, model, without) for _, row in frame.iterrows()], index=frame.index,
-                     dtype=object)
+    return pd.Series([case_label(row, model, without) for _, row in frame.iterrows()], index=frame.index, dtype=object)
 
 
 # --------------------------------------------------------------------------- cells

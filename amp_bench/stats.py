@@ -80,9 +80,8 @@ class StepStats:
         mean = float(a.mean())
         std = float(a.std(ddof=1)) if a.size > 1 else 0.0
         q10, q25, q50, q75, q90 = np.percentile(a, [10, 25, 50, 75, 90])
-        return cls(n=int(a.size), median=float(q50), mean=mean, p10=float(q10), p90=float(q90),
-                   iqr=float(q75 - q25), cv=std / mean if mean > 0 else math.nan,
-                   min=float(a.min()), max=float(a.max()))
+        return cls(n=int(a.size), median=float(q50), mean=mean, p10=float(q10), p90=float(q90), iqr=float(q75 - q25),
+                   cv=std / mean if mean > 0 else math.nan, min=float(a.min()), max=float(a.max()))
 
     def instability(self) -> str | None:
         """A pyperf-style warning, or None when the window looks stable."""
@@ -131,8 +130,7 @@ class Window:
     world_size: int = 1
 
     @classmethod
-    def from_steps(cls, step_times_ms, batch_size: int, seconds: float | None = None,
-                   world_size: int = 1) -> Window:
+    def from_steps(cls, step_times_ms, batch_size: int, seconds: float | None = None, world_size: int = 1) -> Window:
         """`seconds` defaults to the sum of the steps (no gap measured, e.g. pytest-benchmark rounds)."""
         times = tuple(float(t) for t in step_times_ms)
         return cls(times, sum(times) / 1e3 if seconds is None else float(seconds), int(batch_size), int(world_size))

@@ -18,8 +18,7 @@ def _fmt(value, spec=".3f") -> str:
 
 def to_markdown(comparison) -> str:
     lines = [f"# amp_bench compare: {comparison.summary}", "", f"{comparison.decision} (exit {comparison.exit_code})",
-             "",
-             f"baseline: {', '.join(comparison.baseline)}  ", f"candidate: {', '.join(comparison.candidate)}  ",
+             "", f"baseline: {', '.join(comparison.baseline)}  ", f"candidate: {', '.join(comparison.candidate)}  ",
              "thresholds: " + ", ".join(f"{k} {v}" for k, v in comparison.thresholds.items()), "",
              "| case | metric | baseline | candidate | ratio | 95% CI | p (MWU) | verdict |",
              "|---|---|---|---|---|---|---|---|"]
@@ -33,11 +32,10 @@ def to_markdown(comparison) -> str:
 
 def to_json(comparison) -> str:
     return json.dumps({"verdict": comparison.summary, "exit_code": comparison.exit_code,
-                       "decision": comparison.decision,
-                       "baseline": comparison.baseline, "candidate": comparison.candidate,
-                       "thresholds": comparison.thresholds, "notes": comparison.notes,
-                       "unmatched": comparison.unmatched, "results": [asdict(r) for r in comparison.results]},
-                      indent=2, default=float)
+                       "decision": comparison.decision, "baseline": comparison.baseline,
+                       "candidate": comparison.candidate, "thresholds": comparison.thresholds,
+                       "notes": comparison.notes, "unmatched": comparison.unmatched,
+                       "results": [asdict(r) for r in comparison.results]}, indent=2, default=float)
 
 
 def to_junit(comparison) -> str:

@@ -25,10 +25,9 @@ def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
     gets the same difference and verdict against it too."""
     from amp_bench import modes
     columns = ["run_id", "dataset", "model", "precision", "seeds", "paired_seeds", "status", "test_accuracy",
-               "accuracy_diff_pp",
-               "accuracy_diff_pp_min", "accuracy_diff_pp_max", "fp32_seed_range_pp", "final_train_loss",
-               "train_loss_rel_diff", "tolerance_pp", "verdict", "also_against", "accuracy_diff_also_pp",
-               "verdict_also"]
+               "accuracy_diff_pp", "accuracy_diff_pp_min", "accuracy_diff_pp_max", "fp32_seed_range_pp",
+               "final_train_loss", "train_loss_rel_diff", "tolerance_pp", "verdict", "also_against",
+               "accuracy_diff_also_pp", "verdict_also"]
     if runs.empty:
         return pd.DataFrame(columns=columns)
     rows = []
@@ -39,9 +38,8 @@ def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
         fp32_range = (fp32["test_accuracy"].max() - fp32["test_accuracy"].min()) * 100 if len(fp32) > 1 else np.nan
         for precision, runs_p in group.groupby("precision", sort=False):
             ok = ok_runs[precision]
-            row = {"run_id": run_id, "dataset": dataset, "model": model, "precision": precision,
-                   "seeds": len(runs_p), "status": "ok" if len(ok) == len(runs_p) else
-                   ", ".join(sorted(set(runs_p["status"]) - {"ok"})),
+            row = {"run_id": run_id, "dataset": dataset, "model": model, "precision": precision, "seeds": len(runs_p),
+                   "status": "ok" if len(ok) == len(runs_p) else ", ".join(sorted(set(runs_p["status"]) - {"ok"})),
                    "test_accuracy": ok["test_accuracy"].mean() if len(ok) else np.nan,
                    "final_train_loss": ok["final_train_loss"].mean() if len(ok) else np.nan,
                    "fp32_seed_range_pp": fp32_range, "tolerance_pp": tol}

@@ -27,8 +27,7 @@ from amp_bench.store.flags import text_column
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
 _FIGURES = ["gpu", "architecture", "compute_capability", "precision", "status", "reason", "throughput",
             "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "speedup_pairs_dropped",
-            "samples_per_watt", "mfu",
-            "price_per_gpu_hour", "samples_per_dollar", "run_id"]
+            "samples_per_watt", "mfu", "price_per_gpu_hour", "samples_per_dollar", "run_id"]
 
 
 def columns() -> list[str]:

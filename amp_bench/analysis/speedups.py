@@ -171,8 +171,7 @@ def _dropped_pairs(table: pd.DataFrame, frame: pd.DataFrame, base: str) -> pd.Da
     pairs = table[f"{name}_pairs"].fillna(0)
     too_few = (pairs < MIN_CLEAN_PAIRS) & (pairs + table[f"{name}_dropped"] >= MIN_CLEAN_PAIRS) & \
         (table[f"{name}_dropped"] > 0)
-    table[f"contended_vs_{base}"] = (table[f"{name}_busy"].eq(True) | too_few) & \
-        (table["precision"] != base)
+    table[f"contended_vs_{base}"] = (table[f"{name}_busy"].eq(True) | too_few) & (table["precision"] != base)
     return table.drop(columns=[f"{name}_busy"])
 
 
@@ -276,10 +275,9 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
     index = pd.MultiIndex.from_tuples(list(rows), names=group_keys() + ["precision"]) if rows else \
         pd.MultiIndex.from_tuples([], names=group_keys() + ["precision"])
     columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high",
-               f"speedup_vs_{base}_min",
-               f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs", f"speedup_vs_{base}_method",
-               f"speedup_vs_{base}_dropped", f"speedup_vs_{base}_clean", f"speedup_vs_{base}_busy"] + \
-        ([f"throughput_speedup_vs_{base}"] if throughput else [])
+               f"speedup_vs_{base}_min", f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs",
+               f"speedup_vs_{base}_method", f"speedup_vs_{base}_dropped", f"speedup_vs_{base}_clean",
+               f"speedup_vs_{base}_busy"] + ([f"throughput_speedup_vs_{base}"] if throughput else [])
     return pd.DataFrame(list(rows.values()), index=index, columns=columns)
 
 

@@ -141,8 +141,7 @@ def cmd_explain(args, console) -> int:
     reporter = render_console.rich_reporter(console)
     try:
         explained = explain_suite(args.suite, device=args.device, results_dir=args.results_dir or Path("results"),
-                                  reporter=reporter,
-                                  **{k: v for k, v in overrides.items() if v is not None})
+                                  reporter=reporter, **{k: v for k, v in overrides.items() if v is not None})
     except KeyboardInterrupt:
         reporter.close()
         console.print("[yellow]interrupted[/]: every finished case is saved; see the results directory above")

@@ -40,8 +40,7 @@ def cmd_history(args, console) -> int:
     if annotations_path is None and len(args.results) == 1 and Path(args.results[0]).is_dir():
         default = Path(args.results[0]) / "annotations.yaml"
         annotations_path = default if default.exists() else None
-    result = evaluate(results, load_annotations(annotations_path), _thresholds(args),
-                      annotations_path=annotations_path)
+    result = evaluate(results, load_annotations(annotations_path), _thresholds(args), annotations_path=annotations_path)
     series = result.series
     console.print(f"{series[series_keys()].drop_duplicates().shape[0]} series over "
                   f"{series['run_id'].nunique()} runs, {len(result.changes)} changes in their history"
@@ -115,8 +114,7 @@ def cmd_nightly(args, console) -> int:
     if (args.machine or args.suite or args.note) and not args.accept:
         raise UserError("--machine, --suite and --note go with --accept (what it moves, and why); pass --accept")
     if args.accept:
-        for entry in gate.accept(args.results, args.machine, args.suite, args.note or "",
-                                 use_cache=not args.no_cache):
+        for entry in gate.accept(args.results, args.machine, args.suite, args.note or "", use_cache=not args.no_cache):
             console.print(f"accepted {entry['run']} for {entry['host'] or entry['machine']} / {entry['suite']}",
                           highlight=False)
     result = gate.nightly(args.results, _thresholds(args), args.max_age, args.annotations, use_cache=not args.no_cache)

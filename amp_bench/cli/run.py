@@ -104,8 +104,7 @@ def executor_overrides(args) -> dict:
     names = {"executor": "type", "slurm_partition": "partitions", "slurm_gpus_per_node": "gpus_per_node",
              "slurm_gres": "gres", "slurm_constraint": "constraint", "slurm_account": "account", "slurm_qos": "qos",
              "slurm_time_min": "time_min", "slurm_cpus_per_task": "cpus_per_task", "slurm_mem_gb": "mem_gb",
-             "slurm_setup": "setup", "slurm_exclusive": "exclusive", "slurm_tasks": "tasks",
-             "slurm_cluster": "cluster"}
+             "slurm_setup": "setup", "slurm_exclusive": "exclusive", "slurm_tasks": "tasks", "slurm_cluster": "cluster"}
     given = {field: getattr(args, option, None) for option, field in names.items()}
     if given["partitions"] is not None and given["type"] is None:
         given["type"] = "slurm"  # naming partitions means the cluster

@@ -51,20 +51,17 @@ def cmd_fidelity(args, console) -> int:
     overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
                  "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
     return _study(args, console, run_fidelity, overrides, render_console.fidelity_progress,
-                  render_console.print_fidelity,
-                  failed_rows, "every finished precision is saved", "fidelity")
+                  render_console.print_fidelity, failed_rows, "every finished precision is saved", "fidelity")
 
 
 def cmd_headroom(args, console) -> int:
     from amp_bench.analysis.headroom import failed_rows
     from amp_bench.studies.headroom_search import run_headroom
     overrides = {"memory_cap_gb": args.memory_cap_gb, "max_batch_size": args.max_batch_size,
-                 "start_batch_size": args.start_batch_size, "resolution": args.resolution,
-                 "precisions": args.precision, "measure": False if args.no_measure else None,
-                 "timeout_s": args.timeout_s}
+                 "start_batch_size": args.start_batch_size, "resolution": args.resolution, "precisions": args.precision,
+                 "measure": False if args.no_measure else None, "timeout_s": args.timeout_s}
     return _study(args, console, run_headroom, overrides, render_console.headroom_progress,
-                  render_console.print_headroom,
-                  failed_rows, "every finished search is saved", "headroom")
+                  render_console.print_headroom, failed_rows, "every finished search is saved", "headroom")
 
 
 def _study(args, console, run, overrides: dict, progress, show, failed_rows, kept: str, kind: str) -> int:

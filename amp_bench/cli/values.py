@@ -230,8 +230,7 @@ def option_types() -> dict[str, Callable]:
     """Option -> its check, for every command that has the option."""
     return {
         "--device": device, "--results-dir": output_dir, "--reports-dir": output_dir, "--resume": existing_dir,
-        "--try": text,
-        "--steps": setting("steps", int), "--min-steps": setting("min_steps", int),
+        "--try": text, "--steps": setting("steps", int), "--min-steps": setting("min_steps", int),
         "--max-steps": setting("max_steps", int), "--warmup-steps": setting("warmup_steps", int),
         "--repeats": setting("repeats", int), "--batch-size": setting("batch_sizes", int, item=True),
         "--precision": precision, "--target-ci": setting("target_ci", float),

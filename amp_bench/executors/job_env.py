@@ -42,9 +42,8 @@ def this_job(environ=None) -> JobIdentity | None:
     env = os.environ if environ is None else environ
     if env.get("SLURM_JOB_ID") and env.get("SUBMITIT_EXECUTOR", "slurm") == "slurm":
         array_job, task = env.get("SLURM_ARRAY_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
-        return JobIdentity("slurm", f"{array_job}_{task}" if array_job and task else env["SLURM_JOB_ID"],
-                           array_job, task, env.get("SLURM_JOB_PARTITION", ""),
-                           env.get("SLURMD_NODENAME") or socket.gethostname(),
+        return JobIdentity("slurm", f"{array_job}_{task}" if array_job and task else env["SLURM_JOB_ID"], array_job,
+                           task, env.get("SLURM_JOB_PARTITION", ""), env.get("SLURMD_NODENAME") or socket.gethostname(),
                            env.get("SLURM_JOB_GPUS") or env.get("SLURM_STEP_GPUS") or "")
     if env.get("SUBMITIT_LOCAL_JOB_ID"):
         return JobIdentity("local", env["SUBMITIT_LOCAL_JOB_ID"], node=socket.gethostname())

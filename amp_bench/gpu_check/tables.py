@@ -156,9 +156,8 @@ def anchors_section(suite: pd.DataFrame, matmul: dict, device_name: str) -> list
     measured = next((v for k, v in MATMUL_MEASURED.items() if k in device_name), None)
     peak = peak_tflops(device_name, "amp_bf16")[0] if device_name else None
     if matmul.get("tflops") or measured or peak:
-        rows.append({"figure": "bf16 8192^3 matmul, TFLOP/s", "ours": matmul.get("tflops"),
-                     "published": measured, "ours / published": matmul["tflops"] / measured
-                     if matmul.get("tflops") and measured else None,
+        rows.append({"figure": "bf16 8192^3 matmul, TFLOP/s", "ours": matmul.get("tflops"), "published": measured,
+                     "ours / published": matmul["tflops"] / measured if matmul.get("tflops") and measured else None,
                      "source": "measured on this kind of machine" + (f"; dense peak {peak:g}" if peak else "")})
     for key, source, channels_last, base, base_ips, amp_ips in ANCHORS:
         if key not in device_name:

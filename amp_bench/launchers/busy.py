@@ -101,8 +101,7 @@ class ContentionWatch:
     def on_event(self, event: dict) -> None:
         # a lockstep member's own events carry its place ("member"): the windows are over when the
         # conductor says so, after every member's (measure/conductor.py)
-        if event.get("event") == "phase" and event.get("phase") == "after" and not self.done \
-                and "member" not in event:
+        if event.get("event") == "phase" and event.get("phase") == "after" and not self.done and "member" not in event:
             taken = self.read()  # the window's end closes the span a short worker is judged over (lifetime())
             if taken is not None:
                 self.history.append(taken)

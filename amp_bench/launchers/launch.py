@@ -90,9 +90,8 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
         return row, []
     stem = stem or f"{case.case_id}-r{repeat}"
     launcher, extra_env, cache_dir = worker_setting(case, store, stem, row)
-    outcome = run_job(store, "case", stem, case_spec(case, device, support), case.timeout_s,
-                      on_event=on_event, launcher=launcher, extra_env=extra_env, server=server,
-                      contention=contention_watch(case, device))
+    outcome = run_job(store, "case", stem, case_spec(case, device, support), case.timeout_s, on_event=on_event,
+                      launcher=launcher, extra_env=extra_env, server=server, contention=contention_watch(case, device))
     return finish(row, outcome, case, repeat, store, stem, cache_dir)
 
 
@@ -249,11 +248,10 @@ def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id
     return {
         "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
         "model": case.model.ref, **case.axes, "precision": case.precision, "device": device.type,
-        "device_name": device.name,
-        "architecture": device.architecture, "repeat": repeat, "warmup_steps": case.warmup_steps,
-        "steps": case.steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
-        "seed": case.seed, **_distributed_columns(case, device), **_compile_columns(case),
-        "torch_version": versions.get("torch_version", ""),
+        "device_name": device.name, "architecture": device.architecture, "repeat": repeat,
+        "warmup_steps": case.warmup_steps, "steps": case.steps, "optimizer": case.optimizer.name,
+        "optimizer_impl": case.optimizer.impl, "seed": case.seed, **_distributed_columns(case, device),
+        **_compile_columns(case), "torch_version": versions.get("torch_version", ""),
         "cuda_version": versions.get("torch_cuda_version", ""), "cudnn_version": versions.get("cudnn_version", ""),
         "timestamp": utc_now().isoformat(),
     }

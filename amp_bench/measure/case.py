@@ -339,10 +339,9 @@ def _record_window(setup: _Setup, record: dict, reading: trackers.WindowReading,
     warnings = [*reading.warnings, *filter(None, [window.stats.instability()]),
                 *_step_warnings(setup, record, before, steps)]
     record["warnings"] = " | ".join(warnings)
-    record["samples"] = [
-        {"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
-         "step_time_ms": per_step_ms[i - warmup_steps] if i >= warmup_steps else None, "loss": loss_values[i]}
-        for i in range(warmup_steps + steps)]
+    record["samples"] = [{"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
+                          "step_time_ms": per_step_ms[i - warmup_steps] if i >= warmup_steps else None,
+                          "loss": loss_values[i]} for i in range(warmup_steps + steps)]
     return window.stats.median, loss_values
 
 

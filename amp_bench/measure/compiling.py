@@ -49,8 +49,7 @@ def compile_optimizer_step(optimizer, case) -> None:
     plain step both call optimizer.step, so both get it)."""
     import torch
     if case.compiled and case.compile_optimizer:
-        optimizer.step = torch.compile(optimizer.step, mode=_mode_arg(case.compile_mode),
-                                       backend=case.compile_backend)
+        optimizer.step = torch.compile(optimizer.step, mode=_mode_arg(case.compile_mode), backend=case.compile_backend)
 
 
 def _mode_arg(mode: str):
@@ -124,13 +123,11 @@ def warm_up(case, step, inputs, target, losses: list, emit) -> dict:
     after = watch.snapshot()
     breaks = after["graph_breaks"]
     return {
-        "warmup_steps_run": i, "compile_settled": quiet >= SETTLE_STEPS,
-        "compile_first_step_ms": first_ms, "compile_time_s": compile_s,
-        "graph_breaks": int(sum(breaks.values())),
+        "warmup_steps_run": i, "compile_settled": quiet >= SETTLE_STEPS, "compile_first_step_ms": first_ms,
+        "compile_time_s": compile_s, "graph_breaks": int(sum(breaks.values())),
         "graph_break_reasons": " | ".join(_first_line(r) for r in list(breaks)[:REASONS_KEPT]),
         "unique_graphs": after["graphs"], "recompiles": after["recompiles"],
-        "recompile_reasons": " | ".join(after["recompile_reasons"][:REASONS_KEPT]),
-        "_compile_snapshot": after,
+        "recompile_reasons": " | ".join(after["recompile_reasons"][:REASONS_KEPT]), "_compile_snapshot": after,
     }
 
 

@@ -166,8 +166,7 @@ def aggregate(records: list[dict], case, backend: str) -> dict:
     per_rank = [[s["step_time_ms"] for s in measured(r.get("samples", []))] for r in records]
     slowest = slowest_per_step(per_rank)
     # the job's window ends when its last rank's does; throughput is global (every rank's samples)
-    window = Window.from_steps(slowest, case.batch_size, seconds=max(r["window_s"] for r in records),
-                               world_size=world)
+    window = Window.from_steps(slowest, case.batch_size, seconds=max(r["window_s"] for r in records), world_size=world)
     stats = window.stats
     out.update(window.to_columns())
     out["samples"] = [dict(s) for s in records[0]["samples"]]

@@ -79,8 +79,7 @@ def _transformers_workload(spec: dict, seq_len: int) -> Workload:
     config = transformers.AutoConfig.for_model(model_type, **(spec.get("config") or {}))
     if task == "sequence-classification" and getattr(config, "pad_token_id", None) is None:
         config.pad_token_id = 0  # causal models refuse batch > 1 classification without one
-    auto_class = {"masked-lm": transformers.AutoModelForMaskedLM,
-                  "causal-lm": transformers.AutoModelForCausalLM,
+    auto_class = {"masked-lm": transformers.AutoModelForMaskedLM, "causal-lm": transformers.AutoModelForCausalLM,
                   "sequence-classification": transformers.AutoModelForSequenceClassification}[task]
     attn = spec.get("attn_implementation") or "sdpa"
     vocab = int(config.vocab_size)  # the tokens the batch draws from, padded or not

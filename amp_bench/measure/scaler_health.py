@@ -70,8 +70,7 @@ def _grads(model, loss_fn, inputs, target, mode: modes.Mode | None, device_type:
             for g, p in zip(grads, params)]
 
 
-def gradient_underflow(model, loss_fn, inputs, target, mode: modes.Mode, device_type: str,
-                       scale: float | None) -> dict:
+def gradient_underflow(model, loss_fn, inputs, target, mode: modes.Mode, device_type: str, scale: float | None) -> dict:
     """Fractions of gradient elements that are zero under FP32 and under `mode`'s autocast, and the
     fraction that underflowed (non-zero in FP32, zero under autocast), with `scale` and unscaled."""
     state = _Untouched(model)
@@ -80,8 +79,7 @@ def gradient_underflow(model, loss_fn, inputs, target, mode: modes.Mode, device_
         runs = {"unscaled": 1.0}
         if scale is not None and scale != 1.0:
             runs["scaled"] = float(scale)
-        out = {"grad_elements": reference.numel(),
-               "grad_zero_fraction_fp32": float((reference == 0).float().mean())}
+        out = {"grad_elements": reference.numel(), "grad_zero_fraction_fp32": float((reference == 0).float().mean())}
         nonzero = reference != 0
         for name, factor in runs.items():
             state.reset()

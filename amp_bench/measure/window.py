@@ -76,8 +76,7 @@ class WindowTimes(NamedTuple):
     stop_reason: str  # precision reached, budget, max steps, fixed steps
 
 
-def measure_window(run_step, timer, rule, on_step=lambda i: None,
-                   before_end=lambda: None, baton=None) -> WindowTimes:
+def measure_window(run_step, timer, rule, on_step=lambda i: None, before_end=lambda: None, baton=None) -> WindowTimes:
     """Time steps until the rule says stop: (per-step ms, window seconds, why it stopped).
     The CPU timer has every step's time at once; CUDA events are read (one synchronisation) only
     at checkpoints, about ten times a window, so the GPU queue stays full in between. `before_end`

@@ -242,8 +242,7 @@ def probe_device(requested: str = "auto", cuda: CudaQuery | None = None,
         requested = "cuda" if cuda.is_available() else "cpu"
     if requested == "cpu":
         fp16 = cpu_fp16_autocast_works() if cpu_fp16_autocast is None else cpu_fp16_autocast
-        return DeviceInfo("cpu", cpu_model or "cpu", cpu_model=cpu_model, cpu_flags=cpu_flags,
-                          cpu_fp16_autocast=fp16)
+        return DeviceInfo("cpu", cpu_model or "cpu", cpu_model=cpu_model, cpu_flags=cpu_flags, cpu_fp16_autocast=fp16)
     if requested == "cuda" or requested.startswith("cuda:"):
         check_device_name(requested)
         index = int(requested.partition(":")[2] or "0")

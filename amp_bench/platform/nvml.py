@@ -134,8 +134,7 @@ class NvmlReader:
             value = self.read("clock_events", lambda: self.nvml.nvmlDeviceGetCurrentClocksEventReasons(self.handle))
             if value is not None:
                 return int(value)
-        value = self.read("throttle_reasons",
-                          lambda: self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle))
+        value = self.read("throttle_reasons", lambda: self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(self.handle))
         return None if value is None else int(value)
 
     def notes(self) -> dict[str, str]:
@@ -178,8 +177,7 @@ class NvmlSampler:
     edges and differenced."""
 
     def __init__(self, reader: NvmlReader, interval_s: float = 0.01, slow_interval_s: float = 0.1,
-                 process_interval_s: float = 1.0, pid: int | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 process_interval_s: float = 1.0, pid: int | None = None, clock: Callable[[], float] = time.monotonic):
         self.reader = reader
         self.interval_s, self.slow_interval_s, self.process_interval_s = interval_s, slow_interval_s, process_interval_s
         self.pid = os.getpid() if pid is None else pid

@@ -9,9 +9,8 @@ from pathlib import Path
 from amp_bench.errors import UserError
 
 
-def build_report(inputs, output: str | Path | None = None, formats=("html", "md", "csv"),
-                 images: str | None = None, prices: str | Path | None = None,
-                 reference: str | None = None) -> dict[str, object]:
+def build_report(inputs, output: str | Path | None = None, formats=("html", "md", "csv"), images: str | None = None,
+                 prices: str | Path | None = None, reference: str | None = None) -> dict[str, object]:
     """`prices`: a YAML file of price per GPU-hour (samples per $ in "GPUs compared"); `reference`: a GPU
     to divide every GPU's samples/s by there."""
     from amp_bench.analysis.gpus import find_gpu, load_prices

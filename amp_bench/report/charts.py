@@ -25,8 +25,7 @@ def _x_label(frame: pd.DataFrame, without: tuple[str, ...] = ()) -> pd.Series:
 def _facets(frame: pd.DataFrame) -> dict:
     """Facet columns by model; rows by machine when several machines are merged."""
     facets = {"facet_col": "model_label",
-              "category_orders": {"model_label": list(dict.fromkeys(frame["model_label"])),
-                                  "precision": modes.order()}}
+              "category_orders": {"model_label": list(dict.fromkeys(frame["model_label"])), "precision": modes.order()}}
     if frame["machine"].nunique() > 1:
         # every machine gets its row, even one with nothing measured, so rows line up with
         # _mark_not_measured's numbering
@@ -198,8 +197,7 @@ def scaling_chart(summary: pd.DataFrame):
                              "x": "batch per process"}, **_facets(frame))
     fig.update_xaxes(type="log", dtick=np.log10(2))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
-    return _finish(fig, "DDP scaling efficiency (weak scaling: batch per process fixed; 1.0 = perfect)",
-                   "efficiency")
+    return _finish(fig, "DDP scaling efficiency (weak scaling: batch per process fixed; 1.0 = perfect)", "efficiency")
 
 
 def step_time_chart(samples: pd.DataFrame):

@@ -121,8 +121,7 @@ def layer_table(data) -> pd.DataFrame:
 def _alignment_display(align: pd.DataFrame) -> pd.DataFrame:
     """The alignment rows as a reader sees them: the share in percent, plain column names."""
     shown = align.drop(columns=["device"], errors="ignore").copy()
-    shown["misaligned_flop_share"] = shown["misaligned_flop_share"].map(
-        lambda v: "-" if pd.isna(v) else f"{v:.1%}")
+    shown["misaligned_flop_share"] = shown["misaligned_flop_share"].map(lambda v: "-" if pd.isna(v) else f"{v:.1%}")
     shown["misaligned_layers"] = shown["misaligned_layers"].map(
         lambda v: "none" if pd.isna(v) or not str(v).strip() else str(v))
     return shown.rename(columns={"misaligned_flop_share": "share of the step's FLOPs",

@@ -379,8 +379,7 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
         written["md"] = md
     if "csv" in formats:
         from amp_bench.report import study_sections
-        for name, table in (("summary", summary), ("claims", claims), ("environment", env),
-                            ("not_measured", missing),
+        for name, table in (("summary", summary), ("claims", claims), ("environment", env), ("not_measured", missing),
                             ("explain", explain_section.category_table(data.results)),
                             ("explain_layers", explain_section.layer_table(data)),
                             ("advice", explain_section.advice_display(data.results, data.run_dirs)),

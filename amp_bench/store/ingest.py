@@ -26,11 +26,10 @@ def ingest(path: str | Path, results_dir: str | Path = "results") -> Path:
     # a benchmark run like any other: the same kind, and the fingerprint that keys its series
     fingerprint = fingerprint_columns(device, versions, amp.get("gpu") or {}, machine.get("node") or "",
                                       (machine.get("cpu") or {}).get("count"))
-    store.write_manifest(run_id=store.run_id, kind="benchmark", ingested_from="pytest-benchmark",
-                         status="complete", source=str(path.resolve()), device=device, versions=versions,
+    store.write_manifest(run_id=store.run_id, kind="benchmark", ingested_from="pytest-benchmark", status="complete",
+                         source=str(path.resolve()), device=device, versions=versions,
                          pytest_benchmark={"version": data.get("version"), "datetime": data.get("datetime"),
-                                           "commit_info": data.get("commit_info")},
-                         machine_info=machine)
+                                           "commit_info": data.get("commit_info")}, machine_info=machine)
     machine_columns = {**fingerprint, "hostname": machine.get("node"), "torch_version": versions.get("torch_version")}
     for i, bench in enumerate(data["benchmarks"]):
         if "median" not in (bench.get("stats") or {}):

@@ -116,8 +116,7 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        outcome = self.fields.get("outcome") or ("finished" if exc_type is None else
-                                                 f"stopped ({exc_type.__name__})")
+        outcome = self.fields.get("outcome") or ("finished" if exc_type is None else f"stopped ({exc_type.__name__})")
         self.set(ended_at=_now().isoformat(), outcome=outcome)
 
 

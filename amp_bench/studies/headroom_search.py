@@ -97,8 +97,7 @@ class HeadroomReporter:
     def search_finished(self, case, row: dict) -> None: ...
 
 
-def run_headroom(path, *, device: str | None = None, results_dir="results", reporter=None,
-                 **overrides) -> pd.DataFrame:
+def run_headroom(path, *, device: str | None = None, results_dir="results", reporter=None, **overrides) -> pd.DataFrame:
     """Search every model x precision of the suite; returns the headroom table (attrs: run_dir).
     Tables are saved after every probe."""
     from amp_bench.studies.session import Session
@@ -179,21 +178,17 @@ class _Search:
         spec, info = self.spec, self.session.device
         support = precision_support(template.precision, info)  # the gate's decision, once for every probe
         cap = spec.memory_cap_bytes // (template.nproc_per_node or 1) if self.shared_cap else spec.memory_cap_bytes
-        base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1,
-                                   memory_cap_bytes=cap, instrument=False,
-                                   count_flops=False)
+        base = dataclasses.replace(template, warmup_steps=1, steps=spec.probe_steps, repeats=1, memory_cap_bytes=cap,
+                                   instrument=False, count_flops=False)
         found = search_max_batch(lambda batch: self.probe(base, batch, support), spec.start_batch_size,
-                                 spec.max_batch_size,
-                                 spec.resolution)
+                                 spec.max_batch_size, spec.resolution)
         axes = {axis: value for axis, value in template.axes.items() if axis != "batch_size"}
-        row = {"run_id": self.store.run_id, "suite": self.session.suite.name, **axes,
-               "precision": template.precision, "device": info.type,
-               "device_name": info.name, "status": found.status, "reason": found.reason,
+        row = {"run_id": self.store.run_id, "suite": self.session.suite.name, **axes, "precision": template.precision,
+               "device": info.type, "device_name": info.name, "status": found.status, "reason": found.reason,
                "max_batch_size": found.largest_fit, "first_oom_batch_size": found.smallest_oom,
                "limit_reached": found.limit_reached, "start_batch_size": spec.start_batch_size,
-               "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution,
-               "memory_cap_bytes": cap, "probes": len(found.probes),
-               "hostname": self.session.host["hostname"],
+               "max_batch_size_limit": spec.max_batch_size, "resolution": spec.resolution, "memory_cap_bytes": cap,
+               "probes": len(found.probes), "hostname": self.session.host["hostname"],
                "fingerprint": self.session.fingerprint.get("fingerprint", "")}
         if found.status == "ok" and spec.measure:
             row.update(self.measure_at(template, found.largest_fit, support))

@@ -181,10 +181,9 @@ def new_store(suite, path, results_dir, run_id: str, overrides: dict, kind: str,
     a SLURM run learns it from its jobs)."""
     store = RunStore(Path(results_dir), run_id)
     (store.dir / "suite.yaml").write_text(suite.text, encoding="utf-8")
-    store.write_manifest(
-        run_id=store.run_id, kind=kind, status="running", started_at=utc_now().isoformat(),
-        suite={"name": suite.name, "path": str(Path(path).resolve()), "sha256": suite.sha256},
-        overrides={k: v for k, v in overrides.items() if v is not None}, **manifest)
+    store.write_manifest(run_id=store.run_id, kind=kind, status="running", started_at=utc_now().isoformat(),
+                         suite={"name": suite.name, "path": str(Path(path).resolve()), "sha256": suite.sha256},
+                         overrides={k: v for k, v in overrides.items() if v is not None}, **manifest)
     return store
 
 
@@ -201,8 +200,7 @@ def record_machine(store: RunStore, probed: dict, **more) -> tuple[dict, dict]:
             manifest.setdefault(key, value)
         manifest.update(more)
     store.update_manifest(add)
-    fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}),
-                                      host["hostname"])
+    fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}), host["hostname"])
     return host, fingerprint
 
 

@@ -36,8 +36,7 @@ from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, M
 
 __all__ = [
     "Case", "DEFAULTS", "ExecutorSpec", "executor_spec", "DEVICE_BLOCKS", "DIST_BACKENDS", "FIDELITY_MODELS",
-    "FidelitySpec", "HEADROOM_FIELDS",
-    "HeadroomSpec", "MAX_BATCH_SIZE", "MAX_PROCS", "ModelSpec", "OPTIMIZERS", "OPTIMIZER_IMPLS", "OptimizerSpec",
-    "Problems", "SECTIONS", "SETTING_KEYS", "Suite", "SuiteError", "TOP_ONLY", "check_distributed",
-    "check_duplicates", "expand", "load_suite", "validate_overrides",
+    "FidelitySpec", "HEADROOM_FIELDS", "HeadroomSpec", "MAX_BATCH_SIZE", "MAX_PROCS", "ModelSpec", "OPTIMIZERS",
+    "OPTIMIZER_IMPLS", "OptimizerSpec", "Problems", "SECTIONS", "SETTING_KEYS", "Suite", "SuiteError", "TOP_ONLY",
+    "check_distributed", "check_duplicates", "expand", "load_suite", "validate_overrides",
 ]

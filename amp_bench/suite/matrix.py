@@ -166,16 +166,15 @@ def _fidelity_spec(suite: Suite, settings: dict, section: dict) -> FidelitySpec:
     precisions = ["fp32"] + [p for p in precisions if p != "fp32"]  # the reference always runs, first
     # a validated section's optimizer is already an OptimizerSpec (its gaps filled from DEFAULTS["optimizer"])
     optimizer = section.get("optimizer") or OptimizerSpec(**defaults["optimizer"])
-    return FidelitySpec(
-        suite=suite.name, dataset=dataset, model=model, epochs=given["epochs"],
-        batch_size=given["batch_size"], seeds=tuple(given["seeds"] or [settings["seed"]]),
-        precisions=tuple(precisions), optimizer=optimizer, test_fraction=given["test_fraction"],
-        image_size=given["image_size"] if model.startswith("torchvision/") else None,
-        tolerance_pp=given["tolerance_pp"], probe_every=given["probe_every"],
-        timeout_s=settings["timeout_s"] if given["timeout_s"] is None else given["timeout_s"],
-        allow_emulated=settings["allow_emulated"], compile_mode=compile_mode_name(given["compile"]),
-        compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"],
-        fp8_recipe=settings["fp8_recipe"], fp8_skip_first_last=settings["fp8_skip_first_last"])
+    return FidelitySpec(suite=suite.name, dataset=dataset, model=model, epochs=given["epochs"],
+                        batch_size=given["batch_size"], seeds=tuple(given["seeds"] or [settings["seed"]]),
+                        precisions=tuple(precisions), optimizer=optimizer, test_fraction=given["test_fraction"],
+                        image_size=given["image_size"] if model.startswith("torchvision/") else None,
+                        tolerance_pp=given["tolerance_pp"], probe_every=given["probe_every"],
+                        timeout_s=settings["timeout_s"] if given["timeout_s"] is None else given["timeout_s"],
+                        allow_emulated=settings["allow_emulated"], compile_mode=compile_mode_name(given["compile"]),
+                        compile_backend=settings["compile_backend"], compile_fullgraph=settings["compile_fullgraph"],
+                        fp8_recipe=settings["fp8_recipe"], fp8_skip_first_last=settings["fp8_skip_first_last"])
 
 
 def headroom_spec(suite: Suite, device_type: str, overrides: dict | None = None) -> HeadroomSpec:
@@ -188,11 +187,10 @@ def headroom_spec(suite: Suite, device_type: str, overrides: dict | None = None)
     batch_sizes = suite.settings_for(device_type).get("batch_sizes") or [1]
     cap = given["memory_cap_gb"]
     start = given["start_batch_size"]
-    spec = HeadroomSpec(
-        memory_cap_bytes=int(cap * 2**30) if cap else None,
-        start_batch_size=min(batch_sizes) if start is None else start,
-        max_batch_size=given["max_batch_size"], resolution=given["resolution"],
-        probe_steps=given["probe_steps"], measure=given["measure"])
+    spec = HeadroomSpec(memory_cap_bytes=int(cap * 2**30) if cap else None,
+                        start_batch_size=min(batch_sizes) if start is None else start,
+                        max_batch_size=given["max_batch_size"], resolution=given["resolution"],
+                        probe_steps=given["probe_steps"], measure=given["measure"])
     if spec.start_batch_size > spec.max_batch_size:
         raise SuiteError(f"{suite.path}: headroom.start_batch_size: {spec.start_batch_size} is above "
                          f"max_batch_size {spec.max_batch_size}")

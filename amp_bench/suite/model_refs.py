@@ -31,8 +31,7 @@ from typing import Callable
 TRANSFORMERS_TASKS = ("masked-lm", "causal-lm", "sequence-classification")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 _TASK_TABLES = {"sequence-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
-                "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-                "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES"}
+                "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES"}
 
 
 def kind_of(ref: str) -> str | None:

@@ -80,8 +80,7 @@ def alignment_table(layers: list[Layer], step_flops: int | None = None, device_t
             "aligned_16": all(v % 16 == 0 for v in checked.values()),
             "misaligned_8": ", ".join(f"{k}={v}" for k, v in checked.items() if v % 8),
             "misaligned_16": ", ".join(f"{k}={v}" for k, v in checked.items() if v % 16),
-            "rows": layer.dims.get("rows"),
-            "note": CPU_NOTE if device_type != "cuda" else "",
+            "rows": layer.dims.get("rows"), "note": CPU_NOTE if device_type != "cuda" else "",
         })
     return sorted(rows, key=lambda r: -(r["flop_share"] or 0))
 

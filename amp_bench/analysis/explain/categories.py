@@ -34,10 +34,9 @@ CATEGORIES = ("gemm", "conv", "attention", "elementwise", "norm", "reduction", "
               "optimizer", "communication", "other")
 ACCELERATED = ("gemm", "conv", "attention")  # what Tensor Cores / AMX run: AMP's target
 MEMORY_BOUND = ("elementwise", "norm", "reduction", "layout", "optimizer")
-LABELS = {"gemm": "GEMM", "conv": "conv", "attention": "attention", "elementwise": "elementwise",
-          "norm": "norms", "reduction": "softmax/loss/reductions", "cast": "casts", "layout": "layout/memory copies",
-          "optimizer": "optimizer", "communication": "communication", "other": "other",
-          "host": "host (no op running)"}
+LABELS = {"gemm": "GEMM", "conv": "conv", "attention": "attention", "elementwise": "elementwise", "norm": "norms",
+          "reduction": "softmax/loss/reductions", "cast": "casts", "layout": "layout/memory copies",
+          "optimizer": "optimizer", "communication": "communication", "other": "other", "host": "host (no op running)"}
 HOST = "host"  # wall time of the profiled step with no op / kernel running: computed by trace.py
 COMPILED_GRAPH = "## Call CompiledFxGraph"  # torch.compile on a CPU: Inductor's C++ kernels run in this region
 

@@ -334,5 +334,4 @@ def within(nodes: list[EventNode], start: float, end: float) -> list[EventNode]:
 def per_step_phases(phase_ms: dict, phases: _Phases, steps: int) -> dict:
     """Phase times summed over the steps -> per step, with each marked phase's wall time."""
     steps = max(steps, 1)
-    return {**{p: v / steps for p, v in phase_ms.items()},
-            **{f"{k}_wall": v / steps for k, v in phases.wall().items()}}
+    return {**{p: v / steps for p, v in phase_ms.items()}, **{f"{k}_wall": v / steps for k, v in phases.wall().items()}}

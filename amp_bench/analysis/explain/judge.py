@@ -66,8 +66,7 @@ def explain_row(row: dict, run_dir) -> dict:
         units = describe(profile.tensor_cores, mode.uses_autocast, multiple) if device_type == "cuda" else \
             onednn.describe(onednn.read_records(onednn.records_path(path)))
         return profile_columns(profile, positive(row.get("step_time_ms_median")),
-                               misaligned_flop_share(table, multiple),
-                               misaligned_summary(table, multiple), units)
+                               misaligned_flop_share(table, multiple), misaligned_summary(table, multiple), units)
     except NoGpuActivity as exc:  # never "ok, idle 100%" for a trace CUPTI recorded nothing in
         return {**unavailable_columns(str(exc)), "explain_trace": trace}
     except Exception as exc:  # noqa: BLE001 the breakdown is an explanation, never a reason to lose the row

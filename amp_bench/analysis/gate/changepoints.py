@@ -248,8 +248,7 @@ def state(values, threshold: float = 0.03, higher_is_worse: bool = True, anchor:
                 continue
             if best is None or n > best.nights:
                 start, earliest, latest = _date(y, r, d, tail_start, s)
-                best = State(True, start, earliest, latest, float(np.exp(d if higher_is_worse else -d)),
-                             against, n)
+                best = State(True, start, earliest, latest, float(np.exp(d if higher_is_worse else -d)), against, n)
     return best or State(False)
 
 

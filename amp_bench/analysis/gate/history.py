@@ -230,10 +230,9 @@ class _Series:
     def change(self, point) -> Change:
         worse = point.after > point.before if self.higher_is_worse else point.after < point.before
         return Change(self.case_id, self.fingerprint, self.metric, self.runs[point.index],
-                      self.runs[point.confirmed_at],
-                      point.before, point.after, point.ratio, "regression" if worse else "improvement",
-                      date=_stamp(self.dates[point.index]), earliest_run=self.runs[point.earliest],
-                      latest_run=self.runs[point.latest], suite=self.suite)
+                      self.runs[point.confirmed_at], point.before, point.after, point.ratio,
+                      "regression" if worse else "improvement", date=_stamp(self.dates[point.index]),
+                      earliest_run=self.runs[point.earliest], latest_run=self.runs[point.latest], suite=self.suite)
 
     def current(self, anchor: int, accepted_note: str) -> SeriesState:
         values = self.values
@@ -271,8 +270,7 @@ def to_json(result: HistoryResult, max_series_rows: int = 20000) -> str:
     series = result.series
     payload = {"red": len(result.red), "alerts": [asdict(s) for s in result.red],
                "changes": [asdict(c) for c in result.changes], "warnings": result.warnings,
-               "states": [asdict(s) for s in result.states],
-               "contended": _contended_records(result.contended)}
+               "states": [asdict(s) for s in result.states], "contended": _contended_records(result.contended)}
     if len(series) <= max_series_rows:
         stamped = series.assign(timestamp=series["timestamp"].astype(str))
         payload["series"] = json.loads(stamped.to_json(orient="records"))

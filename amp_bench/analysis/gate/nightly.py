@@ -239,8 +239,7 @@ def to_markdown(result: NightlyResult) -> str:
     recent = sorted(result.history.changes, key=lambda c: c.date, reverse=True)[:30]
     if recent:
         lines += ["", "## Latest changes in the history", "",
-                  "| date | machine | case | metric | change | kind | accepted |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| date | machine | case | metric | change | kind | accepted |", "|---|---|---|---|---|---|---|"]
         for c in recent:
             lines.append(f"| {c.date} | {c.fingerprint} | {c.case_id} | {c.metric} | {c.ratio - 1:+.1%} | {c.kind} | "
                          f"{'yes: ' + c.note if c.accepted else 'no'} |")

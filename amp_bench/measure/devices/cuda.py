@@ -19,8 +19,7 @@ def warm_cuda_libraries(torch_device) -> None:
         dtypes.append(torch.bfloat16)
     for dtype in dtypes:
         torch.nn.functional.linear(x.to(dtype), x.to(dtype))
-    torch.nn.functional.conv2d(torch.ones(1, 8, 8, 8, device=torch_device),
-                               torch.ones(8, 8, 3, 3, device=torch_device))
+    torch.nn.functional.conv2d(torch.ones(1, 8, 8, 8, device=torch_device), torch.ones(8, 8, 3, 3, device=torch_device))
 
 
 class CudaOps(DeviceOps):

@@ -25,8 +25,7 @@ class FidelityReporter:
     def precision_finished(self, precision: str, rows: list[dict]) -> None: ...
 
 
-def run_fidelity(path, *, device: str | None = None, results_dir="results", reporter=None,
-                 **overrides) -> pd.DataFrame:
+def run_fidelity(path, *, device: str | None = None, results_dir="results", reporter=None, **overrides) -> pd.DataFrame:
     """Run the suite's fidelity section; returns one row per precision and seed (attrs: run_dir,
     verdicts). Each precision trains in its own worker; results are saved after each."""
     from amp_bench.platform.device import may_run, not_run_reason, precision_support
