@@ -5,7 +5,7 @@ its autocast dtype and GradScaler use, how FP32 math runs around autocast, which
 its MFU is measured against, its chart colour, and what hardware runs it natively. Adding a mode
 means adding an entry here (plus, when its autocast/scaler policy is new, that policy in
 measure/precision.py); the hardware gate, suite validation, summary, report and peak table read it from
-here. Readers look the registry up at call time (`all_modes()`), never copy it at import.
+here. Readers look the registry up at call time (`names()`, `get()`), never copy it at import.
 """
 from __future__ import annotations
 
@@ -97,10 +97,6 @@ register(Mode("fp8", "amp", "bfloat16", False, "ieee", "fp8", "#ffa15a", label="
               package="torchao", package_versions=("0.18", "0.19"),
               package_hint="fp8 needs torchao 0.18: pip install -e '.[fp8]'",
               float8_linear=True, compiled_by_default=True, also_against="amp_bf16"))
-
-
-def all_modes() -> list[Mode]:
-    return list(_REGISTRY.values())
 
 
 def names() -> tuple[str, ...]:

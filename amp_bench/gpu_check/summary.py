@@ -35,7 +35,6 @@ from amp_bench.gpu_check import plan, tables
 PARTS = {n: tuple(s.name for s in part.stages) for n, part in plan.PARTS.items()}  # in running order
 STAGES = tuple(dict.fromkeys(name for names in PARTS.values() for name in names))
 PRE = "pre"  # the checks before any stage: recorded only when they fail the part
-FINISHED = ("ok", "failed", "timeout", "skipped", "budget")  # a stage's last word; "pending" until then
 TABLES = {1: ("suite", "overhead"), 2: ("suite", "fidelity", "headroom")}  # what each part copies flat into OUT
 ARCHIVE = "runs.tar.gz"  # every run's manifest, tables, logs and explain traces, for later scoring
 ARCHIVE_MAX_BYTES = 15 * 2**20  # the device tool brings back files of at most 16 MiB

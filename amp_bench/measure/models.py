@@ -26,11 +26,6 @@ class Workload:
     details: dict  # recorded with the result (e.g. the attention implementation really used)
 
 
-def _first_tensor_or_logits(output):
-    # inception_v3 / googlenet return named tuples in train mode; HF models return ModelOutput.
-    return getattr(output, "logits", output)
-
-
 def _classification_workload(model: torch.nn.Module, image_size: int, num_classes: int,
                              channels_last: bool) -> Workload:
     def make_batch(batch_size: int, device: torch.device):
@@ -41,7 +36,8 @@ def _classification_workload(model: torch.nn.Module, image_size: int, num_classe
         return images, labels
 
     def loss_fn(output, labels):
-        return torch.nn.functional.cross_entropy(_first_tensor_or_logits(output), labels)
+        # inception_v3 / googlenet return named tuples in train mode; HF models return ModelOutput.
+        return torch.nn.functional.cross_entropy(getattr(output, "logits", output), labels)
 
     return Workload(model, make_batch, loss_fn, {})
 

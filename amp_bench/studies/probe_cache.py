@@ -61,16 +61,12 @@ def cache_key(requested: str) -> str:
     return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:32]
 
 
-def nvidia_nodes() -> list[Path]:
-    return sorted(DEV.glob("nvidia[0-9]*"))
-
-
 def location(requested: str) -> Path | None:
     """Where this request's probe is kept, or None when the cache is off or must not answer it (a
     request that could find a GPU, on a machine with an NVIDIA device node). Computed once per probe:
     the key stats amp_bench's files."""
     folder = os.environ.get(ENV_VAR)
-    if not folder or (requested != "cpu" and nvidia_nodes()):
+    if not folder or (requested != "cpu" and any(DEV.glob("nvidia[0-9]*"))):
         return None
     return Path(folder) / f"probe-{cache_key(requested)}.json"
 
