@@ -37,7 +37,7 @@ STARTED = "a worker would start"
 WORKER_STARTS = ("amp_bench.studies.session.start_server", "amp_bench.studies.session.probe",
                  "amp_bench.launchers.forkserver.launch", "amp_bench.studies.cluster.run_on_cluster",
                  "amp_bench.studies.cluster.resume", "amp_bench.studies.cluster_study.run_study_on_cluster",
-                 "amp_bench.studies.benchmark.resume_local")
+                 "amp_bench.studies.resume.resume_local")
 
 COUNTS = ("--steps", "--min-steps", "--max-steps", "--repeats", "--batch-size", "--nproc-per-node", "--epochs",
           "--start-batch-size", "--max-batch-size", "--resolution", "--slurm-time", "--slurm-cpus-per-task",

@@ -107,7 +107,7 @@ def test_an_armed_stop_raises_at_once_so_the_worker_is_killed():
 
 
 def _cases(groups: int, precisions=("fp32", "amp_bf16"), repeats=2):
-    from amp_bench.studies.benchmark import schedule
+    from amp_bench.studies.run_plan import schedule
     text = ("models: [{ref: 'python:toy_models:mlp', label: mlp}]\n"
             f"batch_sizes: {[2 ** i for i in range(groups)]}\nprecisions: {list(precisions)}\n"
             f"repeats: {repeats}\nsteps: 2\nwarmup_steps: 1\ntimeout_s: 60\n")
@@ -239,8 +239,8 @@ def test_rows_for_jobs_that_ended_without_writing_them_say_what_slurm_said(tmp_p
     """A node that died (NODE_FAIL) or a job cancelled while queued wrote no rows: reconcile writes
     them from SLURM's state; a job still running is left alone; a finished job's rows are kept."""
     from amp_bench.executors.job_states import JobState
-    from amp_bench.studies.benchmark import make_plan, part_key, schedule
     from amp_bench.studies.cluster import finalize, reconcile
+    from amp_bench.studies.run_plan import make_plan, part_key, schedule
     text, _ = _cases(groups=3, precisions=("fp32",), repeats=1)
     order = schedule(load_suite(write_suite(text)).cases("cpu"))
     store = _run_dir(tmp_path, executor={"type": "slurm", "partition": "a100"},

@@ -374,7 +374,7 @@ def test_steps_override_switches_an_adaptive_window_off(write_suite):
 
 
 def test_budget_planner_shares_what_is_left_less_the_learnt_overhead(write_suite):
-    from amp_bench.studies.benchmark import BudgetPlanner
+    from amp_bench.studies.run_plan import BudgetPlanner
     from amp_bench.suite import load_suite
     case = load_suite(write_suite(ADAPTIVE)).cases("cpu")[0]
     clock = FakeClock()

@@ -1,5 +1,5 @@
 """Lockstep sets: a repeat's modes measured by workers alive together, taking turns (measure/baton.py,
-measure/conductor.py, launchers/lockstep.py, studies/benchmark.launch_units)."""
+measure/conductor.py, launchers/lockstep.py, studies/run_plan.launch_units)."""
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +8,7 @@ import amp_bench
 from amp_bench.measure.baton import Baton
 from amp_bench.measure.telemetry.contention import WindowWatch
 from amp_bench.measure.window import CpuStepTimer, StopRule, measure_window
-from amp_bench.studies.benchmark import launch_units
+from amp_bench.studies.run_plan import launch_units
 from amp_bench.suite import load_suite
 
 
@@ -107,7 +107,7 @@ def _machine(device="cpu", server=True):
 
 
 def _order(write_suite, extra=""):
-    from amp_bench.studies.benchmark import schedule
+    from amp_bench.studies.run_plan import schedule
     suite = load_suite(write_suite(f"""
 models: [python:toy_models:mlp]
 batch_sizes: [4, 8]
@@ -251,6 +251,7 @@ def test_a_stop_during_a_set_cuts_short_every_member_and_keeps_saved_rows(write_
     from amp_bench.platform.device import DeviceInfo
     from amp_bench.store.results import RunStore
     from amp_bench.studies import benchmark
+    from amp_bench.studies.session import Machine
     order = _order(write_suite, "allow_emulated: true\nexplain: false")
     stop, sets = StopSignals(None), []
 
@@ -263,7 +264,7 @@ def test_a_stop_during_a_set_cuts_short_every_member_and_keeps_saved_rows(write_
                 for case, repeat, _ in members]
     monkeypatch.setattr(benchmark, "run_lockstep", fake_lockstep)
     store = RunStore(tmp_path, "20261203T000000Z-host-cpu")
-    machine = benchmark.Machine(DeviceInfo(type="cpu", name="cpu"), {}, "host", {}, server=object())
+    machine = Machine(DeviceInfo(type="cpu", name="cpu"), {}, "host", {}, server=object())
     benchmark.run_cases(store, order, machine, benchmark.Reporter(), stop=stop)
     reasons = {(r["batch_size"], r["precision"], r["repeat"]): (r["status"], r.get("reason") or "")
                for r in store.rows}

@@ -148,7 +148,7 @@ def test_the_console_names_the_slowest_workers_and_their_largest_phases():
 def test_repeats_that_share_a_worker_are_one_unit_in_the_run_order(write_suite):
     from types import SimpleNamespace
 
-    from amp_bench.studies.benchmark import launch_units, schedule
+    from amp_bench.studies.run_plan import launch_units, schedule
     from amp_bench.suite import load_suite
     suite = load_suite(write_suite(PHASED_SUITE.format(precisions=["fp32", "amp_bf16"]).replace(
         "repeats: 2", "repeats: 5\nrepeats_per_worker: 3")))

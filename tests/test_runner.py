@@ -11,7 +11,7 @@ import pytest
 
 import amp_bench
 from amp_bench.store.results import RESULT_COLUMNS, SAMPLE_COLUMNS
-from amp_bench.studies.benchmark import schedule
+from amp_bench.studies.run_plan import schedule
 from amp_bench.suite import load_suite
 from conftest import ROOT, processes_with
 

@@ -246,7 +246,7 @@ def _resume(args, console) -> int:
         if not run.job_ids:
             console.print(f"nothing to resume: every case of {args.resume} has a row", highlight=False)
         return _after_cluster([run], args, console)
-    from amp_bench.studies.benchmark import resume_local
+    from amp_bench.studies.resume import resume_local
     return _here(lambda reporter: resume_local(args.resume, reporter=reporter), args, console,
                  "every finished case is saved; `run --resume` again runs the rest")
 

@@ -1,34 +1,31 @@
 """Orchestration of a benchmark run: suite -> cases -> one worker per case and repeat -> results store.
 
 What is measured lives in measure/; where and how one case runs, in launchers/ (launch.py, process.py);
-the opening every study shares, in session.py. This module decides the order (repeats interleaved
-across precisions so drift hits both sides), writes it down as the run's plan, and runs cases from it
-(run_cases: the local run, each SLURM job of studies/cluster.py and `run --resume` alike), keeping the
-store up to date after every case.
+the opening every study shares, in session.py; the order and its launches in run_plan.py, the rows no worker
+measured in unrun.py, a disturbed pair's second run in retry.py. This module runs cases from the plan
+(run_cases: the local run, each SLURM job of studies/cluster.py, `run --resume` (resume.py) and
+`run --try` alike), keeping the store up to date after every case.
 """
 from __future__ import annotations
 
-import dataclasses
-import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from amp_bench.analysis.explain.judge import explain_row
-from amp_bench.errors import UserError
-from amp_bench.launchers.forkserver import ForkServer
-from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_one, run_shared, still_busy, stops_on_contention
+from amp_bench.launchers.launch import run_one, run_shared, still_busy, stops_on_contention
 from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.flags import is_true
-from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table, utc_now
-from amp_bench.store.run_state import RERUN_STATUSES, Heartbeat, run_state
+from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table
+from amp_bench.store.run_state import Heartbeat
 from amp_bench.studies.flop_counts import FlopCounts
-from amp_bench.studies.retry import RETRY_SHARE, Allowance, pairs_to_retry
-from amp_bench.studies.session import Session, probe, record_machine, running, server_for, spawn_note
+from amp_bench.studies.retry import pairs_to_retry, retry_disturbed
+from amp_bench.studies.run_plan import BudgetPlanner, launch_units, make_plan, part_key, schedule
+from amp_bench.studies.session import Machine, Session, spawn_note
 from amp_bench.studies.time_left import TimeLeft
+from amp_bench.studies.unrun import save_busy, save_died, stamp
 from amp_bench.suite import Case
 
 
@@ -41,90 +38,6 @@ class Reporter:
     def case_finished(self, case: Case, row: dict) -> None: ...
     def time_left(self, seconds: float | None) -> None: ...  # the run's estimate (studies/time_left.py)
     def note(self, text: str) -> None: ...
-
-
-def schedule(cases: list[Case]) -> list[tuple[Case, int]]:
-    """Group by everything but precision; within a group run repeat 0 of every precision, then
-    repeat 1, ... (fp32, amp, fp32, amp): drift then hits both sides, and a group is complete
-    before the next starts. Each repeat rotates the order, so no mode always runs first. With
-    repeats_per_worker N, the unit is N consecutive repeats of a mode (one worker's windows)."""
-    groups: dict[str, list[Case]] = {}
-    for case in cases:
-        groups.setdefault(case.group_id, []).append(case)
-    order = []
-    for group in groups.values():
-        per_worker = max(1, group[0].repeats_per_worker)
-        for turn, start in enumerate(range(0, group[0].repeats, per_worker)):
-            shift = turn % len(group)
-            chunk = range(start, min(start + per_worker, group[0].repeats))
-            order.extend((case, repeat) for case in group[shift:] + group[:shift] for repeat in chunk)
-    return order
-
-
-class BudgetPlanner:
-    """Spreads a suite-level time budget (budget_s) over the cases still to run: each gets an equal
-    share of what is left, less what a worker costs outside its measured window (start, model
-    build, warmup, instrumentation; learnt from the cases so far), as its measuring budget. A case
-    never measures fewer than its min_steps, so a budget too small for the suite is overrun, not
-    faked."""
-
-    FLOOR_S = 0.5  # the least a case is given to measure in
-
-    def __init__(self, budget_s: float | None, cases: int, clock=time.monotonic):
-        self.budget_s, self.remaining, self.clock = budget_s, cases, clock
-        self.started = clock()
-        self.overheads: list[float] = []
-
-    def plan(self, case):
-        if self.budget_s is None:
-            return case
-        left = self.budget_s - (self.clock() - self.started)
-        overhead = statistics.median(self.overheads) if self.overheads else 0.0
-        share = max(self.FLOOR_S, left / max(1, self.remaining) - overhead)
-        if case.case_budget_s is not None:
-            share = min(share, case.case_budget_s)
-        return dataclasses.replace(case, case_budget_s=round(share, 3))
-
-    def finished(self, row: dict) -> None:
-        self.remaining -= 1
-        if row.get("worker_seconds") is not None and row.get("window_s") is not None:
-            self.overheads.append(max(0.0, float(row["worker_seconds"]) - float(row["window_s"])))
-
-
-def make_plan(order: list[tuple[Case, int]], device_type: str, device_request: str) -> dict:
-    """plan.json: the cases in the order they run, each with its index (which names its row's part
-    file) and log stem. The jobs of a SLURM run and `run --resume` run from it, not from the suite."""
-    return {"device_type": device_type, "device_request": device_request,
-            "items": [{"index": i, "repeat": repeat, "stem": f"{case.case_id}-r{repeat}", "case": case.to_json()}
-                      for i, (case, repeat) in enumerate(order)]}
-
-
-def plan_order(plan: dict, indices=None) -> list[tuple[int, Case, int]]:
-    """(index, case, repeat) of the plan's items (all, or those indices), in plan order."""
-    wanted = None if indices is None else set(indices)
-    return [(item["index"], Case.from_json(item["case"]), item["repeat"]) for item in plan["items"]
-            if wanted is None or item["index"] in wanted]
-
-
-def part_key(index: int, case: Case, repeat: int) -> str:
-    return f"{index:05d}-{case.case_id}-r{repeat}"
-
-
-def rows_by_index(store: RunStore) -> dict[int, dict]:
-    """The rows a run has, by plan index (from their part names)."""
-    return {int(key.split("-", 1)[0]): row for key, row in zip(store.part_keys, store.rows) if key[:5].isdigit()}
-
-
-@dataclass
-class Machine:
-    """Where the cases run, as the rows record it: the device, versions, host and fingerprint columns,
-    and (in a SLURM job) the job's columns."""
-    device: DeviceInfo
-    versions: dict
-    hostname: str
-    fingerprint: dict
-    columns: dict = field(default_factory=dict)
-    server: ForkServer | None = None  # the run's fork server: how its workers start (None: fresh interpreters)
 
 
 # After this many contended cases in a row, each next case first asks whether the machine is still busy
@@ -157,13 +70,13 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     measured, streak, position = [], 0, 0
     for unit in units or launch_units(order, machine, reporter):  # `units`: a caller's own (run --try's pairs)
         if stop is not None and stop.requested:
-            _save_died(store, order[position:], machine, stop)
+            save_died(store, order[position:], machine, stop)
             return
         live = [item for item in unit if item[0] in runnable]
         evidence = still_busy(live[0][1], info) if streak >= BUSY_STREAK and live else ""
         rows = run.unit(unit, live, position, evidence, streak)
         if rows is None:  # a stop cut it short: what it had not saved, and the rest, are saved as died
-            _save_died(store, [item for item in order[position:] if item[0] not in run.saved], machine, stop,
+            save_died(store, [item for item in order[position:] if item[0] not in run.saved], machine, stop,
                        running=run.running)
             return
         for (index, case, repeat), row in zip(unit, rows):
@@ -173,56 +86,6 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
         position += len(unit)
     if not (stop is not None and stop.requested):
         retry_disturbed(run, pairs_to_retry(measured, stops_on_contention))
-
-
-def in_lockstep(case: Case, machine: Machine) -> bool:
-    """May this case's worker take turns with its repeat's other modes (launchers/lockstep.py)? On the CPU,
-    eager, one process, forked from the run's fork server, one repeat a worker, unless the suite says
-    `interleave: repeats`."""
-    return (case.interleave != "repeats" and machine.device.type == "cpu" and machine.server is not None
-            and not case.distributed and not case.compiled and case.repeats_per_worker == 1)
-
-
-def _one_worker(item, last) -> bool:
-    """Is `item` another window of the worker of the unit ending in `last` (repeats_per_worker)?"""
-    case, repeat, per_worker = item[1], item[2], max(1, item[1].repeats_per_worker)
-    return (last is not None and per_worker > 1 and last[1].case_id == case.case_id and last[2] == repeat - 1
-            and last[2] // per_worker == repeat // per_worker)
-
-
-def launch_units(order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter | None = None) -> list:
-    """The order cut into units, each one launch: one repeat's modes of one group together where they may
-    run in lockstep (schedule() puts them next to each other), a case's consecutive repeats that share a
-    worker (repeats_per_worker), every other item alone. A suite asking for `interleave: steps` where it
-    cannot be had is told once why."""
-    units: list[list] = []
-    refused = ""
-    for item in order:
-        case, repeat = item[1], item[2]
-        together = in_lockstep(case, machine)
-        if case.interleave == "steps" and not together and not refused:
-            refused = (f"interleave: steps needs eager single-process cases on the CPU with forked workers, one "
-                       f"repeat a worker; {case.case_id} runs its repeats one worker after another")
-        last = units[-1][0] if units else None
-        if together and last is not None and in_lockstep(last[1], machine) and \
-                (last[1].group_id, last[2]) == (case.group_id, repeat):
-            units[-1].append(item)
-        elif _one_worker(item, units[-1][-1] if units else None):
-            units[-1].append(item)
-        else:
-            units.append([item])
-    if refused and reporter is not None:
-        reporter.note(refused)
-    return units
-
-
-def _save_busy(store: RunStore, item, machine: Machine, reporter: Reporter, evidence: str, streak: int) -> dict:
-    """The row of a case not run because the machine was still busy after `streak` contended cases."""
-    text = (f"not run: the machine was still busy ({evidence} over {BUSY_LOOK_S:g} s, after {streak} contended "
-            "cases in a row)")
-    row = _save_unrun(store, item, machine, status="contended", reason=text, contended=True, contention=text)
-    reporter.case_finished(item[1], row)
-    return row
 
 
 @dataclass
@@ -248,7 +111,7 @@ class _Run:
         """One unit's rows in plan order (None when a job's stop cut it short): not run while the machine
         stays busy (`evidence`), a lockstep set, one worker's windows, or its one item."""
         if evidence:
-            return [_save_busy(self.store, item, self.machine, self.reporter, evidence, streak)
+            return [save_busy(self.store, item, self.machine, self.reporter, evidence, streak)
                     if item in live else self.item(item, position + n) for n, item in enumerate(unit)]
         if len(live) < 2:
             rows = []
@@ -345,7 +208,7 @@ class _Run:
         if note:
             row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
         self.flops.carry(case, row)
-        _stamp(row, self.machine)
+        stamp(row, self.machine)
         self.store.add(row, samples, key=part_key(index, case, repeat))
         self.saved.add(index)
         self.rows[index] = row
@@ -358,76 +221,6 @@ class _Run:
         if self.time_left is not None:
             self.reporter.time_left(self.time_left.seconds())
         return row
-
-
-def retry_disturbed(run: _Run, pairs: list[list[tuple]]) -> None:
-    """Run each disturbed pair (a group's repeat, every mode: studies/retry.py) once more, as it first ran
-    (a lockstep set where it was one), while the machine is quiet (busy.quiet_now over 2 s) and the run's
-    retry allowance holds it; the new rows replace the old and say why they were run again. What is not
-    run again is said in a note and the manifest."""
-    from amp_bench.launchers.busy import cores_needed, quiet_now
-    if not pairs:
-        return
-    first = pairs[0][0][1]
-    quiet, how = quiet_now(cores_needed(run.machine.device.type, first.threads_per_rank, first.nproc_per_node or 1))
-    planner = run.planner
-    elapsed = planner.clock() - planner.started
-    allowance = Allowance(elapsed, None if planner.budget_s is None else planner.budget_s - elapsed,
-                          budgeted=planner.budget_s is not None)
-    chosen = [pair for pair in pairs if quiet and allowance.take(_pair_cost(run, pair))]
-    left = len(pairs) - len(chosen)
-    if left:
-        why = how if not quiet else f"the run's retry allowance ({RETRY_SHARE:.0%} of its time, or its budget) is spent"
-        run.reporter.note(f"{left} disturbed pair(s) were not run again: {why}")
-        run.store.update_manifest(lambda m: m.update(contended_not_retried=f"{left} pair(s): {why}"))
-    if not chosen:
-        return
-    run.reporter.note(f"running {len(chosen)} disturbed pair(s) once more ({how})")
-    run.rerun_reasons = {index: _first_words(row) for pair in chosen for index, _, _ in pair
-                         if (row := run.rows.get(index)) is not None}
-    position = 0
-    for pair in chosen:
-        for unit in launch_units(pair, run.machine):
-            run.unit(unit, unit, position, "", 0)
-            position += len(unit)
-
-
-def _pair_cost(run: _Run, pair: list[tuple]) -> float | None:
-    """What running a pair again should take: its cases' estimates (studies/time_left.py)."""
-    costs = [run.time_left.estimate(case, repeat) for _, case, repeat in pair] if run.time_left else [None]
-    return None if any(c is None for c in costs) else sum(costs)
-
-
-def _first_words(row: dict) -> str:
-    """Why a row was run again: its status and its contention evidence, in one short line."""
-    evidence = str(row.get("contention") or row.get("reason") or "")
-    return f"{row.get('status')}: {evidence}"[:200]
-
-
-def _stamp(row: dict, machine: Machine) -> None:
-    row["hostname"] = machine.hostname
-    row.update(machine.fingerprint)
-    row.update(machine.columns)
-
-
-def _save_died(store: RunStore, rest, machine: Machine, stop, running: set = frozenset()) -> None:
-    """Rows for the cases a stop cut short (their plan indexes in `running`: a lockstep set's members
-    run together) and for those it never started."""
-    status, reason = stop.status_and_reason()
-    for item in rest:
-        before = "while this case ran" if item[0] in running else "before this case started"
-        _save_unrun(store, item, machine, status=status, reason=f"{reason} {before}")
-
-
-def _save_unrun(store: RunStore, item, machine: Machine, **columns) -> dict:
-    """A planned case's row without a worker's result (stopped, died, not run): its identity, the
-    machine's columns and `columns`, saved under its plan key."""
-    index, case, repeat = item
-    row = base_row(case, repeat, machine.device, machine.versions, store.run_id)
-    row.update(columns)
-    _stamp(row, machine)
-    store.add(row, [], key=part_key(index, case, repeat))
-    return row
 
 
 def run_suite(path, *, device: str | None = None, results_dir: str | Path = "results",
@@ -477,46 +270,3 @@ def results_frame(store: RunStore) -> pd.DataFrame:
     return frame
 
 
-def resume_local(run_dir, reporter: Reporter | None = None) -> pd.DataFrame:
-    """`run --resume RUN_DIR` for a local run: run here the planned cases that have no row (the parent
-    was killed, or Ctrl-C) or whose row says their job died, on the machine that measured the rest."""
-    reporter = reporter or Reporter()
-    store = RunStore.reopen(run_dir)
-    state = run_state(store.dir, store.manifest)
-    if state.state == "running":
-        raise UserError(f"{store.dir}: still running ({state.detail}): let it finish, or stop it first")
-    plan = store.read_plan()
-    rows = rows_by_index(store)
-    todo = [i for i, _, _ in plan_order(plan) if i not in rows or rows[i].get("status") in RERUN_STATUSES]
-    order = plan_order(plan, todo)
-    # the workers start as the run's first ones did (its manifest's `workers`): their peak RSS compares;
-    # the server first, so the probe is one of its children rather than an interpreter of its own
-    server = server_for((store.manifest.get("workers") or {}).get("mode", "spawn"),
-                        [case.model.ref for _, case, _ in order], order[0][1].search_dirs) if order else None
-    try:
-        machine = _same_machine(store, plan, rows, server)
-        reporter.run_started(store, machine.device, len(todo))
-        if not todo:
-            store.write_manifest(status="complete")
-            return results_frame(store)
-        store.update_manifest(lambda m: (m.update(status="running"), m.setdefault("resumed", []).append(
-            {"at": utc_now().isoformat(), "cases": len(todo)})))
-        with running(store, lambda: finished_counts(store)), Heartbeat(store.dir, "parent") as heartbeat:
-            run_cases(store, order, machine, reporter, heartbeat=heartbeat)
-    finally:
-        if server is not None:
-            server.close()
-    return results_frame(store)
-
-
-def _same_machine(store: RunStore, plan: dict, rows: dict, server) -> Machine:
-    """This machine, probed, recorded, and checked to be the one (and the software) that measured the run."""
-    probed = probe(plan["device_request"], server)
-    info = DeviceInfo.from_json(probed["device"])
-    host, fingerprint = record_machine(store, probed)
-    measured = {str(r.get("fingerprint")) for r in rows.values() if r.get("fingerprint")}
-    if info.type != plan["device_type"] or (measured and fingerprint["fingerprint"] not in measured):
-        raise UserError(f"{store.dir}: was measured on another machine or software (fingerprint "
-                        f"{', '.join(sorted(measured)) or plan['device_type']}; here {fingerprint['fingerprint']} "
-                        f"on {info.name}): resume it where it ran, or run the suite again here")
-    return Machine(info, probed["versions"], host["hostname"], fingerprint, server=server)

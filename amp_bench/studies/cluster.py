@@ -28,7 +28,8 @@ from amp_bench.platform.device import DeviceInfo
 from amp_bench.store.results import RunStore, make_run_id, utc_now
 from amp_bench.store.run_state import DIED_STATUSES, RERUN_STATUSES, Heartbeat, live_beats, read_heartbeats, run_state
 from amp_bench.studies import benchmark
-from amp_bench.studies.session import new_store, probe, record_machine, server_for, workers_record
+from amp_bench.studies import run_plan as planning
+from amp_bench.studies.session import Machine, new_store, probe, record_machine, server_for, workers_record
 from amp_bench.suite import Case, ExecutorSpec, load_suite, validate_overrides
 
 PROBE_MARGIN_S = 600  # a job's time limit: its cases' timeouts, plus this for start-up and the probe
@@ -128,14 +129,14 @@ def run_on_cluster(path, spec: ExecutorSpec, *, device: str | None = None, resul
     planned = []
     for partition in partitions.values():  # every plan is checked before anything is submitted
         device_type = plan_device(requested, partition, spec)
-        planned.append((partition, device_type, benchmark.schedule(suite.cases(device_type, overrides))))
+        planned.append((partition, device_type, planning.schedule(suite.cases(device_type, overrides))))
     runs = []
     for partition, device_type, order in planned:
         store = new_store(suite, path, results_dir, make_run_id(device_type, host=partition.name), overrides,
                           "benchmark", cases_planned=len(order),
                           executor={**spec.to_json(), "partition": partition.name},
                           isolation={**suite.settings, **overrides}.get("isolation", "fork"))
-        store.write_plan(benchmark.make_plan(order, device_type, requested))
+        store.write_plan(planning.make_plan(order, device_type, requested))
         store.flush()  # an empty results.csv: the directory is a run like any other from the start
         shares = share_out(order, spec.tasks)
         job_ids, time_min, gpus = submit_share(store, spec, partition, shares, dict(enumerate(c for c, _ in order)),
@@ -159,8 +160,8 @@ def job_main(run_dir: str, indices: list[int]) -> dict:
     if job is not None and not job.partition:  # submitit's local executor: the run's own partition name
         job = dataclasses.replace(job, partition=(store.manifest.get("executor") or {}).get("partition", ""))
     plan = store.read_plan()
-    done = benchmark.rows_by_index(store)
-    order = [o for o in benchmark.plan_order(plan, indices)
+    done = planning.rows_by_index(store)
+    order = [o for o in planning.plan_order(plan, indices)
              if o[0] not in done or done[o[0]].get("status") in RERUN_STATUSES]
     job_id = job.job_id if job else str(os.getpid())
     fields = {**(job.to_json() if job else {}), "job_id": job_id, "indices": list(indices)}
@@ -183,7 +184,7 @@ def job_main(run_dir: str, indices: list[int]) -> dict:
     return {"run_dir": run_dir, "cases": len(order)}
 
 
-def _job_machine(store: RunStore, plan: dict, job, job_id: str, order, server=None) -> benchmark.Machine | None:
+def _job_machine(store: RunStore, plan: dict, job, job_id: str, order, server=None) -> Machine | None:
     """Probe the node's device and record it, and how the job's workers start (manifest and rows); None
     when the cases cannot run here: each then gets an error row saying why."""
     columns = job.columns() if job else {}
@@ -205,7 +206,7 @@ def _job_machine(store: RunStore, plan: dict, job, job_id: str, order, server=No
                     f"{columns.get('slurm_node') or host['hostname']} found {info.type} ({info.name}): ask for GPUs "
                     "(--slurm-gpus-per-node, --slurm-gres) or plan for the CPU (--device cpu)")
         return None
-    return benchmark.Machine(info, probed["versions"], host["hostname"], fingerprint, columns, server=server)
+    return Machine(info, probed["versions"], host["hostname"], fingerprint, columns, server=server)
 
 
 def _error_rows(store: RunStore, order, columns: dict, reason: str) -> None:
@@ -213,7 +214,7 @@ def _error_rows(store: RunStore, order, columns: dict, reason: str) -> None:
     for index, case, repeat in order:
         row = base_row(case, repeat, device, {}, store.run_id)
         row.update(status="error", reason=reason, **columns)
-        store.add(row, [], key=benchmark.part_key(index, case, repeat))
+        store.add(row, [], key=planning.part_key(index, case, repeat))
 
 
 def finalize(store: RunStore, states: dict | None = None) -> str:
@@ -226,7 +227,7 @@ def finalize(store: RunStore, states: dict | None = None) -> str:
     still = [j for j, s in (states or {}).items() if s.active and j in jobs]
     if state.live or still or (states is None and state.waiting_jobs):
         return "running"
-    rows = benchmark.rows_by_index(store)
+    rows = planning.rows_by_index(store)
     missing = [i for i in range(manifest.get("cases_planned") or 0) if i not in rows]
     died = [i for i, r in rows.items() if r.get("status") in DIED_STATUSES]
     status = "complete" if not missing and not died else "interrupted"
@@ -246,8 +247,8 @@ def reconcile(store: RunStore, states: dict[str, job_states.JobState], cancelled
     them). The count written."""
     store.refresh()
     plan = store.read_plan()
-    rows = benchmark.rows_by_index(store)
-    cases = {i: (case, repeat) for i, case, repeat in benchmark.plan_order(plan)}
+    rows = planning.rows_by_index(store)
+    cases = {i: (case, repeat) for i, case, repeat in planning.plan_order(plan)}
     written = 0
     started = {str(b.get("job_id")) for b in read_heartbeats(store.dir)}
     for job_id, job in (store.manifest.get("jobs") or {}).items():
@@ -267,7 +268,7 @@ def reconcile(store: RunStore, states: dict[str, job_states.JobState], cancelled
                 status, why = "cancelled", " (cancelled by amp_bench's parent: Ctrl-C)"
             row.update(status=status, reason=f"{state.describe()} {when}{why}",
                        slurm_job_id=job_id, slurm_partition=job.get("partition", ""))
-            store.add(row, [], key=benchmark.part_key(index, case, repeat))
+            store.add(row, [], key=planning.part_key(index, case, repeat))
             written += 1
     return written
 
@@ -339,16 +340,16 @@ def resume(run_dir, *, reporter: ClusterReporter | None = None, detach: bool = F
                         "or scancel them, then resume")
     reconcile(store, states)
     plan = store.read_plan()
-    rows = benchmark.rows_by_index(store)
-    todo = [i for i, _, _ in benchmark.plan_order(plan) if i not in rows or rows[i].get("status") in RERUN_STATUSES]
+    rows = planning.rows_by_index(store)
+    todo = [i for i, _, _ in planning.plan_order(plan) if i not in rows or rows[i].get("status") in RERUN_STATUSES]
     run = ClusterRun(partition, store, [], len(plan["items"]))
     if not todo:
         finalize(store, states)
         return run
-    order = [(case, repeat) for _, case, repeat in benchmark.plan_order(plan, todo)]
+    order = [(case, repeat) for _, case, repeat in planning.plan_order(plan, todo)]
     shares = [[todo[i] for i in share] for share in share_out(order, spec.tasks)]
     part = slurm.partitions([partition], spec.cluster)[partition]
-    cases = {i: c for i, c, _ in benchmark.plan_order(plan, todo)}
+    cases = {i: c for i, c, _ in planning.plan_order(plan, todo)}
     run.job_ids, time_min, gpus = submit_share(store, spec, part, shares, cases, plan["device_type"],
                                                f"amp_bench-resume-{partition}")
     store.update_manifest(lambda m: m.setdefault("resumed", []).append(

@@ -11,6 +11,7 @@ Torch-free."""
 from __future__ import annotations
 
 from amp_bench.store.flags import is_true
+from amp_bench.studies.run_plan import launch_units
 
 RETRY_SHARE = 0.25
 CONTENDED = "contended"
@@ -50,3 +51,47 @@ class Allowance:
             return False
         self.left_s -= cost_s or 0.0
         return True
+
+
+def retry_disturbed(run, pairs: list[list[tuple]]) -> None:
+    """Run each disturbed pair (a group's repeat, every mode: studies/retry.py) once more, as it first ran
+    (a lockstep set where it was one), while the machine is quiet (busy.quiet_now over 2 s) and the run's
+    retry allowance holds it; the new rows replace the old and say why they were run again. What is not
+    run again is said in a note and the manifest. `run`: the run's state (benchmark._Run), whose units run them."""
+    from amp_bench.launchers.busy import cores_needed, quiet_now
+    if not pairs:
+        return
+    first = pairs[0][0][1]
+    quiet, how = quiet_now(cores_needed(run.machine.device.type, first.threads_per_rank, first.nproc_per_node or 1))
+    planner = run.planner
+    elapsed = planner.clock() - planner.started
+    allowance = Allowance(elapsed, None if planner.budget_s is None else planner.budget_s - elapsed,
+                          budgeted=planner.budget_s is not None)
+    chosen = [pair for pair in pairs if quiet and allowance.take(_pair_cost(run, pair))]
+    left = len(pairs) - len(chosen)
+    if left:
+        why = how if not quiet else f"the run's retry allowance ({RETRY_SHARE:.0%} of its time, or its budget) is spent"
+        run.reporter.note(f"{left} disturbed pair(s) were not run again: {why}")
+        run.store.update_manifest(lambda m: m.update(contended_not_retried=f"{left} pair(s): {why}"))
+    if not chosen:
+        return
+    run.reporter.note(f"running {len(chosen)} disturbed pair(s) once more ({how})")
+    run.rerun_reasons = {index: _first_words(row) for pair in chosen for index, _, _ in pair
+                         if (row := run.rows.get(index)) is not None}
+    position = 0
+    for pair in chosen:
+        for unit in launch_units(pair, run.machine):
+            run.unit(unit, unit, position, "", 0)
+            position += len(unit)
+
+
+def _pair_cost(run, pair: list[tuple]) -> float | None:
+    """What running a pair again should take: its cases' estimates (studies/time_left.py)."""
+    costs = [run.time_left.estimate(case, repeat) for _, case, repeat in pair] if run.time_left else [None]
+    return None if any(c is None for c in costs) else sum(costs)
+
+
+def _first_words(row: dict) -> str:
+    """Why a row was run again: its status and its contention evidence, in one short line."""
+    evidence = str(row.get("contention") or row.get("reason") or "")
+    return f"{row.get('status')}: {evidence}"[:200]

@@ -10,7 +10,7 @@ import signal
 import socket
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from amp_bench.errors import UserError
@@ -202,6 +202,18 @@ def record_machine(store: RunStore, probed: dict, **more) -> tuple[dict, dict]:
     store.update_manifest(add)
     fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}), host["hostname"])
     return host, fingerprint
+
+
+@dataclass
+class Machine:
+    """Where the cases run, as the rows record it: the device, versions, host and fingerprint columns,
+    and (in a SLURM job) the job's columns."""
+    device: DeviceInfo
+    versions: dict
+    hostname: str
+    fingerprint: dict
+    columns: dict = field(default_factory=dict)
+    server: ForkServer | None = None  # the run's fork server: how its workers start (None: fresh interpreters)
 
 
 def sigterm_as_interrupt():

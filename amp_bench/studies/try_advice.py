@@ -127,7 +127,7 @@ def score(results: pd.DataFrame, found: list[Trial], tried_run: str) -> list[dic
 def set_units(indexed: list[tuple], sizes: list[int], machine) -> list[list[tuple]]:
     """Each original's set of one repeat (the case and its variants) as one launch: a lockstep set where all may
     take turns (the CPU, eager, forked), else one after the other."""
-    from amp_bench.studies.benchmark import in_lockstep
+    from amp_bench.studies.run_plan import in_lockstep
     units, start = [], 0
     for size in sizes:
         members = indexed[start:start + size]
@@ -142,8 +142,9 @@ def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="r
     """Try `rule` (an advice rule's name, or "all") on RUN_DIR's cases: the new run's rows (their `advice`
     attribute: the advice table's rows). `on_contention` replaces the cases' own (--on-contention)."""
     from amp_bench.store.run_state import Heartbeat
-    from amp_bench.studies.benchmark import Machine, Reporter, finished_counts, make_plan, results_frame, run_cases
-    from amp_bench.studies.session import Session
+    from amp_bench.studies.benchmark import Reporter, finished_counts, results_frame, run_cases
+    from amp_bench.studies.run_plan import make_plan
+    from amp_bench.studies.session import Machine, Session
     run_dir, reporter = Path(run_dir), reporter or Reporter()
     found = trials(run_dir, rule)
     request = _plan(run_dir).get("device_request", "auto")
