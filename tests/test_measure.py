@@ -211,3 +211,39 @@ def test_the_trackers_stop_in_order_and_say_their_warnings_beside_their_columns(
     assert "contended" in reading.columns  # read with the clock events the tracker before it gave
     with pytest.raises(AssertionError, match="stops before one it reads"):
         run_window([contention, clocks], lambda halt: times)
+
+
+def _window_record(losses, warnings=()):
+    from amp_bench.measure.window import StopRule, WindowTimes
+    from amp_bench.stats import Window
+    times = WindowTimes([100.0, 102.0, 98.0], 0.31, "fixed steps")
+    window = Window.from_steps(times.per_step_ms, 8, seconds=0.31)
+    return measure.WindowRecord(times, StopRule(3, 3, None, None), window, losses, 2, "bfloat16",
+                                {"peak_rss_bytes": 1}, {}, list(warnings))
+
+
+def test_a_window_record_is_the_rows_window_part_with_its_status_and_samples():
+    """The worker's row takes its window part from one typed record: the figures, the warnings joined once, the
+    status from the losses (nonfinite at the first NaN, the timings kept), the samples warmup's first."""
+    columns = _window_record([2.0, 1.9, 1.8, float("nan"), 1.7], ["tracker said so"]).columns()
+    assert (columns["status"], columns["steps"], columns["stop_reason"]) == ("nonfinite", 3, "fixed steps")
+    assert columns["reason"] == "loss is nan at step 3 (1 non-finite of 5)"
+    assert columns["step_time_ms_median"] == 100.0 and columns["peak_rss_bytes"] == 1
+    assert columns["warnings"] == "tracker said so" and columns["loss_first"] == 2.0
+    assert [(s["phase"], s["step_time_ms"]) for s in columns["samples"]] == [
+        ("warmup", None), ("warmup", None), ("measure", 100.0), ("measure", 102.0), ("measure", 98.0)]
+    assert _window_record([1.0] * 5).columns()["status"] == "ok"
+
+
+def test_a_probe_that_fails_after_the_window_is_the_windows_warning_not_its_loss(monkeypatch):
+    from types import SimpleNamespace
+
+    def broken(setup, median_ms):
+        raise RuntimeError("counter broke")
+    monkeypatch.setattr(measure, "AFTER_WINDOW", (lambda setup, median_ms: {"flops_per_step": 5}, broken))
+    setup = SimpleNamespace(case=SimpleNamespace(instrument=True, count_flops=True), record={})
+    window = _window_record([1.0] * 5, ["unstable"])
+    measure._instrument(setup, window)
+    row = {**setup.record, **window.columns()}
+    assert row["flops_per_step"] == 5 and row["status"] == "ok"
+    assert row["warnings"] == "unstable | FLOP/phase instrumentation failed: RuntimeError: counter broke"

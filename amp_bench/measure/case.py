@@ -28,7 +28,7 @@ from amp_bench.measure.telemetry.contention import WindowWatch
 from amp_bench.measure.telemetry.flops import count_step_flops, flops_columns
 from amp_bench.measure.telemetry.phase_memory import phase_columns
 from amp_bench.measure.telemetry.profile import MIN_STEPS, TRACE_ENV, capture
-from amp_bench.measure.window import StopRule, measure_window, stop_rule
+from amp_bench.measure.window import StopRule, WindowTimes, measure_window, stop_rule
 from amp_bench.platform.device import DeviceInfo, may_run, not_run_reason
 from amp_bench.platform.nvml import NvmlReader
 from amp_bench.stats import MEASURED_PHASE, WORKER_PHASES, Window, median_ci, phase_column
@@ -172,7 +172,6 @@ class _Setup:
     reader: NvmlReader | None = None
     baseline: int | None = None
     watch: WindowWatch | None = None  # the host at the window's edges, made at warmup
-    loss_values: list[float] = field(default_factory=list)  # every step's loss, warmup's first
     phases: PhaseClock = field(default_factory=PhaseClock)  # the worker's phase clock (measure/phases.py)
     warmup_taken: int = 0  # the warmup steps run (a compiled case's until compilation settled)
 
@@ -195,15 +194,14 @@ def run_case(case, device, events: EventChannel, rank=None, *, support, baton: B
     losses: list = []
     warmup_steps = setup.warmup_taken = _warm_up(setup, losses, events, baton)
     baton.pass_turn()  # every member warms up before any window opens
-    reading = _window(setup, losses, events, warmup_steps, baton)
-    median_ms, setup.loss_values = _record_window(setup, setup.record, reading, losses, warmup_steps)
+    first = _record_window(setup, _window(setup, losses, events, warmup_steps, baton), losses, warmup_steps)
     phases.mark("window")
-    more = _more_windows(setup, events, windows - 1, warmup_steps + len(reading.times.per_step_ms))
+    more = _more_windows(setup, events, windows - 1, warmup_steps + first.steps)
     events.emit(event="phase", phase="after")  # the measurement is taken: the parent's contention watch ends
     baton.give(WINDOW_OVER)
     baton.take()  # the instrumented steps after every member's window
-    _instrument(setup, median_ms)
-    record = _status(setup.record, setup.loss_values)
+    _instrument(setup, first)
+    record = {**setup.record, **first.columns()}
     if more:
         record["more_windows"] = more
     return record
@@ -215,13 +213,11 @@ def _more_windows(setup: _Setup, events: EventChannel, count: int, steps_before:
     its window alone (the worker's start, build and warmup are the first repeat's). No probe runs for them."""
     records = []
     for _ in range(count):
-        record, losses = {k: v for k, v in setup.record.items() if k != "samples"}, []
-        reading = _window(setup, losses, events, 0)
-        _, loss_values = _record_window(setup, record, reading, losses, 0, steps_before)
-        steps_before += len(reading.times.per_step_ms)
-        record.update({phase_column(name): 0.0 for name in WORKER_PHASES})
-        record[phase_column("window")] = round(setup.phases.hand_off(), 4)
-        records.append(_status(record, loss_values))
+        losses: list = []
+        window = _record_window(setup, _window(setup, losses, events, 0), losses, 0, steps_before)
+        steps_before += window.steps
+        records.append({**setup.record, **window.columns(), **{phase_column(name): 0.0 for name in WORKER_PHASES},
+                        phase_column("window"): round(setup.phases.hand_off(), 4)})
     return records
 
 
@@ -316,55 +312,89 @@ def _window(setup: _Setup, losses: list, events: EventChannel, warmup_steps: int
     return trackers.run_window(window_trackers, measure)
 
 
-def _record_window(setup: _Setup, record: dict, reading: trackers.WindowReading, losses: list, warmup_steps: int,
-                   steps_before: int | None = None) -> tuple[float, list[float]]:
-    """The window's figures, the trackers' columns, the losses, warnings and per-step samples into
-    `record`; returns the median step time and the losses (warmup's first). `steps_before`: the steps the
-    worker took before this window (its warmup, and any earlier window's)."""
+@dataclass
+class WindowRecord:
+    """A window's part of the worker's row, built once it closes: its step times and stop rule, the statistics
+    over them, every step's loss (warmup's first), what its trackers said, the GradScaler's columns and every
+    warning. columns() is that part of the row, its status and per-step samples included."""
+    times: WindowTimes
+    rule: StopRule
+    window: Window
+    losses: list[float]
+    warmup_steps: int  # the steps in `losses` before the window's
+    output_dtype: str
+    tracker_columns: dict
+    scaler_columns: dict
+    warnings: list[str]
+
+    @property
+    def steps(self) -> int:
+        return len(self.times.per_step_ms)
+
+    def status(self) -> tuple[str, str]:
+        """ok, or nonfinite at the first NaN/inf loss (the timings are kept either way)."""
+        bad = [i for i, v in enumerate(self.losses) if not math.isfinite(v)]
+        if not bad:
+            return "ok", ""
+        return "nonfinite", (f"loss is {self.losses[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of "
+                             f"{len(self.losses)})")
+
+    def samples(self) -> list[dict]:
+        """Every step's row of samples.csv: warmup's with their loss alone, the window's with their time."""
+        ms, first = self.times.per_step_ms, self.warmup_steps
+        return [{"phase": "warmup" if i < first else MEASURED_PHASE, "step": i,
+                 "step_time_ms": ms[i - first] if i >= first else None, "loss": self.losses[i]}
+                for i in range(first + self.steps)]
+
+    def columns(self) -> dict:
+        low, high = median_ci(self.times.per_step_ms)
+        status, reason = self.status()
+        return {**self.tracker_columns, "stop_reason": self.times.stop_reason, "steps": self.steps,
+                "min_steps": self.rule.min_steps, "max_steps": self.rule.max_steps, "target_ci": self.rule.target_ci,
+                "case_budget_s": self.rule.budget_s, **self.window.to_columns(), "step_time_ms_ci_low": low,
+                "step_time_ms_ci_high": high, "loss_first": self.losses[0], "loss_last": self.losses[-1],
+                "output_dtype": self.output_dtype, **self.scaler_columns, "warnings": " | ".join(self.warnings),
+                "status": status, "reason": reason, "samples": self.samples()}
+
+
+def _record_window(setup: _Setup, reading: trackers.WindowReading, losses: list, warmup_steps: int,
+                   steps_before: int | None = None) -> WindowRecord:
+    """The window's record: its times, the trackers' columns and warnings, the losses (`losses`: tensors, warmup's
+    first) and the warnings of its steps. `steps_before`: the steps the worker took before this window (its
+    warmup, and any earlier window's)."""
     import torch
 
-    case, rule, step = setup.case, setup.rule, setup.step
-    per_step_ms, window_s, record["stop_reason"] = reading.times
-    record.update(reading.columns)
-    steps = len(per_step_ms)
-    record.update(steps=steps, min_steps=rule.min_steps, max_steps=rule.max_steps, target_ci=rule.target_ci,
-                  case_budget_s=rule.budget_s)
-    loss_values = torch.stack(losses).float().cpu().tolist()
-    window = Window.from_steps(per_step_ms, case.batch_size, seconds=window_s)
-    record.update(window.to_columns())
-    record["step_time_ms_ci_low"], record["step_time_ms_ci_high"] = median_ci(per_step_ms)
-    record.update(loss_first=loss_values[0], loss_last=loss_values[-1],
-                  output_dtype=str(step.output_dtype).replace("torch.", "") if step.output_dtype else "")
-    before = warmup_steps if steps_before is None else steps_before
-    warnings = [*reading.warnings, *filter(None, [window.stats.instability()]),
-                *_step_warnings(setup, record, before, steps)]
-    record["warnings"] = " | ".join(warnings)
-    record["samples"] = [{"phase": "warmup" if i < warmup_steps else MEASURED_PHASE, "step": i,
-                          "step_time_ms": per_step_ms[i - warmup_steps] if i >= warmup_steps else None,
-                          "loss": loss_values[i]} for i in range(warmup_steps + steps)]
-    return window.stats.median, loss_values
+    step, times = setup.step, reading.times
+    window = Window.from_steps(times.per_step_ms, setup.case.batch_size, seconds=times.window_s)
+    scaler_columns, step_warnings = _step_warnings(setup, window, warmup_steps if steps_before is None else
+                                                   steps_before, len(times.per_step_ms))
+    return WindowRecord(times, setup.rule, window, torch.stack(losses).float().cpu().tolist(), warmup_steps,
+                        str(step.output_dtype).replace("torch.", "") if step.output_dtype else "",
+                        reading.columns, scaler_columns,
+                        [*reading.warnings, *filter(None, [window.stats.instability()]), *step_warnings])
 
 
-def _step_warnings(setup: _Setup, record: dict, steps_before: int, steps: int) -> list[str]:
-    """Host gaps, GradScaler skips inside the window (the steps after `steps_before`; and the scaler's
-    columns), autocast's output dtype."""
+def _step_warnings(setup: _Setup, window: Window, steps_before: int, steps: int) -> tuple[dict, list[str]]:
+    """The GradScaler's columns (its skips inside the window: the steps after `steps_before`), and the warnings
+    of the window's steps: host gaps, skipped optimizer steps, autocast's output dtype."""
     from amp_bench.measure.precision import torch_dtype
     step, mode = setup.step, setup.mode
-    warnings = []
-    if record["window_gap_fraction"] and record["window_gap_fraction"] > 0.05:
-        warnings.append(f"{record['window_gap_fraction']:.0%} of the measured window fell between steps "
+    columns, warnings = {}, []
+    gaps = window.to_columns()["window_gap_fraction"]
+    if gaps and gaps > 0.05:
+        warnings.append(f"{gaps:.0%} of the measured window fell between steps "
                         "(host-bound?): throughput is below what the per-step times suggest")
     if step.scaler.is_enabled():
         skipped = step.skipped_steps()
-        record["scaler_skipped_steps"] = sum(1 for i in skipped if steps_before <= i < steps_before + steps)
-        record["scaler_skipped_warmup_steps"] = sum(1 for i in skipped if i < setup.warmup_taken)
-        record["scaler_final_scale"] = step.final_scale()
-        if record["scaler_skipped_steps"]:
-            warnings.append(f"GradScaler skipped {record['scaler_skipped_steps']} of {steps} measured "
+        columns = {"scaler_skipped_steps": sum(1 for i in skipped if steps_before <= i < steps_before + steps),
+                   "scaler_skipped_warmup_steps": sum(1 for i in skipped if i < setup.warmup_taken),
+                   "scaler_final_scale": step.final_scale()}
+        if columns["scaler_skipped_steps"]:
+            warnings.append(f"GradScaler skipped {columns['scaler_skipped_steps']} of {steps} measured "
                             "optimizer steps: those steps did less work, so throughput is flattered")
     if mode.uses_autocast and step.output_dtype not in (None, torch_dtype(mode)):
         warnings.append(f"model output is {step.output_dtype} under autocast {mode.autocast_dtype}")
-    return warnings
+    return columns, warnings
 
 
 def _counted_step(setup: _Setup, median_ms: float) -> dict:
@@ -390,28 +420,13 @@ def _profiled_steps(setup: _Setup, median_ms: float) -> dict:
 AFTER_WINDOW = (_counted_step, _profiled_steps)
 
 
-def _instrument(setup: _Setup, median_ms: float) -> None:
-    """After the window: AFTER_WINDOW's probes, for a case that instruments or counts its FLOPs; never at the
-    cost of the measurement taken (a failure is a warning)."""
+def _instrument(setup: _Setup, window: WindowRecord) -> None:
+    """After the window: AFTER_WINDOW's probes, their columns into the set-up's, for a case that instruments or
+    counts its FLOPs; never at the cost of the measurement taken (a failure is the window's warning)."""
     if not (setup.case.instrument or setup.case.count_flops):
         return
-    record = setup.record
     try:
         for probe in AFTER_WINDOW:
-            record.update(probe(setup, median_ms))
+            setup.record.update(probe(setup, window.window.stats.median))
     except Exception as exc:  # instrumentation must never cost the measurement taken above
-        record["warnings"] = " | ".join(w for w in (record.get("warnings"), f"FLOP/phase instrumentation "
-                                                    f"failed: {type(exc).__name__}: {exc}"[:300]) if w)
-
-
-def _status(record: dict, loss_values: list[float]) -> dict:
-    """ok, or nonfinite at the first NaN/inf loss (the timings are kept either way)."""
-    bad = [i for i, v in enumerate(loss_values) if not math.isfinite(v)]
-    if bad:
-        record["status"] = "nonfinite"
-        record["reason"] = (f"loss is {loss_values[bad[0]]} at step {bad[0]} ({len(bad)} non-finite of "
-                            f"{len(loss_values)})")
-    else:
-        record["status"] = "ok"
-        record["reason"] = ""
-    return record
+        window.warnings.append(f"FLOP/phase instrumentation failed: {type(exc).__name__}: {exc}"[:300])
