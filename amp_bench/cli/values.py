@@ -58,16 +58,21 @@ def number(lo_exclusive: float, hi: float, what: str = "a number") -> Callable[[
     return parse
 
 
+def _converted(value: str, convert: Callable):
+    """The stripped value through `convert` (int, float, str); a value it refuses names the type expected."""
+    try:
+        return convert(text(value).strip())
+    except ValueError:
+        _fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
+
+
 def setting(key: str, convert: Callable = str, item: bool = False) -> Callable:
     """A run setting (suite/fields.py) checked by the suite's own rule; `item`: one value of a list
     setting (a repeatable option such as --batch-size)."""
     def parse(value: str):
         from amp_bench.errors import UserError
         from amp_bench.suite import validate_overrides
-        try:
-            converted = convert(text(value).strip())
-        except ValueError:
-            _fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
+        converted = _converted(value, convert)
         try:
             validate_overrides({key: [converted] if item else converted}, Path("command line"))
         except UserError as exc:
@@ -89,10 +94,7 @@ def _headroom_fields() -> dict:
 def field_of(table: Callable[[], dict], key: str, convert: Callable = str) -> Callable:
     """A value checked by one field of a suite block's table (the executor's `--slurm-*`, headroom's)."""
     def parse(value: str):
-        try:
-            converted = convert(text(value).strip())
-        except ValueError:
-            _fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
+        converted = _converted(value, convert)
         problems: list[str] = []
         checked = table()[key](converted, "", problems)
         if problems:

@@ -322,33 +322,29 @@ def workers_lines(manifests: dict) -> list[str]:
     return ["## Workers", "", *lines, ""] if lines else []
 
 
-def _seconds(rows: pd.DataFrame, column: str) -> float:
-    return float(rows[column].fillna(0.0).sum()) if column in rows else 0.0
+def _seconds(rows: pd.DataFrame, *phases: str) -> float:
+    """These phases' seconds over the rows together (a phase without its column: none)."""
+    from amp_bench.stats import phase_column
+    return float(sum(rows[c].fillna(0.0).sum() for c in map(phase_column, phases) if c in rows))
 
 
 def time_table(suite: pd.DataFrame) -> pd.DataFrame:
     """One row per worker: where its wall time went (its rows' phases together, repeats that shared it
     included), and what was left beyond the first step (cuDNN's autotuning, a compile) and the windows."""
-    from amp_bench.stats import PROBE_PHASES, phase_column
+    from amp_bench.stats import PROBE_PHASES
     if suite.empty or "worker_wall_s" not in suite or suite["worker_wall_s"].isna().all():
         return pd.DataFrame()
     rows = []
     for _, worker in suite[suite["worker_wall_s"].notna()].groupby("log_file", sort=False):
         first = worker.iloc[0]
-        wall = _seconds(worker, "worker_wall_s")
-        start = _seconds(worker, phase_column("start")) + _seconds(worker, phase_column("imports"))
-        first_step, windows = _seconds(worker, phase_column("first_step")), _seconds(worker, phase_column("window"))
+        wall = float(worker["worker_wall_s"].sum())
+        first_step, windows = _seconds(worker, "first_step"), _seconds(worker, "window")
         rows.append({"case": first["case_id"], "repeats": len(worker), "start": first.get("worker_start"),
-                     "wall s": wall, "start+imports s": start,
-                     "setup s": _seconds(worker, phase_column("setup"))
-                     + _seconds(worker, phase_column("idle_baseline")),
-                     "build s": _seconds(worker, phase_column("build")), "first step s": first_step,
-                     "warmup+settle s": _seconds(worker, phase_column("warmup"))
-                     + _seconds(worker, phase_column("settle")),
-                     "windows s": windows,
-                     "probes s": sum(_seconds(worker, phase_column(p)) for p in PROBE_PHASES),
-                     "exit s": _seconds(worker, phase_column("exit")),
-                     "beyond first step + windows s": wall - first_step - windows})
+                     "wall s": wall, "start+imports s": _seconds(worker, "start", "imports"),
+                     "setup s": _seconds(worker, "setup", "idle_baseline"), "build s": _seconds(worker, "build"),
+                     "first step s": first_step, "warmup+settle s": _seconds(worker, "warmup", "settle"),
+                     "windows s": windows, "probes s": _seconds(worker, *PROBE_PHASES),
+                     "exit s": _seconds(worker, "exit"), "beyond first step + windows s": wall - first_step - windows})
     return pd.DataFrame(rows)
 
 

@@ -137,10 +137,7 @@ class Decomposition:
 
     @property
     def profiled_interval(self) -> tuple[float, float] | None:
-        if not self.base_noise or not self.mode_noise:
-            return None
-        keys = list(CATEGORIES) + [HOST]
-        return noise.speedup_interval(self.base_noise.spread(keys), self.mode_noise.spread(keys))
+        return self.speedup_interval(list(CATEGORIES) + [HOST])
 
     @property
     def explains_measurement(self) -> bool:
