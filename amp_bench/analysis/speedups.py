@@ -40,10 +40,7 @@ CARRIED = ["hostname", "architecture", "torch_version", "cuda_version", "compute
 
 def _prepare(results: pd.DataFrame) -> pd.DataFrame:
     frame = identity.keyed(results)  # a copy: the keys groupable, the defaults of rows written before an axis existed
-    for key in CARRIED + ["repeat"]:
-        if key not in frame:
-            frame[key] = np.nan
-    for column in COMPILE_MEDIANS + COMPILE_MAXIMA:
+    for column in CARRIED + ["repeat"] + COMPILE_MEDIANS + COMPILE_MAXIMA:
         if column not in frame:
             frame[column] = np.nan
     if "rss_before_model_bytes" in frame and "peak_rss_bytes" in frame:

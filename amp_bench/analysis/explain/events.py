@@ -208,7 +208,8 @@ def _self_time(node: EventNode) -> float:
     return max(node.end - node.start - sum(c.end - c.start for c in node.children), 0.0)
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
+def union(intervals: list[tuple[float, float]]) -> float:
+    """The time the intervals cover together (overlaps counted once)."""
     total, cur_start, cur_end = 0.0, None, None
     for start, end in sorted(intervals):
         if cur_end is None or start > cur_end:

@@ -127,7 +127,7 @@ def _totals(kept) -> dict:
     for e, _, _ in kept:
         by_kind[categories.kernel_kind(e.get("name", ""))].append(_interval(e))
     every = [iv for ivs in by_kind.values() for iv in ivs]
-    return {"kinds_ms": {k: ev._union(v) / 1e3 for k, v in by_kind.items()}, "gpu_busy_ms": ev._union(every) / 1e3,
+    return {"kinds_ms": {k: ev.union(v) / 1e3 for k, v in by_kind.items()}, "gpu_busy_ms": ev.union(every) / 1e3,
             "gpu_events": len(every), "gpu_span_ms": (max(e for _, e in every) - min(s for s, _ in every)) / 1e3}
 
 

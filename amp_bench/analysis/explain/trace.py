@@ -41,7 +41,7 @@ def _cpu_step(nodes: list[ev.EventNode], phases: ev._Phases, phase_ms: dict) -> 
         ms = ev._self_time(node) / 1e3
         categories[category] += ms
         phase_ms[ev._phase_of(node, phases)] += ms
-    return categories, ev._union(intervals) / 1e3
+    return categories, ev.union(intervals) / 1e3
 
 
 _TYPE_MATH = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16"}

@@ -270,14 +270,15 @@ def to_json(result: HistoryResult, max_series_rows: int = 20000) -> str:
     series = result.series
     payload = {"red": len(result.red), "alerts": [asdict(s) for s in result.red],
                "changes": [asdict(c) for c in result.changes], "warnings": result.warnings,
-               "states": [asdict(s) for s in result.states], "contended": _contended_records(result.contended)}
+               "states": [asdict(s) for s in result.states], "contended": contended_records(result.contended)}
     if len(series) <= max_series_rows:
         stamped = series.assign(timestamp=series["timestamp"].astype(str))
         payload["series"] = json.loads(stamped.to_json(orient="records"))
     return json.dumps(payload, indent=2, default=str)
 
 
-def _contended_records(table: pd.DataFrame) -> list[dict]:
+def contended_records(table: pd.DataFrame) -> list[dict]:
+    """The contended runs as JSON records (timestamps as text): history's and nightly's JSON."""
     return json.loads(table.assign(timestamp=table["timestamp"].astype(str)).to_json(orient="records"))
 
 

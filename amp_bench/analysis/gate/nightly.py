@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import yaml
 
 from amp_bench.analysis import junit
 from amp_bench.analysis.gate import annotations as notes
-from amp_bench.analysis.gate.history import HistoryResult, evaluate
+from amp_bench.analysis.gate.history import HistoryResult, contended_records, evaluate
 from amp_bench.analysis.junit import TestCase
 from amp_bench.errors import UserError
 from amp_bench.store.results import write_text_atomic
@@ -144,15 +145,10 @@ def nightly(root: str | Path, thresholds: dict[str, float] | None = None, max_ag
     groups = _groups(history.series, history.contended, baselines, max_age_days)
     result = NightlyResult(str(root), history, groups)
     # one count in both columns: cases judged tonight, and those of them with a red metric
-    judged: dict[tuple, set[str]] = {}
-    for s in history.states:
-        judged.setdefault((s.fingerprint, s.suite, s.latest_run), set()).add(s.case_id)
-    red: dict[tuple, set[str]] = {}
-    for s in result.red:
-        red.setdefault((s.fingerprint, s.suite), set()).add(s.case_id)
+    judged = Counter(key[:3] for key in {(s.fingerprint, s.suite, s.latest_run, s.case_id) for s in history.states})
+    red = Counter(key[:2] for key in {(s.fingerprint, s.suite, s.case_id) for s in result.red})
     for g in groups:
-        g.series = len(judged.get((g.fingerprint, g.suite, g.tonight), ()))
-        g.red = len(red.get((g.fingerprint, g.suite), ()))
+        g.series, g.red = judged[(g.fingerprint, g.suite, g.tonight)], red[(g.fingerprint, g.suite)]
     _mark_unfinished(root, groups)
     return result
 
@@ -160,7 +156,6 @@ def nightly(root: str | Path, thresholds: dict[str, float] | None = None, max_ag
 def _mark_unfinished(root: Path, groups: list[Group]) -> None:
     """A tonight whose run did not finish (its parent killed, its jobs ended with cases left, or still
     going) has no verdict: its rows are judged as far as they go, and the run is named (exit 3)."""
-    from amp_bench.errors import UserError
     from amp_bench.store.results import find_runs
     from amp_bench.store.run_state import run_state
     tonight = {g.tonight for g in groups}
@@ -250,8 +245,7 @@ def to_json(result: NightlyResult) -> str:
     return json.dumps({"verdict": result.summary, "exit_code": result.exit_code, "root": result.root,
                        "groups": [asdict(g) for g in result.groups], "red": [asdict(s) for s in result.red],
                        "warnings": result.history.warnings,
-                       "contended": json.loads(result.history.contended.assign(
-                           timestamp=result.history.contended["timestamp"].astype(str)).to_json(orient="records")),
+                       "contended": contended_records(result.history.contended),
                        "changes": [asdict(c) for c in result.history.changes]}, indent=2, default=str)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from amp_bench.analysis.explain import events
 from amp_bench.analysis.explain.categories import classify_kernel, classify_op
 from amp_bench.analysis.explain.events import GPU_CATS, STEP_REGION, EventNode, load_trace, nest_events, under_optimizer
 from amp_bench.analysis.predict.ops import OpCost, is_costed, op_cost
@@ -162,7 +163,7 @@ def gpu_works(source) -> tuple[list[Work], float, float]:
             works.append(_kernel_work(e, ms))
             continue
         _add_kernel(grouped, owner, e, ms)
-    busy = _union(intervals) / 1e3
+    busy = events.union(intervals) / 1e3
     wall = (end - start) / 1e3
     works += list(grouped.values()) + [Work("device idle (host)", HOST, max(wall - busy, 0.0))]
     return works, busy, wall
@@ -183,14 +184,3 @@ def _add_kernel(grouped: dict[int, Work], owner: tuple[EventNode, OpCost], event
     work.source_ms += ms
     work.kernels += 1
     work.blocks = None  # several kernels: the one-wave rule no longer applies to the op
-
-
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, cur_start, cur_end = 0.0, None, None
-    for s, e in sorted(intervals):
-        if cur_end is None or s > cur_end:
-            total += (cur_end - cur_start) if cur_end is not None else 0.0
-            cur_start, cur_end = s, e
-        else:
-            cur_end = max(cur_end, e)
-    return total + ((cur_end - cur_start) if cur_end is not None else 0.0)
