@@ -2,7 +2,7 @@
 device and run, and compute speedups and memory savings.
 
 A speedup is paired: the run's schedule runs every mode of a group once per repeat, one after the
-other rotating which goes first (studies/benchmark.schedule), or, on the CPU, as a lockstep set whose
+other rotating which goes first (studies/run_plan.schedule), or, on the CPU, as a lockstep set whose
 workers take turns (launchers/lockstep.py), so within a repeat the two modes saw the same machine.
 The speedup is exp of the trimmed mean of the per-repeat log ratios of the two modes' median step times, its 95%
 interval t on them with Yuen's standard error (analysis/intervals.paired_log_interval, TRIM): a VM whose speed drifts

@@ -3,7 +3,7 @@
 worker job (`lockstep`) whose members each leave the result file, log and row a case's worker would.
 
 Used on the CPU only, for eager single-process cases whose workers fork from the run's fork server
-(studies/benchmark.launch_units decides): two CUDA processes would share one device's memory and
+(studies/run_plan.launch_units decides): two CUDA processes would share one device's memory and
 NVML counters, and a DDP case is a torchrun job of its own.
 
 Each member keeps its own ending: the conductor tells of every member it reaps as soon as it ends

@@ -34,7 +34,7 @@ from amp_bench.store.typed import text_dtypes, typed
 RESULTS_FILE = "results.csv"
 SAMPLES_FILE = "samples.csv"
 MANIFEST_FILE = "manifest.json"
-PLAN_FILE = "plan.json"  # a benchmark run's cases in order (studies/benchmark.py): what jobs and resume run
+PLAN_FILE = "plan.json"  # a benchmark run's cases in order (studies/run_plan.py): what jobs and resume run
 PARTS_DIR = "parts"  # one JSON file per row and its samples; the tables are rebuilt from them
 LOCK_FILE = ".lock"
 # a run directory's own folders: never run directories themselves (walks skip them)
