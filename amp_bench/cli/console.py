@@ -66,8 +66,7 @@ def summary_table(table, title: str) -> Table:
              and table[f"speedup_vs_{b}"].notna().any()]
     show_procs, show_compile = (table["world_size"] > 1).any(), (table["compile_mode"] != EAGER).any()
     lockstep = lockstep_note(table.get(f"speedup_vs_{ref}_method"))
-    out = Table(title=f"{title}: medians across repeats; speedups paired per repeat{lockstep}, with their 95% "
-                      "interval",
+    out = Table(title=f"{title}: medians across repeats; speedups paired per repeat{lockstep}, with their 95% interval",
                 title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ["bs"] + (["layout"] if show_layout else []) + (["procs"] if show_procs else []) + \
         ["precision", "ms/step", "samples/s", f"vs {ref}"] + [f"vs {b}" for b in later] + \

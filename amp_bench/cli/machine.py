@@ -42,8 +42,7 @@ def cmd_validate(args, console) -> int:
                              f"precisions x {len(spec.seeds)} seeds")
             if suite.section("headroom", d) is not None:
                 parts.append(f"headroom section on {d}")
-        counts = ", ".join(parts)
-        console.print(f"{path}: ok ({counts})", highlight=False, soft_wrap=True)
+        console.print(f"{path}: ok ({', '.join(parts)})", highlight=False, soft_wrap=True)
     if failed:
         raise UserError(failed)
     return 0

@@ -146,8 +146,7 @@ class RichClusterReporter(ClusterReporter):
                 self.last[partition] = cells
                 self.console.print(f"{partition}: jobs queued {cells[1]}, running {cells[2]}, ended {cells[3]}; "
                                    f"cases ok {cells[4]}, not run {cells[5]}, failed {cells[6]} of {cells[7]} "
-                                   f"({cells[8]})",
-                                   highlight=False, soft_wrap=True)
+                                   f"({cells[8]})", highlight=False, soft_wrap=True)
 
     def cancelling(self, job_ids):
         self.close()
@@ -175,8 +174,7 @@ class FidelityProgress(FidelityReporter):
         if rows and len({(r.get("status"), r.get("reason")) for r in rows}) == 1 and rows[0].get("status") != "ok":
             seeds = ", ".join(str(r["seed"]) for r in rows)  # alike for every seed: say it once
             self.console.print(f"{rows[0]['status']:>11} {precision} (seeds {seeds})  "
-                               f"{escape(str(rows[0].get('reason')))}",
-                               highlight=False)
+                               f"{escape(str(rows[0].get('reason')))}", highlight=False)
             return
         for r in rows:
             detail = (f"test accuracy {r['test_accuracy']:.2%}, final train loss {r['final_train_loss']:.4f}"

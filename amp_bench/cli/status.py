@@ -3,6 +3,7 @@ its cases (ok, failed, planned) and, for a SLURM run, what SLURM says of its job
 `run --resume RUN_DIR` acts on what it shows."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from rich import box
@@ -26,9 +27,7 @@ def _jobs_line(manifest: dict, state) -> tuple[str, dict]:
         return "", {}
     from amp_bench.executors import job_states
     states = job_states.states(jobs, executor.get("cluster", "slurm"))
-    counts: dict[str, int] = {}
-    for s in states.values():
-        counts[s.state] = counts.get(s.state, 0) + 1
+    counts = Counter(s.state for s in states.values())
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), states
 
 
@@ -37,7 +36,6 @@ def cmd_status(args, console) -> int:
     from amp_bench.store.run_state import DIED_STATUSES, row_statuses, run_state
     table = Table("run", "kind", "where", "state", "ok", "not run", "failed", "planned", "jobs", "detail",
                   box=box.SIMPLE_HEAD, title="runs", title_justify="left")
-    lines = []
     for run_dir in find_runs(args.results):
         manifest = read_manifest(run_dir) or {}
         state = run_state(run_dir, manifest)
@@ -67,7 +65,6 @@ def cmd_status(args, console) -> int:
         colour = {"complete": "green", "running": "cyan", "queued": "cyan", "interrupted": "red"}.get(name, "yellow")
         cells = [Path(run_dir).name, str(manifest.get("kind", "")), where, name, str(ok), str(unsupported), str(failed),
                  "-" if planned is None else str(planned), jobs, detail]
-        lines.append(cells)
         table.add_row(*[escape(c) for c in cells[:3]], f"[{colour}]{name}[/]", *[escape(c) for c in cells[4:]])
     console.print(table)
     return 0
