@@ -120,8 +120,6 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     return out.reindex(columns=columns()).reset_index(drop=True)
 
 
-
-
 def find_gpu(table: pd.DataFrame, name: str) -> str:
     """The GPU label a --reference names (its exact label, or a unique one containing it)."""
     labels = list(dict.fromkeys(table["gpu"]))

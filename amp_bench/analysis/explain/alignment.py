@@ -124,4 +124,3 @@ def read_layers(path) -> list[Layer]:
             raise UserError(f"{path}: record {i} ({r['name']}): dims has no field {missing[0]!r}")
         layers.append(Layer(str(r["name"]), str(r["kind"]), dims, int(r.get("calls", 1))))
     return layers
-

@@ -222,7 +222,6 @@ def ideal_for(precision: str, row: dict, base: dict) -> ceilings.Ideal:
     return ceilings.ideal_factors(precision, accelerated, source)
 
 
-
 def _cases(results: pd.DataFrame):
     """(case label, {precision: median row}) per model, batch, layout, machine and compile mode, over
     the rows whose breakdown is there (status ok or distorted: a case's first repeat profiles); the

@@ -299,8 +299,6 @@ def _shapes(nodes: list[EventNode]) -> list[dict]:
     return list(seen.values())
 
 
-
-
 @dataclass
 class Windows:
     """The steps of a trace: (start, end) each in time order, how they were found, and `cutoff`: the

@@ -23,7 +23,6 @@ from amp_bench.store.flags import positive
 CAPTURED = "captured"  # the worker's explain_status when it saved a trace for this module to read
 
 
-
 def layer_rows(results, run_dirs) -> list[dict]:
     """Every GEMM/conv layer of every profiled step, judged for Tensor Core alignment (multiples of 8;
     16 for fp8): one row per case, repeat and layer, from the layer records saved beside each trace.
