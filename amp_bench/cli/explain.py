@@ -133,7 +133,7 @@ def cmd_explain(args, console) -> int:
         raise UserError(f"explain SUITE: {' and '.join(_given(args, TRACE_ONLY))} applies to two traces "
                         "(explain --trace A --trace B)")
     from amp_bench.cli import console as render_console
-    from amp_bench.cli.run import _refuse_outer_torchrun, auto_report
+    from amp_bench.cli.run import _print_advice, _refuse_outer_torchrun, auto_report
     from amp_bench.studies.explain_suite import explain_suite
     _refuse_outer_torchrun()
     overrides = {"batch_sizes": args.batch_size, "precisions": args.precision, "steps": args.steps,
@@ -156,10 +156,8 @@ def cmd_explain(args, console) -> int:
     console.print(breakdown_table(explained.results))
     for text in explained.sentences:
         console.print(f"- {escape(text)}", highlight=False, soft_wrap=True)
+    _print_advice(explained.results, console)  # what to change next (docs/advice.md)
     run_dir = explained.results.attrs["run_dir"]
-    from amp_bench.analysis.advice.for_run import advice_lines
-    for line in advice_lines(explained.results, run_dir):  # what to change next (docs/advice.md)
-        console.print(f"advice: {escape(line)}", highlight=False, soft_wrap=True)
     console.print(f"traces (Perfetto opens them): {run_dir}/traces/")
     if not args.no_report:
         auto_report(run_dir, args.reports_dir, console)
