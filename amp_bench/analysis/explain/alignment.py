@@ -20,6 +20,7 @@ weight), the convention FlopCounterMode's training counts follow.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,10 +42,7 @@ class Layer:
         d = self.dims
         if self.kind == "Linear":
             return d["rows"] * d["in"] * d["out"]
-        kernel = 1
-        for k in d["kernel"]:
-            kernel *= k
-        return d["positions"] * d["out"] * (d["in"] // d["groups"]) * kernel
+        return d["positions"] * d["out"] * (d["in"] // d["groups"]) * math.prod(d["kernel"])
 
     def flops(self) -> int:
         return 3 * 2 * self.forward_macs() * self.calls

@@ -183,8 +183,7 @@ def classify_op(name: str, input_types=None, in_optimizer: bool = False) -> str:
     if base.startswith("_foreach_") or base.startswith("_fused_"):
         return "optimizer"
     if base in ("copy_", "copy"):
-        cast = copy_is_cast(input_types)
-        return "cast" if cast else "layout"
+        return "cast" if copy_is_cast(input_types) else "layout"
     if base in _OP_INDEX:
         return _OP_INDEX[base]
     if _ELEMENTWISE.match(base.lower()):

@@ -63,10 +63,9 @@ def profile_columns(profile, measured_ms: float | None, misaligned_share: float 
 
 def unavailable_columns(reason: str) -> dict:
     """A row whose profile failed or was not taken: every figure empty, the reason said."""
-    out = {c: None for c in EXPLAIN_COLUMNS}
-    out.update(explain_trace="", explain_misaligned_layers="", explain_status="unavailable", explain_reason=reason,
-               explain_step_samples="", explain_kernel_units="")
-    return out
+    return {c: None for c in EXPLAIN_COLUMNS} | dict(
+        explain_trace="", explain_misaligned_layers="", explain_status="unavailable", explain_reason=reason,
+        explain_step_samples="", explain_kernel_units="")
 
 
 def times_from_row(row) -> dict[str, float]:
@@ -76,9 +75,7 @@ def times_from_row(row) -> dict[str, float]:
     if pooled is not None and pooled.samples:
         import statistics
         return {k: statistics.median(pooled.samples.get(k) or [0.0]) for k in list(CATEGORIES) + [HOST]}
-    out = {c: float(row.get(f"explain_{c}_ms") or 0.0) for c in CATEGORIES}
-    out[HOST] = float(row.get("explain_host_ms") or 0.0)
-    return out
+    return {c: float(row.get(f"explain_{c}_ms") or 0.0) for c in list(CATEGORIES) + [HOST]}
 
 
 @dataclass

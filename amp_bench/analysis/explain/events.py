@@ -96,16 +96,12 @@ class Profile:
 
     def samples(self) -> dict[str, list[float]]:
         """Per step: {category: [ms, ...], 'host': [...], 'wall': [...]}, what the noise rule reads."""
-        out = {c: [s.categories_ms.get(c, 0.0) for s in self.steps] for c in CATEGORIES}
-        out["host"] = [s.host_ms for s in self.steps]
-        out["wall"] = [s.wall_ms for s in self.steps]
-        return out
+        return {**{c: [s.categories_ms.get(c, 0.0) for s in self.steps] for c in CATEGORIES},
+                "host": [s.host_ms for s in self.steps], "wall": [s.wall_ms for s in self.steps]}
 
     def table(self) -> list[dict]:
         """Rows (category, ms, share of the categories' sum) plus the host time, for printing or CSV."""
-        total = self.categories_sum_ms
-        rows = [{"category": c, "ms": self.categories_ms.get(c, 0.0),
-                 "share": self.categories_ms.get(c, 0.0) / total if total else None} for c in CATEGORIES]
+        rows = [{"category": c, "ms": self.categories_ms.get(c, 0.0), "share": self.share(c)} for c in CATEGORIES]
         rows.append({"category": "host", "ms": self.host_ms, "share": None})
         return rows
 
@@ -264,9 +260,7 @@ class _Phases:
 
     def at(self, ts: float) -> str:
         i = bisect.bisect_right(self.starts, ts) - 1
-        if i >= 0 and ts < self.regions[i][1]:
-            return self.regions[i][2]
-        return "other"
+        return self.regions[i][2] if i >= 0 and ts < self.regions[i][1] else "other"
 
     def wall(self) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -190,7 +190,7 @@ def cuda_profile(trace: dict, events: list[dict], nodes: list[ev.EventNode], win
     if not kept or not windows.steps:
         raise ev.NoGpuActivity(NO_GPU_EVENTS)
     phases = ev._Phases(nodes)
-    phase_ms = {p: 0.0 for p in ("forward", "backward", "optimizer", "scaler", "other")}
+    phase_ms = {p: 0.0 for p in ev.PHASES}
     steps = _steps(kept, windows, phases, phase_ms)
     notes = list(windows.notes)
     unlinked = sum(1 for _, launch, _ in kept if launch is None)

@@ -34,9 +34,7 @@ def parse(lines) -> list[dict]:
 
 def read_records(path) -> list[dict] | None:
     path = Path(path)
-    if not path.exists():
-        return None
-    return parse(path.read_text(encoding="utf-8", errors="replace").splitlines())
+    return parse(path.read_text(encoding="utf-8", errors="replace").splitlines()) if path.exists() else None
 
 
 def unit(impl: str) -> str:
