@@ -15,6 +15,7 @@ events.nest_events (time containment per thread), the one nesting both readers u
 from __future__ import annotations
 
 from collections import Counter
+from math import prod
 
 from amp_bench.analysis.explain import events
 from amp_bench.analysis.explain.categories import classify_kernel, classify_op
@@ -64,9 +65,8 @@ def _window(nodes: list[EventNode]) -> tuple[float, float]:
 
 
 def _cpu_nodes(trace: dict) -> list[EventNode]:
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e
-              and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")]
-    return nest_events(events)
+    return nest_events([e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e
+                        and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")])
 
 
 def inventory(source) -> list[Work]:
@@ -122,21 +122,15 @@ def _launching_op(launch: EventNode | None, roots: dict) -> tuple[EventNode, OpC
 
 def _blocks(event: dict) -> int | None:
     grid = (event.get("args") or {}).get("grid")
-    if isinstance(grid, list) and grid:
-        total = 1
-        for g in grid:
-            total *= int(g)
-        return total
-    return None
+    return prod(int(g) for g in grid) if isinstance(grid, list) and grid else None
 
 
 def _kernel_work(event: dict, ms: float) -> Work:
     name = event.get("name", "")
-    category = classify_kernel(name)
     moved = float((event.get("args") or {}).get("bytes") or 0.0) if event.get("cat") == "gpu_memcpy" else 0.0
     if "htod" in name.lower() or "dtoh" in name.lower():  # a host link's copy: the GPU does not set its pace
         return Work(name, HOST_COPY, ms)
-    return Work(name, category, ms, 0.0, moved, None, _blocks(event))
+    return Work(name, classify_kernel(name), ms, 0.0, moved, None, _blocks(event))
 
 
 def gpu_works(source) -> tuple[list[Work], float, float]:

@@ -95,10 +95,6 @@ def _from_gpu(mode: ModeSource, source: GpuSpec, target: GpuSpec, tf32_dst) -> P
     return _tally(pieces, Predicted(step, throughput))
 
 
-def _from_inventory(mode: ModeSource, target: GpuSpec, tf32_dst, batch: int) -> Predicted:
-    return price_inventory(mode.works, target, tf32_dst, batch)
-
-
 def price_inventory(works, target: GpuSpec, tf32: tuple[bool, bool], batch: int) -> Predicted:
     """An op inventory's step on `target`: the larger of the ops at the target's roofline and the host's
     dispatch time; `tf32` is what FP32 matmul and convolutions run as there."""
@@ -137,7 +133,7 @@ def predict_mode(case: CaseSource, precision: str, target: GpuSpec, fp32_as: str
         return None, "no prediction", why
     tf32_dst = target_tf32(precision, fp32_as)
     if not case.is_gpu:
-        predicted = _from_inventory(mode, target, tf32_dst, int(case.keys.get("batch_size", 1)))
+        predicted = price_inventory(mode.works, target, tf32_dst, int(case.keys.get("batch_size", 1)))
         predicted.interval = "cpu"
         return predicted, "ok", ""
     predicted = _from_gpu(mode, case.spec, target, tf32_dst)

@@ -154,8 +154,7 @@ def works(rows: pd.DataFrame) -> list[tuple[dict, Work]]:
 
 def _vocab(rows: pd.DataFrame) -> int:
     """The vocabulary: the widest output of a GEMM row (the LM head)."""
-    widths = [_shapes(s)[0][-1] for s in rows["output_shape"] if _shapes(s)]
-    return max(widths, default=1)
+    return max((_shapes(s)[0][-1] for s in rows["output_shape"] if _shapes(s)), default=1)
 
 
 def repeats(rows: pd.DataFrame, num_layer: int) -> pd.Series:

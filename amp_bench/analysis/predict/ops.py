@@ -40,8 +40,6 @@ CONV_BACKWARD_OPS = {"convolution_backward", "mkldnn_convolution_backward", "cud
 REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "var", "std", "var_mean",
               "argmax", "argmin", "all", "any", "prod", "nll_loss_forward", "nll_loss", "nll_loss_nd",
               "_foreach_norm", "batch_norm_stats", "logsumexp"}
-
-
 FUSED_OPTIMIZERS = {"_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"}
 
 
@@ -60,11 +58,8 @@ def base_name(name: str) -> str:
 def _tensors(dims, types) -> list[tuple[list[int], str]]:
     """(shape, dtype) of the recorded tensor inputs (scalars, lists and absent tensors dropped; a
     0-d tensor has shape [])."""
-    out = []
-    for shape, dtype in zip(dims or [], types or []):
-        if dtype in DTYPE_BYTES and isinstance(shape, list):
-            out.append(([int(d) for d in shape], dtype))
-    return out
+    return [([int(d) for d in shape], dtype) for shape, dtype in zip(dims or [], types or [])
+            if dtype in DTYPE_BYTES and isinstance(shape, list)]
 
 
 def _nbytes(shape: list[int], dtype: str) -> float:

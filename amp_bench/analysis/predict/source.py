@@ -149,6 +149,4 @@ def target_tf32(precision: str, fp32_as: str | None) -> tuple[bool, bool]:
     (amp_bench's fp32 and AMP modes: strict IEEE; tf32: TF32), or `fp32_as` for the modes whose FP32
     math is IEEE ('pytorch-default': what a plain PyTorch script runs, cuDNN TF32 on, matmul off)."""
     own = modes.get(precision).fp32_math
-    if fp32_as and own == "ieee":
-        return FP32_MEANINGS[fp32_as]
-    return FP32_MEANINGS[own]
+    return FP32_MEANINGS[fp32_as if fp32_as and own == "ieee" else own]
