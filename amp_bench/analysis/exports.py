@@ -29,7 +29,8 @@ from amp_bench.store.results import load_results
 # measure slug -> (unit, how the row gives it)
 MEASURES = {"step-time-ms": "ms", "throughput-samples-per-s": "samples/s", "peak-memory-bytes": "bytes",
             "energy-j-per-sample": "J/sample"}
-OTAVA_METRICS = ["step_time_ms", "throughput", "peak_memory_bytes", "energy_j_per_sample"]
+OTAVA_METRICS = {"step_time_ms": "step_time_ms_median", "throughput": "throughput",  # Otava metric -> column
+                 "peak_memory_bytes": "peak_memory_bytes", "energy_j_per_sample": "energy_j_per_sample"}
 
 
 def machine_names(rows: pd.DataFrame) -> pd.Series:
@@ -112,8 +113,6 @@ def otava_tables(path, machine: str | None = None) -> dict[str, pd.DataFrame]:
     rows["time"] = pd.to_datetime(rows["run_id"].str.slice(0, 16), format="%Y%m%dT%H%M%SZ", utc=True, errors="coerce")
     fallback = pd.to_datetime(text_column(rows, "timestamp"), utc=True, errors="coerce")
     rows["time"] = rows["time"].fillna(fallback)
-    metrics = {"step_time_ms": "step_time_ms_median", "throughput": "throughput",
-               "peak_memory_bytes": "peak_memory_bytes", "energy_j_per_sample": "energy_j_per_sample"}
     tables = {}
     for _, series in rows.groupby(["machine", "suite", *identity.case_keys()], dropna=False):
         name, suite, case_id = series["machine"].iloc[0], series["suite"].iloc[0], series["case_id"].iloc[0]
@@ -123,7 +122,7 @@ def otava_tables(path, machine: str | None = None) -> dict[str, pd.DataFrame]:
             "machine": name, "suite": suite, "case": case_id, "run": per_run["run_id"].first(),
             "fingerprint": per_run["fingerprint"].first() if "fingerprint" in series else "",
             "torch": per_run["torch_version"].first() if "torch_version" in series else "",
-            **{metric: per_run[column].median() for metric, column in metrics.items()}}).reset_index(drop=True)
+            **{metric: per_run[column].median() for metric, column in OTAVA_METRICS.items()}}).reset_index(drop=True)
         table = table.dropna(axis=1, how="all").sort_values("time", kind="stable")
         tables[(name, suite, case_id)] = table
     return {".".join(map(_slug, key)): table for key, table in sorted(tables.items())}

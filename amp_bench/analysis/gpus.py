@@ -109,8 +109,7 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     device = text_column(table, "device_name")
     partition = text_column(table, "slurm_partition")
     out["price_per_gpu_hour"] = pd.Series([price_for(d, p, prices) if prices else None
-                                           for d, p in zip(device, partition)],
-                                          index=out.index, dtype=float)
+                                           for d, p in zip(device, partition)], index=out.index, dtype=float)
     gpus = out["world_size"]  # keyed in the summary: 1 where a run said nothing
     out["samples_per_dollar"] = out["throughput"] * 3600 / (out["price_per_gpu_hour"] * gpus)
     out["case"] = identity.case_labels(out)
@@ -159,11 +158,8 @@ def pivot_cells(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
         modes_here = sorted(group["precision"].unique(), key=lambda m: order.index(m) if m in order else len(order))
         rows = []
         for gpu, per_gpu in group.groupby("gpu", sort=False):
-            row = {"GPU": gpu}
             by_mode = {r["precision"]: r for _, r in per_gpu.iterrows()}
-            for mode in modes_here:
-                row[mode] = cell_text(by_mode.get(mode))
-            rows.append(row)
+            rows.append({"GPU": gpu, **{mode: cell_text(by_mode.get(mode)) for mode in modes_here}})
         out[case] = pd.DataFrame(rows)
     return out
 

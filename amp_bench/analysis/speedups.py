@@ -120,10 +120,8 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
         if name != "peak_mem_bytes":
             metric = name[len("mem_"):-len("_bytes")]
             table[f"mem_saving_{metric}_vs_{ref}"] = 1 - table[name] / baseline(ref, name)
-    if f"mem_saving_rss_above_baseline_vs_{ref}" in table:  # the CLI's name for it
-        table[f"mem_saving_above_baseline_vs_{ref}"] = table[f"mem_saving_rss_above_baseline_vs_{ref}"]
-    else:
-        table[f"mem_saving_above_baseline_vs_{ref}"] = np.nan
+    # the CLI's name for the rss_above_baseline saving
+    table[f"mem_saving_above_baseline_vs_{ref}"] = table.get(f"mem_saving_rss_above_baseline_vs_{ref}", np.nan)
     table = _scaling_efficiency(table)
     table = _versus_eager(table)
     table = identity.unkeyed(table)
@@ -269,8 +267,7 @@ def paired_speedups(ok: pd.DataFrame, base: str, throughput: bool = False) -> pd
     rows = {key: _paired_row(pairs, base, throughput)
             for key, pairs in paired_log_ratios(ok, base).groupby(group_keys() + ["precision"], dropna=False)}
     # (grouped by the summary's columns, which _prepare made key-safe: one group id is one such group)
-    index = pd.MultiIndex.from_tuples(list(rows), names=group_keys() + ["precision"]) if rows else \
-        pd.MultiIndex.from_tuples([], names=group_keys() + ["precision"])
+    index = pd.MultiIndex.from_tuples(list(rows), names=group_keys() + ["precision"])
     columns = [f"speedup_vs_{base}", f"speedup_vs_{base}_ci_low", f"speedup_vs_{base}_ci_high",
                f"speedup_vs_{base}_min", f"speedup_vs_{base}_max", f"speedup_vs_{base}_pairs",
                f"speedup_vs_{base}_method", f"speedup_vs_{base}_dropped", f"speedup_vs_{base}_clean",
@@ -310,6 +307,5 @@ def _paired_row(every: pd.DataFrame, base: str, throughput: bool) -> dict:
            f"{name}_dropped": len(every) - len(pairs), f"{name}_clean": int((~every["_busy"]).sum()),
            f"{name}_busy": bool(pairs["_busy"].any())}
     if throughput:
-        logs = pairs["_tlog"].dropna()
-        row[f"throughput_{name}"] = trimmed_log_mean(logs)
+        row[f"throughput_{name}"] = trimmed_log_mean(pairs["_tlog"].dropna())
     return row
