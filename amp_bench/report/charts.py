@@ -62,11 +62,9 @@ def speedup_chart(summary: pd.DataFrame, base: str | None = None):
     frame = frame.sort_values(["batch_size", "channels_last"], kind="stable")
     measured = frame[frame[f"speedup_vs_{base}"].notna()].copy()
     # a figure that needs care says so on its bar: emulated dtype, or a machine shared in the window
-    def flag(column: str) -> pd.Series:
-        values = measured[column] if column in measured else pd.Series(False, index=measured.index)
-        return true_rows(values)
     measured["caveat"] = [" · ".join(word for word, on in ((modes.EMULATED, e), ("contended", c)) if on)
-                          for e, c in zip(flag("emulated"), flag(f"contended_vs_{base}"))]
+                          for e, c in zip(true_rows(measured.get("emulated"), measured.index),
+                                          true_rows(measured.get(f"contended_vs_{base}"), measured.index))]
     fig = _px().bar(measured, x="x", y=f"speedup_vs_{base}", color="precision", barmode="group",
                     text="caveat" if (measured["caveat"] != "").any() else None,
                     error_y="err_plus", error_y_minus="err_minus", color_discrete_map=modes.colours(),

@@ -28,11 +28,10 @@ def build_figures(result, max_charts: int = 60) -> list[tuple[str, dict, bool]]:
     """(title, plotly figure as a dict, red) per chart, red series first."""
     import plotly.graph_objects as go
     history = result.history
-    series = history.series
     states = {(s.case_id, s.fingerprint): s for s in history.states if s.metric == "step_time_ms"}
     changed = {(c.case_id, c.fingerprint) for c in history.changes if c.metric == "step_time_ms"}
     keys = sorted(states, key=lambda k: (not states[k].red, k not in changed, k[1], k[0]))[:max_charts]
-    groups = dict(tuple(series.groupby(["case_id", "fingerprint"], sort=False)))
+    groups = dict(tuple(history.series.groupby(["case_id", "fingerprint"], sort=False)))
     out = []
     for key in keys:
         g, s = groups[key], states[key]

@@ -41,12 +41,8 @@ class ReportData:
     def unfinished_runs(self) -> list[tuple[str, str]]:
         """(run, its state and why) for every run that did not finish: its rows are shown as far as they go."""
         from amp_bench.store.run_state import run_state
-        out = []
-        for run_dir in self.run_dirs:
-            state = run_state(run_dir)
-            if state.state not in ("complete", "unknown"):
-                out.append((Path(run_dir).name, f"{state.state}: {state.detail}"))
-        return out
+        states = [(Path(run_dir).name, run_state(run_dir)) for run_dir in self.run_dirs]
+        return [(name, f"{s.state}: {s.detail}") for name, s in states if s.state not in ("complete", "unknown")]
 
     @property
     def has_benchmarks(self) -> bool:

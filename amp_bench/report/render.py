@@ -11,7 +11,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.analysis.headline import headlines
-from amp_bench.report import charts, compile_section, explain_section, gpus_section, predict_section
+from amp_bench.report import charts, compile_section, explain_section, gpus_section, predict_section, study_sections
 from amp_bench.report import data as report_data
 from amp_bench.report.data import ReportData
 from amp_bench.store.flags import is_true, true_rows
@@ -135,7 +135,6 @@ def machine_count(data: ReportData) -> int:
 
 def build_figures(data: ReportData, summary: pd.DataFrame) -> list[tuple[str, str, object]]:
     """(section id, title, figure or None) in report order."""
-    from amp_bench.report import study_sections
     results = data.results.copy()
     if not data.has_benchmarks:  # a fidelity or headroom run only
         return study_sections.figures(data)
@@ -241,7 +240,6 @@ def _contended_html(summary: pd.DataFrame) -> list[str]:
 def _sections_html(data: ReportData, summary: pd.DataFrame, missing: pd.DataFrame, figures) -> list[str]:
     """Each section: its heading, its study's tables, its chart (plotly.js inline once: the file must open
     on an air-gapped machine)."""
-    from amp_bench.report import study_sections
     parts, first = [], True
     tables = {"explain": lambda: explain_section.section_html(data.results, html_table, data.run_dirs),
               "predict": lambda: predict_section.section_html(data, html_table),
@@ -324,7 +322,6 @@ def render_markdown(data: ReportData, summary: pd.DataFrame, claims: pd.DataFram
             "memory_verdict"])), ""]
     if not missing.empty:
         lines += ["## Not measured", "", markdown_table(missing), ""]
-    from amp_bench.report import study_sections
     lines += study_sections.markdown(data, markdown_table)
     return "\n".join(lines)
 
@@ -378,7 +375,6 @@ def write_report(data: ReportData, output: Path, formats: tuple[str, ...] = ("ht
         md.write_text(render_markdown(data, summary, claims, missing), encoding="utf-8")
         written["md"] = md
     if "csv" in formats:
-        from amp_bench.report import study_sections
         for name, table in (("summary", summary), ("claims", claims), ("environment", env), ("not_measured", missing),
                             ("explain", explain_section.category_table(data.results)),
                             ("explain_layers", explain_section.layer_table(data)),

@@ -23,10 +23,8 @@ def verdicts_for_reading(verdicts: pd.DataFrame) -> pd.DataFrame:
         return "-" if low != low or row["seeds"] < 2 else f"{low:+.2f} .. {high:+.2f}"
     return pd.DataFrame({
         "dataset": verdicts["dataset"], "model": verdicts["model"], "precision": verdicts["precision"],
-        "seeds": verdicts["seeds"], "status": verdicts["status"],
-        "test accuracy (%)": verdicts["test_accuracy"] * 100,
-        "vs fp32 (pp)": verdicts["accuracy_diff_pp"].map(_pp),
-        "per-seed range (pp)": verdicts.apply(spread, axis=1),
+        "seeds": verdicts["seeds"], "status": verdicts["status"], "test accuracy (%)": verdicts["test_accuracy"] * 100,
+        "vs fp32 (pp)": verdicts["accuracy_diff_pp"].map(_pp), "per-seed range (pp)": verdicts.apply(spread, axis=1),
         "fp32 seed-to-seed range (pp)": verdicts["fp32_seed_range_pp"],
         "final train loss": verdicts["final_train_loss"],
         "train loss vs fp32": verdicts["train_loss_rel_diff"].map(lambda v: "-" if v != v else f"{v:+.1%}"),
@@ -69,10 +67,8 @@ def headroom_for_reading(headroom: pd.DataFrame) -> pd.DataFrame:
     def cap(v):
         return "none" if v != v or v is None else f"{v / 2**30:.3g} GiB"
     return pd.DataFrame({
-        "device": headroom["device_name"], "model": headroom["model_label"],
-        "processes": headroom["world_size"],
-        "precision": headroom["precision"],
-        "status": headroom["status"], "largest batch": headroom["max_batch_size"],
+        "device": headroom["device_name"], "model": headroom["model_label"], "processes": headroom["world_size"],
+        "precision": headroom["precision"], "status": headroom["status"], "largest batch": headroom["max_batch_size"],
         "first OOM": headroom["first_oom_batch_size"],
         "limit reached": headroom["limit_reached"].map(lambda v: "yes" if is_true(v) else ""),
         "x fp32's batch": [("-" if v != v else ("≥" if is_true(lb) else "") + f"{v:.2f}x")
