@@ -64,8 +64,7 @@ def speedup_results(base_ok: pd.DataFrame, cand_ok: pd.DataFrame, threshold: flo
     sides: candidate's speedup over the reference / baseline's, Yuen's t on the two sets of per-repeat
     log ratios (their trimmed means). Lower is worse: AMP buys less. `result_type`: compare.MetricResult."""
     ref = modes.reference()
-    base_pairs = paired_log_ratios(base_ok, ref)
-    cand_pairs = paired_log_ratios(cand_ok, ref)
+    base_pairs, cand_pairs = paired_log_ratios(base_ok, ref), paired_log_ratios(cand_ok, ref)
     out = []
     for case_id in dict.fromkeys(base_pairs["case_id"]):
         b = clean_pairs(base_pairs[base_pairs["case_id"] == case_id])

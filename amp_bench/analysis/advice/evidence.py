@@ -102,12 +102,8 @@ def from_row(row: dict, run_dir) -> Evidence | None:
 def parse_misaligned(text) -> list[tuple[str, float]]:
     """'lm_head Linear(768 -> 50257) 72.5%; ...' (explain_misaligned_layers) -> [(label, 0.725), ...]: where
     the layer records themselves are not at hand (a GPU check's summary, a copied results table)."""
-    found = []
-    for part in str(text or "").split(";"):
-        match = re.match(r"\s*(.+?\))\s+([\d.]+)%\s*$", part)
-        if match:
-            found.append((match.group(1), float(match.group(2)) / 100))
-    return found
+    matches = (re.match(r"\s*(.+?\))\s+([\d.]+)%\s*$", part) for part in str(text or "").split(";"))
+    return [(match.group(1), float(match.group(2)) / 100) for match in matches if match]
 
 
 def _add_saved_files(evidence: Evidence, trace: Path) -> None:
