@@ -102,11 +102,10 @@ def alignment_rows(results: pd.DataFrame) -> pd.DataFrame:
     if "device_name" in frame and frame["device_name"].nunique() > 1:
         case = case + " on " + frame["device_name"].astype(str)
     frame = frame.assign(case=case)
-    table = frame.groupby(["case", "precision"], sort=False).agg(
+    return frame.groupby(["case", "precision"], sort=False).agg(
         misaligned_flop_share=("explain_misaligned_flop_share", "median"),
         misaligned_layers=("explain_misaligned_layers", "first"),
         device=("device", "first") if "device" in frame else ("precision", "first")).reset_index()
-    return table
 
 
 def layer_table(data) -> pd.DataFrame:
@@ -129,13 +128,12 @@ def _alignment_display(align: pd.DataFrame) -> pd.DataFrame:
 
 
 def _notes(results: pd.DataFrame) -> list[str]:
-    notes = []
-    if "explain_status" in results:
-        bad = results[results["explain_status"].isin(["unavailable", "distorted"])]
-        for _, row in bad.drop_duplicates(["case_id"] if "case_id" in bad else None).iterrows():
-            notes.append(f"{row.get('case_id', row.get('model_label', ''))}: {row['explain_status']}: "
-                         f"{row.get('explain_reason', '')}")
-    return notes
+    if "explain_status" not in results:
+        return []
+    bad = results[results["explain_status"].isin(["unavailable", "distorted"])]
+    return [f"{row.get('case_id', row.get('model_label', ''))}: {row['explain_status']}: "
+            f"{row.get('explain_reason', '')}"
+            for _, row in bad.drop_duplicates(["case_id"] if "case_id" in bad else None).iterrows()]
 
 
 def advice_display(results: pd.DataFrame, run_dirs) -> pd.DataFrame:

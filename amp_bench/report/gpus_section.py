@@ -88,8 +88,7 @@ def section_html(long: pd.DataFrame, data, html_table) -> str:
         parts += [f"<h3>{html.escape(case)}</h3>", html_table(grid, lambda c, r: "text" if c != "GPU" else "")]
     if data.reference:
         view = reference_view(long, data.reference)
-        parts.append(f"<h3>Against {html.escape(view['reference'].iloc[0])}</h3>")
-        parts.append(html_table(_reference_grid(view)))
+        parts += [f"<h3>Against {html.escape(view['reference'].iloc[0])}</h3>", html_table(_reference_grid(view))]
     return "\n".join(parts)
 
 
