@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,12 +57,8 @@ def read_processes(proc: Path = Path("/proc")) -> dict:
             continue
         try:
             with open(f"{entry.path}/stat", encoding="ascii", errors="replace") as fh:
-                text = fh.read()
-        except OSError:
-            continue
-        try:
-            found[int(entry.name)] = parse_proc_stat(text)
-        except (IndexError, ValueError):
+                found[int(entry.name)] = parse_proc_stat(fh.read())
+        except (OSError, IndexError, ValueError):  # gone, or not a stat line
             continue
     return found
 
@@ -173,9 +169,7 @@ class ContentionWatch:
             return (cpu - (start.processes[pid][1] if pid in start.processes else 0.0)) / span
         busy = sorted((used(pid, cpu), name) for pid, (_, cpu, name) in end.processes.items()
                       if pid not in ours and used(pid, cpu) >= 0.05)
-        names: dict[str, int] = {}
-        for _, name in busy:
-            names[name] = names.get(name, 0) + 1
+        names = Counter(name for _, name in busy)
         who = f"{len(busy)} other process{'es' if len(busy) != 1 else ''}"
         if names:
             who += " (" + ", ".join(f"{n} x{k}" if k > 1 else n for n, k in names.items()) + ")"

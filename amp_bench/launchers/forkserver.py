@@ -113,9 +113,8 @@ class ForkServer:
                                   "same": what_a_fork_keeps(os.environ)}).encode())
             info = server._receive(READY_TIMEOUT_S)
         except (OSError, ForkServerGone):
-            sock.close()
-            return None
-        if "mismatch" in info:
+            info = None
+        if info is None or "mismatch" in info:
             sock.close()
             return None
         server.ready_info, server.unusable = info, info.get("unsafe", "")

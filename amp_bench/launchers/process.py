@@ -157,12 +157,10 @@ def _watched(on_event, watch):
 def outcome(result_path: Path, exit_code: int | None, deadline_hit: bool, maxrss_kib: int | None, started: float,
             log_path: Path, timeout_s: float, started_by: str = "spawn") -> WorkerOutcome:
     """What the worker left: its result file (None when it died first), how it ended, its peak RSS."""
-    result = None
-    if result_path.exists():
-        try:
-            result = json.loads(result_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            result = None
+    try:
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none written (it died first), or unreadable
+        result = None
     if deadline_hit and result is not None:  # measured fine, then hung while shutting down
         note = f"worker hung after writing its result and was killed at timeout_s={timeout_s:g}"
         result["warnings"] = " | ".join(w for w in (result.get("warnings"), note) if w)
@@ -180,13 +178,11 @@ def _wait(pid: int, event_fd: int, deadline: float, on_event, watch=None) -> tup
     """
     selector = selectors.DefaultSelector()
     selector.register(event_fd, selectors.EVENT_READ, "events")
-    pidfd = None
-    if hasattr(os, "pidfd_open"):
-        try:
-            pidfd = os.pidfd_open(pid)
-            selector.register(pidfd, selectors.EVENT_READ, "exit")
-        except OSError:
-            pidfd = None
+    try:
+        pidfd = os.pidfd_open(pid)
+        selector.register(pidfd, selectors.EVENT_READ, "exit")
+    except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
+        pidfd = None
     buffer = [b""]
     try:
         while True:

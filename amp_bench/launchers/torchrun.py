@@ -118,9 +118,6 @@ def _launch(argv: list[str]) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- rank side
-
-
 def main(argv: list[str]) -> int:
     if argv[:1] == ["launch"]:
         return _launch(argv[1:])
