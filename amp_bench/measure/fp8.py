@@ -115,10 +115,8 @@ class ScaleProbe:
         # probe) overwrites rather than adds a reading
         self.readings: dict[tuple[int, str, str], torch.Tensor] = {}
         self.step = 0
-        self._hooks = []
         float8 = [(n, m) for n, m in model.named_modules() if type(m).__name__ == "Float8Linear"][:layers]
-        for name, module in float8:
-            self._hooks.append(module.register_forward_pre_hook(self._hook(name)))
+        self._hooks = [module.register_forward_pre_hook(self._hook(name)) for name, module in float8]
 
     def _hook(self, name):
         def read(module, args):

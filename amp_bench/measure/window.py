@@ -145,10 +145,8 @@ class CpuStepTimer:
         return self._clock() - self._window[0] - self._paused_s
 
     def end_window(self) -> tuple[list[float], float]:
-        end = self._clock()
-        start = self._window[0]
-        per_step = [(e - s) * 1e3 for s, e in zip(self._starts, self._ends)]
-        return per_step, end - start - self._paused_s
+        window_s = self.elapsed_s()
+        return self.times_so_far(), window_s
 
 
 class CudaStepTimer:
