@@ -41,16 +41,12 @@ ARCHIVE_MAX_BYTES = 15 * 2**20  # the device tool brings back files of at most 1
 EXPLAIN_MAX_OTHER = 0.30  # the explain case fails the check when "other" is this share of its busy time or more
 
 
-def _estimates(part: int | None) -> dict[str, object]:
-    return {s.name: s.estimate_s for s in plan.PARTS[part].stages} if part in plan.PARTS else {}
-
-
 def read_stages(path: Path, part: int | None = None) -> dict[str, dict]:
     """stage -> its latest line in stages.tsv (name, status, seconds, timeout, note) and its H200
     estimate; the part's stages that have no line yet are "pending" (not reached). The pre-checks
     appear only when they recorded a failure."""
     names = PARTS[part] if part else STAGES
-    estimates = _estimates(part)
+    estimates = {s.name: s.estimate_s for s in plan.PARTS[part].stages} if part in plan.PARTS else {}
     fields = ("stage", "status", "seconds", "timeout", "note")
     order = ("stage", "status", "seconds", "estimate_s", "timeout", "note")
     stages = {name: dict(zip(fields, (name, "pending", "", "", ""))) for name in names}
@@ -113,8 +109,7 @@ def _extra(part: int | None, stage: str) -> bool:
 
 
 def capability(data: dict) -> tuple[int, int] | None:
-    device = (data["env"].get("device") or {})
-    cap = device.get("capability")
+    cap = (data["env"].get("device") or {}).get("capability")
     if cap:
         return int(cap[0]), int(cap[1])
     suite = data["suite"]

@@ -277,9 +277,8 @@ def explain_section(suite: pd.DataFrame, top: int = 20) -> list[str]:
     rows = suite[suite["explain_status"].notna()]  # typed on read: an empty cell is NA
     if rows.empty:
         return []
-    lines = ["## Explain on this device", ""]
     shown = rows[["case_id", *[c for c in EXPLAIN_COLUMNS if c in rows]]].rename(columns=EXPLAIN_COLUMNS)
-    lines += [markdown(shown), ""]
+    lines = ["## Explain on this device", "", markdown(shown), ""]
     for _, row in rows.iterrows():
         kernels = longest_kernels(row, top)
         if kernels is not None:
