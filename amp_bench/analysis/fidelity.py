@@ -12,9 +12,8 @@ from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.flags import text
 
 # the tables' columns, in order (declared with their kinds in store/columns.py)
-RUN_COLUMNS, STEP_COLUMNS, EPOCH_COLUMNS, PROBE_COLUMNS, SCALE_COLUMNS = (
-    list(STUDY_TABLES[name]) for name in ("fidelity", "fidelity_steps", "fidelity_epochs", "fidelity_probes",
-                                          "fidelity_fp8_scales"))
+RUN_COLUMNS, STEP_COLUMNS, EPOCH_COLUMNS, PROBE_COLUMNS, SCALE_COLUMNS = (list(STUDY_TABLES[name]) for name in (
+    "fidelity", "fidelity_steps", "fidelity_epochs", "fidelity_probes", "fidelity_fp8_scales"))
 
 
 def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:

@@ -27,13 +27,9 @@ from amp_bench.store.flags import is_true, true_rows
 COMPILE_MEDIANS = ["compile_time_s", "compile_first_step_ms"]
 COMPILE_MAXIMA = ["graph_breaks", "recompiles", "recompiles_in_window", "unique_graphs"]
 # memory metric -> result column; a metric is summarised only when its column has values
-MEMORY_METRICS = {
-    "allocated": "peak_mem_allocated_bytes",
-    "reserved": "peak_mem_reserved_bytes",
-    "rss": "peak_rss_bytes",
-    "rss_above_baseline": "mem_above_baseline_bytes",
-    "nvml": "nvml_mem_used_delta_bytes",
-}
+MEMORY_METRICS = {"allocated": "peak_mem_allocated_bytes", "reserved": "peak_mem_reserved_bytes",
+                  "rss": "peak_rss_bytes", "rss_above_baseline": "mem_above_baseline_bytes",
+                  "nvml": "nvml_mem_used_delta_bytes"}
 CARRIED = ["hostname", "architecture", "torch_version", "cuda_version", "compute_capability",
            "slurm_partition"]  # constant within a run
 

@@ -252,9 +252,8 @@ class _Phases:
     """Which phase a moment of the step belongs to, from the amp_bench::<phase> regions."""
 
     def __init__(self, nodes: list[EventNode]):
-        regions = sorted((n.start, n.end, n.name[len(PHASE_PREFIX):]) for n in nodes
-                         if n.event.get("cat") == "user_annotation" and n.name.startswith(PHASE_PREFIX)
-                         and n.name != STEP_REGION)
+        regions = sorted((n.start, n.end, n.name[len(PHASE_PREFIX):]) for n in nodes if n.name != STEP_REGION
+                         and n.event.get("cat") == "user_annotation" and n.name.startswith(PHASE_PREFIX))
         self.starts = [r[0] for r in regions]
         self.regions = regions
 

@@ -244,8 +244,7 @@ def to_markdown(result: NightlyResult) -> str:
 def to_json(result: NightlyResult) -> str:
     return json.dumps({"verdict": result.summary, "exit_code": result.exit_code, "root": result.root,
                        "groups": [asdict(g) for g in result.groups], "red": [asdict(s) for s in result.red],
-                       "warnings": result.history.warnings,
-                       "contended": contended_records(result.history.contended),
+                       "warnings": result.history.warnings, "contended": contended_records(result.history.contended),
                        "changes": [asdict(c) for c in result.history.changes]}, indent=2, default=str)
 
 
@@ -262,9 +261,8 @@ def to_junit(result: NightlyResult) -> str:
             failure = (f"{s.ratio - 1:+.1%} vs {s.against} level since {s.since_date}"
                        if (fp, suite, s.case_id, s.metric) in red else None)
             cases.append(TestCase(classname, f"{s.case_id}.{s.metric}", failure=failure, failure_type="red"))
-        cases += [TestCase(classname, case,
-                           skipped=f"contended tonight: not judged ({g.contention or 'no reason recorded'})")
-                  for case in g.contended]
+        skipped = f"contended tonight: not judged ({g.contention or 'no reason recorded'})"
+        cases += [TestCase(classname, case, skipped=skipped) for case in g.contended]
         cases += [TestCase(classname, case, skipped="missing tonight") for case in g.missing]
         if g.unfinished:
             cases.append(TestCase(classname, "run", failure=f"tonight's run {g.tonight} is {g.unfinished}",
