@@ -101,11 +101,8 @@ def query(job_ids: list[str], runner: Runner = run_command) -> dict[str, JobStat
     wanted = [str(j) for j in job_ids]
     if not wanted:
         return {}
-    found: dict[str, JobState] = {}
-    user = getpass.getuser()
-    found.update({k: v for k, v in parse_table(
-        runner(["squeue", "--states=all", "-h", "-u", user, "-o", "%i|%T|%r|%N"]) or "", "squeue").items()
-        if k in wanted})
+    squeue = runner(["squeue", "--states=all", "-h", "-u", getpass.getuser(), "-o", "%i|%T|%r|%N"])
+    found = {k: v for k, v in parse_table(squeue or "", "squeue").items() if k in wanted}
     missing = [j for j in wanted if j not in found]
     if missing:
         text = runner(["sacct", "-n", "-P", "-X", "-o", "JobID,State,Reason,NodeList", "-j", ",".join(missing)])

@@ -155,18 +155,16 @@ class NvmlReader:
                 return int(process.usedGpuMemory)
         return None
 
-
-    def other_processes(self, own_pids: tuple[int, ...] | None = None) -> list[int] | None:
+    def other_processes(self) -> list[int] | None:
         """PIDs of the other compute processes on the device; None when NVML can't list them. Inside
         a PID namespace NVML lists host PIDs and ours is not recognisable: one entry is then taken to
         be this worker and the rest are others."""
         processes = self.read("process_memory", lambda: self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle))
         if processes is None:
             return None
-        own = set(own_pids or (os.getpid(),))
         pids = [int(p.pid) for p in processes]
-        if own & set(pids):
-            return [p for p in pids if p not in own]
+        if os.getpid() in pids:
+            return [p for p in pids if p != os.getpid()]
         return pids[1:]
 
 
@@ -266,16 +264,14 @@ class NvmlSampler:
 
     def summary(self, baseline_used: int | None, energy_end: int | None, window_s: float, steps: int,
                 samples: int) -> dict:
-        out: dict = {}
-        peak = max(self.used) if self.used else None
-        out["nvml_mem_used_baseline_bytes"] = baseline_used
-        out["nvml_mem_used_peak_bytes"] = peak
+        peak = max(self.used, default=None)
         known = peak is not None and baseline_used is not None
-        out["nvml_mem_used_delta_bytes"] = peak - baseline_used if known else None
-        out["nvml_mem_v2_used_peak_bytes"] = max(self.used_v2) if self.used_v2 else None
-        out["nvml_mem_v2_reserved_bytes"] = max(self.reserved_v2) if self.reserved_v2 else None
-        out["nvml_process_mem_peak_bytes"] = max(self.process_used) if self.process_used else None
-        out["nvml_samples"] = len(self.used)
+        out: dict = {"nvml_mem_used_baseline_bytes": baseline_used, "nvml_mem_used_peak_bytes": peak,
+                     "nvml_mem_used_delta_bytes": peak - baseline_used if known else None,
+                     "nvml_mem_v2_used_peak_bytes": max(self.used_v2, default=None),
+                     "nvml_mem_v2_reserved_bytes": max(self.reserved_v2, default=None),
+                     "nvml_process_mem_peak_bytes": max(self.process_used, default=None),
+                     "nvml_samples": len(self.used)}
         energy_j = None
         if self._energy_start is not None and energy_end is not None:
             energy_j = ((energy_end - self._energy_start) % ENERGY_WRAP) / 1000
@@ -289,8 +285,8 @@ class NvmlSampler:
         out["power_limit_w"] = self.reader.power_limit_w()
         for name, values in (("sm_clock_mhz", self.sm_clock), ("mem_clock_mhz", self.mem_clock)):
             out[f"{name}_median"] = statistics.median(values) if values else None
-            out[f"{name}_min"] = min(values) if values else None
-        out["temperature_c_max"] = max(self.temperature) if self.temperature else None
+            out[f"{name}_min"] = min(values, default=None)
+        out["temperature_c_max"] = max(self.temperature, default=None)
         out["gpu_util_pct_median"] = statistics.median(self.utilization) if self.utilization else None
         out["clock_event_reasons"] = ("|".join(decode_clock_events(self.clock_event_mask)) or "none") \
             if self.clock_event_read else None
