@@ -140,10 +140,7 @@ def flag(key: str) -> str:
 
 def validate_executor(value, path: str, problems: Problems) -> dict | None:
     """The `executor:` block: its fields checked, one line per problem."""
-    if checks.mapping(value, path, problems) is None:
-        return None
-    checks.check_keys(value, FIELDS, path, problems)
-    return checks.checked_fields(value, path, problems, FIELDS)
+    return checks.validate_section(value, path, problems, FIELDS)
 
 
 def executor_spec(block: dict | None, overrides: dict | None = None, source: str = "") -> ExecutorSpec:

@@ -89,10 +89,9 @@ _nproc_axis = checks.axis(checks.integer(1, MAX_PROCS, "a process count"), "proc
 
 # per-model keys whose null (or absence) means "the suite's own": key -> its check
 _MODEL_OVERRIDES: dict[str, Callable] = {
-    "nproc_per_node": lambda v, p, problems: _nproc_axis(v, p, problems),
-    "compile": lambda v, p, problems: _compile_axis(v, p, problems),
+    "nproc_per_node": _nproc_axis, "compile": _compile_axis,
     "precisions": lambda v, p, problems: checks.axis(checks.choice(modes.names()), "precision")(v, p, problems),
-    "explain": lambda v, p, problems: checks.boolean(v, p, problems),
+    "explain": checks.boolean,
 }
 _KIND_ONLY = (("config", "transformers"), ("task", "transformers"), ("attn_implementation", "transformers"),
               ("options", "python"), ("num_classes", "torchvision"))
@@ -314,8 +313,7 @@ _GPU_KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 def _gpu_key(value, path, problems):
     if not isinstance(value, str) or not _GPU_KEY.fullmatch(value):
         problems.append(f"{path}: expected a GPU key such as h100-sxm (python -m amp_bench predict RUN "
-                        "--list-targets), "
-                        f"got {value!r}")
+                        f"--list-targets), got {value!r}")
         return None
     return value
 
@@ -353,10 +351,8 @@ def check_fidelity_combination(section: dict, path: str, problems: Problems) -> 
 
 def validate_overrides(overrides: dict, path: Path) -> dict:
     """Command-line / API overrides go through the same checks as the file."""
-    problems: Problems = []
-    unknown = [k for k in overrides if k not in SETTING_KEYS]
-    for key in unknown:
-        problems.append(f"override {key!r}: unknown setting (expected one of: {', '.join(SETTING_KEYS)})")
+    problems: Problems = [f"override {key!r}: unknown setting (expected one of: {', '.join(SETTING_KEYS)})"
+                          for key in overrides if key not in SETTING_KEYS]
     known = {k: v for k, v in overrides.items() if k in SETTING_KEYS and v is not None}
     out = validate_settings(known, "override", problems, (str(Path(path).resolve().parent),))
     if problems:

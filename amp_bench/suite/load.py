@@ -73,14 +73,13 @@ def load_suite(path: str | Path) -> Suite:
         problems.append(f"device: expected auto, cpu, cuda or cuda:N, got {device!r}")
     blocks = {}
     for block in fields.DEVICE_BLOCKS:
-        if block in data:
-            if checks.mapping(data[block], block, problems) is None:
-                continue
-            checks.check_keys(data[block], fields.SETTING_KEYS + fields.SECTIONS, block, problems)
-            blocks[block] = fields.validate_settings(data[block], block, problems, search_dirs)
-            for key, check in _SECTIONS.items():
-                if key in data[block]:
-                    blocks[block][key] = check(data[block][key], f"{block}.{key}", problems)
+        if block not in data or checks.mapping(data[block], block, problems) is None:
+            continue
+        checks.check_keys(data[block], fields.SETTING_KEYS + fields.SECTIONS, block, problems)
+        blocks[block] = fields.validate_settings(data[block], block, problems, search_dirs)
+        for key, check in _SECTIONS.items():
+            if key in data[block]:
+                blocks[block][key] = check(data[block][key], f"{block}.{key}", problems)
     if problems:
         raise SuiteError([f"{path}: {p}" for p in problems])
     suite = Suite(path=path, name=name, description=description, device=device,
