@@ -99,12 +99,8 @@ def _task_tables() -> dict[str, dict[str, str]]:
 
 def transformers_types() -> dict[str, str]:
     """model_type -> default task, for every model type with a head we can train."""
-    tables = _task_tables()
-    types: dict[str, str] = {}
-    for task in ("sequence-classification", "causal-lm", "masked-lm"):
-        for name in tables[task]:
-            types[name] = task  # later wins: masked-lm > causal-lm > sequence-classification
-    return types
+    tables = _task_tables()  # a type in several tables: later wins (masked-lm > causal-lm > sequence-classification)
+    return {name: task for task in ("sequence-classification", "causal-lm", "masked-lm") for name in tables[task]}
 
 
 def transformers_task_names(task: str) -> dict[str, str]:
