@@ -80,8 +80,7 @@ def to_bmf(path, machine: str | None = None) -> dict:
     for _, case in rows.groupby(keys, dropna=False):
         suite, case_id = case["suite"].iloc[0], case["case_id"].iloc[0]
         step = case["step_time_ms_median"]
-        low = case["step_time_ms_ci_low"].fillna(step)
-        high = case["step_time_ms_ci_high"].fillna(step)
+        low, high = case["step_time_ms_ci_low"].fillna(step), case["step_time_ms_ci_high"].fillna(step)
         measures = {"step-time-ms": _interval(step.median(), low, high)}
         throughput = case["throughput"]
         if throughput.notna().any():  # the median's interval carried over: samples/s falls as the step grows

@@ -18,7 +18,6 @@ HEADROOM_COLUMNS, PROBE_COLUMNS = list(STUDY_TABLES["headroom"]), list(STUDY_TAB
 
 def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
     """Each precision's largest batch and its throughput there, as multiples of fp32's."""
-    table = table.copy()
     keys = ["run_id"] + [a for a in identity.case_axes() if a != "batch_size"]  # the batch is what was searched
     filled = table.reindex(columns=keys).astype(str)
     fp32 = table[(table["precision"] == "fp32") & (table["status"] == "ok")]
@@ -34,10 +33,8 @@ def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
         t = b["throughput_at_max"] if b is not None else float("nan")
         speed_ratio.append(r["throughput_at_max"] / t if b is not None and r["status"] == "ok" and t == t and t
                            else float("nan"))
-    table["batch_ratio_vs_fp32"] = batch_ratio
-    table["batch_ratio_is_lower_bound"] = lower_bound
-    table["throughput_ratio_vs_fp32"] = speed_ratio
-    return table
+    return table.assign(batch_ratio_vs_fp32=batch_ratio, batch_ratio_is_lower_bound=lower_bound,
+                        throughput_ratio_vs_fp32=speed_ratio)
 
 
 def failed_rows(table: pd.DataFrame, allow_unsupported: bool = True) -> list[str]:

@@ -56,13 +56,12 @@ def _cpu_model(nodes: list[ev.EventNode]) -> tuple[dict[str, float], frozenset]:
     for node in nodes:
         if node.event.get("cat") != "cpu_op":
             continue
-        category = ev._op_category(node)
         if node.name in ev._GEMM_CONV_OPS:
             types = (node.event.get("args") or {}).get("Input type") or [""]
             kind = _TYPE_MATH.get(types[0] if isinstance(types[0], str) else "")
             if kind:
                 math[kind] = math.get(kind, 0.0) + (node.end - node.start) / 1e3
-        elif category not in ACCELERATED + ("cast",) and node.name not in _CAST_OPS:
+        elif ev._op_category(node) not in ACCELERATED + ("cast",) and node.name not in _CAST_OPS:
             names.add(node.name)
     return math, frozenset(names)
 

@@ -109,12 +109,8 @@ def covering(entries: list[dict], *, case_id: str, fingerprint: str, hostname: s
                 and _glob(entry.get("fingerprint"), fingerprint)
                 and entry.get("metric") in (None, metric)):
             continue
-        if start_run in entry["_runs"]:
-            entry["_hits"] += 1
-            return entry
-        if entry["_from"] is None:
-            continue
-        if earliest <= entry["_to"] + entry["_window"] and latest >= entry["_from"]:
+        if start_run in entry["_runs"] or (entry["_from"] is not None and earliest <= entry["_to"] + entry["_window"]
+                                           and latest >= entry["_from"]):
             entry["_hits"] += 1
             return entry
     return None
