@@ -108,10 +108,7 @@ def load_cached(inputs: list[str | os.PathLike], use_cache: bool = True) -> pd.D
             raise UserError(f"{text}: no path matches this pattern")
         for path in paths:
             catch_up(path)
-            if (path / RESULTS_FILE).is_file():
-                frames.append(_read(path / RESULTS_FILE))
-            else:
-                frames.append(load_tree(path, use_cache))
+            frames.append(_read(path / RESULTS_FILE) if (path / RESULTS_FILE).is_file() else load_tree(path, use_cache))
     frames = [f for f in frames if not f.empty]
     if not frames:
         raise UserError(f"{', '.join(map(str, inputs))}: the results tables are empty (no finished case yet)")

@@ -181,9 +181,8 @@ class RunStore:
         if key is None:
             key = f"{self._next:05d}"
             self._next += 1
-        payload = {"row": row, "samples": samples}
         path = self.dir / PARTS_DIR / f"{key}.json"
-        text = json.dumps(payload, default=_json_default)
+        text = json.dumps({"row": row, "samples": samples}, default=_json_default)
         write_text_atomic(path, text)
         stat = path.stat()  # kept as read back (what _load_parts compares), so rows is current without a flush
         self._parts[key] = ((stat.st_mtime_ns, stat.st_size), json.loads(text))
@@ -362,9 +361,7 @@ def contended(table: pd.DataFrame) -> pd.Series:
     """Rows marked `contended` (the machine was busy with something else while they ran).
     Such a row is not comparable: history, nightly and compare leave it out. Results written before
     the column existed (or with it empty) are not contended."""
-    if "contended" not in table:
-        return pd.Series(False, index=table.index)
-    return true_rows(table["contended"])
+    return true_rows(table.get("contended"), table.index)
 
 
 def contention_reason(table: pd.DataFrame) -> pd.Series:
