@@ -94,11 +94,7 @@ class StepStats:
         return None
 
     def to_columns(self, prefix: str = "step_time_ms") -> dict[str, float]:
-        data = asdict(self)
-        data.pop("n")
-        out = {f"{prefix}_{k}": v for k, v in data.items()}
-        out["step_time_cv"] = out.pop(f"{prefix}_cv")
-        return out
+        return {f"{prefix}_{k}": v for k, v in asdict(self).items() if k not in ("n", "cv")} | {"step_time_cv": self.cv}
 
 
 MEASURED_PHASE = "measure"  # a timed step; warmup steps never enter a figure
@@ -206,11 +202,8 @@ def phase_column(name: str) -> str:
 # writes them (measure/telemetry/profile.py) and explain and advice that read them.
 def _beside_trace(trace_path, suffix: str) -> Path:
     name = Path(trace_path).name
-    for ending in (".json.gz", ".json"):
-        if name.endswith(ending):
-            name = name[: -len(ending)]
-            break
-    return Path(trace_path).with_name(name + suffix)
+    stem = name.removesuffix(".json.gz") if name.endswith(".json.gz") else name.removesuffix(".json")
+    return Path(trace_path).with_name(stem + suffix)
 
 
 def layers_path(trace_path) -> Path:
