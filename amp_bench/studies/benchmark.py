@@ -23,7 +23,7 @@ from amp_bench.store.run_state import Heartbeat
 from amp_bench.studies.flop_counts import FlopCounts
 from amp_bench.studies.retry import pairs_to_retry, retry_disturbed
 from amp_bench.studies.run_plan import BudgetPlanner, launch_units, make_plan, part_key, schedule
-from amp_bench.studies.session import Machine, Session, spawn_note
+from amp_bench.studies.session import Machine, Session, spawn_note, workers_record
 from amp_bench.studies.time_left import TimeLeft
 from amp_bench.studies.unrun import save_busy, save_died, stamp
 from amp_bench.suite import Case
@@ -159,9 +159,8 @@ class _Run:
             [(case, repeat, f"{case.case_id}-r{repeat}") for _, case, repeat in planned], self.machine.device,
             self.machine.versions, self.store, [self.supports[index] for index, _, _ in planned],
             on_event=self.reporter.worker_event, server=self.machine.server))
-        if measured is None:
-            return None
-        if self.stop is not None and self.stop.requested and any(row["status"] != "ok" for row, _ in measured):
+        if measured is None or (self.stop is not None and self.stop.requested and
+                                any(row["status"] != "ok" for row, _ in measured)):
             return None
         return {index: found for (index, _, _), found in zip(planned, measured)}
 
@@ -238,7 +237,7 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     except BaseException:
         session.close()
         raise
-    workers = session.isolation_record()
+    workers = workers_record(session.server)
     store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(order),
                                executor={"type": "local"}, workers=workers)
     store.write_plan(make_plan(order, info.type, device or session.suite.device))

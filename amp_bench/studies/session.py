@@ -107,10 +107,6 @@ class Session:
         if self.server is not None:
             self.server.close()
 
-    def isolation_record(self) -> dict:
-        """How this run's workers start, for the manifest (workers_record)."""
-        return workers_record(self.server)
-
 
 def workers_record(server: ForkServer | None) -> dict:
     """How a run's workers start, for the manifest: fork (and what the server preloaded) or spawn (and why,
@@ -200,8 +196,7 @@ def record_machine(store: RunStore, probed: dict, **more) -> tuple[dict, dict]:
             manifest.setdefault(key, value)
         manifest.update(more)
     store.update_manifest(add)
-    fingerprint = fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}), host["hostname"])
-    return host, fingerprint
+    return host, fingerprint_columns(probed["device"], probed["versions"], probed.get("gpu", {}), host["hostname"])
 
 
 @dataclass

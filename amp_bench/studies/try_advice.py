@@ -144,7 +144,7 @@ def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="r
     from amp_bench.store.run_state import Heartbeat
     from amp_bench.studies.benchmark import Reporter, finished_counts, results_frame, run_cases
     from amp_bench.studies.run_plan import make_plan
-    from amp_bench.studies.session import Machine, Session
+    from amp_bench.studies.session import Machine, Session, workers_record
     run_dir, reporter = Path(run_dir), reporter or Reporter()
     found = trials(run_dir, rule)
     request = _plan(run_dir).get("device_request", "auto")
@@ -156,7 +156,7 @@ def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="r
         planned = [(dataclasses.replace(case, on_contention=on_contention), repeat) for case, repeat in planned]
     store = session.open_store(results_dir, {}, kind="try", tried_run=run_dir.name, rule=rule,
                                cases_planned=len(planned), executor={"type": "local"},
-                               workers=session.isolation_record())
+                               workers=workers_record(session.server))
     store.write_plan(make_plan(planned, session.device.type, request))
     reporter.run_started(store, session.device, len(planned))
     machine = Machine(session.device, session.versions, session.host["hostname"], session.fingerprint,

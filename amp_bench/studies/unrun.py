@@ -18,9 +18,7 @@ def save_busy(store: RunStore, item, machine: Machine, reporter, evidence: str, 
 
 
 def stamp(row: dict, machine: Machine) -> None:
-    row["hostname"] = machine.hostname
-    row.update(machine.fingerprint)
-    row.update(machine.columns)
+    row.update({"hostname": machine.hostname, **machine.fingerprint, **machine.columns})
 
 
 def save_died(store: RunStore, rest, machine: Machine, stop, running: set = frozenset()) -> None:

@@ -13,9 +13,6 @@ import pandas as pd
 
 from amp_bench.analysis.fidelity import EPOCH_COLUMNS, PROBE_COLUMNS, RUN_COLUMNS, SCALE_COLUMNS, STEP_COLUMNS, verdicts
 
-# --------------------------------------------------------------------------- comparison
-
-
 # --------------------------------------------------------------------------- orchestration
 
 class FidelityReporter:

@@ -198,9 +198,7 @@ def train_precision(spec, precision: str, device, events, support) -> dict:
     engaged, why = autocast_engages(mode, device.type)
     if not engaged:
         raise UnsupportedCase(why)
-    split = load(spec.dataset, spec.test_fraction)
-    source = split.source
-    split = split.to(torch_device)
+    split = load(spec.dataset, spec.test_fraction).to(torch_device)
     runs = []
     for seed in spec.seeds:
         events.emit(event="phase", phase=f"seed {seed}", total=0)
@@ -210,7 +208,7 @@ def train_precision(spec, precision: str, device, events, support) -> dict:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             record = {"precision": precision, "seed": seed, "status": "oom" if is_oom(exc) else "error",
                       "reason": f"{type(exc).__name__}: {message}"[:500]}
-        record.update(emulated=support.emulated, data_source=source, train_examples=len(split.train_x),
+        record.update(emulated=support.emulated, data_source=split.source, train_examples=len(split.train_x),
                       test_examples=len(split.test_x))
         runs.append(record)
     return {"runs": runs}
