@@ -24,10 +24,6 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _case_name(row: pd.Series) -> str:
-    return f"{identity.case_label(row)} on {row['device_name']}"
-
-
 def _ratio_text(ratio: float, low: float | None, high: float | None, what: str, pairs: str = "") -> str:
     if ratio >= 1:
         text = f"{ratio:.2f}x faster than {what}"
@@ -99,5 +95,5 @@ def headlines(summary: pd.DataFrame) -> list[str]:
         base = by_mode.get(modes.reference())
         amp.sort(key=lambda p: by_mode[p]["status"] != "ok")  # what was measured leads; what was not, last
         clauses = [_clause(by_mode[p], base) for p in amp]
-        sentences.append(f"{_case_name(case.iloc[0])}: " + "; ".join(clauses) + ".")
+        sentences.append(f"{identity.case_label(case.iloc[0])} on {case.iloc[0]['device_name']}: {'; '.join(clauses)}.")
     return sentences

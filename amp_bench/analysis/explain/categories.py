@@ -151,10 +151,6 @@ _ELEMENTWISE = re.compile(r"^(?:add|sub|rsub|mul|div|true_divide|relu|threshold|
 _AUTOGRAD_NODE = re.compile(r"^(?:autograd::engine::evaluate_function: )?(?:torch::autograd::)?(\w+?)(?:Backward\d*)?$")
 
 
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", camel).lower()
-
-
 def _dtypes(input_types) -> list[str]:
     """The tensor dtypes among a cpu_op's recorded input types ('Scalar', '' and lists dropped)."""
     return [t for t in (input_types or []) if isinstance(t, str) and t and t not in ("Scalar", "ScalarList",
@@ -201,7 +197,7 @@ def _classify_autograd_node(node: str) -> str:
         return "elementwise"
     if node == "ToCopy":
         return "cast"
-    snake = _snake(node)
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", node).lower()
     if snake.startswith("max_pool") or snake.startswith("avg_pool") or snake.startswith("adaptive_"):
         return "reduction"
     if "scaled_dot_product" in snake:

@@ -34,10 +34,6 @@ def overlap(a, b) -> float | None:
     return len(a & b) / len(a | b) if a | b else None
 
 
-def _layers(profile: Profile) -> set:
-    return {(s["op"], json.dumps(s["dims"])) for s in profile.shapes}
-
-
 def _device(names, profiles: list[Profile]) -> list[tuple[str, str]]:
     devices = [p.device_name or f"an unnamed {p.device_type.upper()} device" for p in profiles]
     if devices[0] == devices[1]:
@@ -48,7 +44,7 @@ def _device(names, profiles: list[Profile]) -> list[tuple[str, str]]:
 
 def _model(names, profiles: list[Profile]) -> list[tuple[str, str]]:
     said = []
-    layers = [_layers(p) for p in profiles]
+    layers = [{(s["op"], json.dumps(s["dims"])) for s in p.shapes} for p in profiles]
     shared = overlap(*layers) if all(layers) else None
     if shared is not None and shared < SAME_MODEL:
         said.append(f"{len(layers[0] & layers[1])} of {len(layers[0] | layers[1])} GEMM/conv layer shapes in common")

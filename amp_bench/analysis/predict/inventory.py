@@ -99,7 +99,7 @@ def priced_inventory(source) -> tuple[list[Work], Counter]:
     works: list[Work] = []
     foreach: dict[int, Work] = {}
     for node, cost in roots.values():
-        group = _foreach_parent(node)
+        group = next((a for a in node.ancestors() if a.name.startswith(("aten::_foreach_", "aten::_fused_"))), None)
         if group is None:
             works.append(Work(node.name, _category(node), None, cost.flops, cost.bytes, cost.math,
                               nchw_bytes=cost.nchw_bytes))
@@ -108,10 +108,6 @@ def priced_inventory(source) -> tuple[list[Work], Counter]:
         else:  # a CPU runs a _foreach_ op tensor by tensor; a GPU's multi_tensor_apply is one launch
             foreach[id(group)] = Work(group.name, "optimizer", None, 0.0, cost.bytes, None)
     return works + list(foreach.values()), _unpriced(step, roots)
-
-
-def _foreach_parent(node: EventNode) -> EventNode | None:
-    return next((a for a in node.ancestors() if a.name.startswith(("aten::_foreach_", "aten::_fused_"))), None)
 
 
 def _launching_op(launch: EventNode | None, roots: dict) -> tuple[EventNode, OpCost] | None:

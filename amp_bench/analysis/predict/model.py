@@ -70,10 +70,6 @@ def _no_unit(works, precision: str, spec: GpuSpec, fp32_as) -> str | None:
     return None
 
 
-def _sum(pieces: list[tuple]) -> tuple[float, float]:
-    return sum(w.source_ms or 0.0 for w, _ in pieces), sum(s.ms for _, s in pieces)
-
-
 def _tally(pieces: list[tuple], into: Predicted) -> Predicted:
     for work, scaled in pieces:
         into.rules[scaled.rule] += scaled.ms
@@ -87,7 +83,7 @@ def _from_gpu(mode: ModeSource, source: GpuSpec, target: GpuSpec, tf32_dst) -> P
     # communication kernels stay in the busy time, at their measured time (scaling.UNSCALED)
     device = [(w, s) for w, s in pieces if w.category != HOST]
     host = sum(s.ms for w, s in pieces if w.category == HOST)
-    src_sum, dst_sum = _sum(device)
+    src_sum, dst_sum = sum(w.source_ms or 0.0 for w, _ in device), sum(s.ms for _, s in device)
     busy = mode.busy_ms * (dst_sum / src_sum) if src_sum else 0.0
     ratio = (busy + host) / mode.wall_ms if mode.wall_ms else 1.0
     step = mode.measured_ms * ratio
