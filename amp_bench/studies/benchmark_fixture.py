@@ -15,23 +15,17 @@ from __future__ import annotations
 import pytest
 
 
-def _device_record(requested: str = "auto") -> dict:
-    from amp_bench.platform.device import probe_device
-    from amp_bench.platform.provenance import versions
-    device = probe_device(requested)
-    return {"device": device, "versions": versions()}
-
-
 @pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: without it installed, pytest must still start
 def pytest_benchmark_update_machine_info(config, machine_info):
     try:
-        record = _device_record()
+        from amp_bench.platform.device import probe_device
+        from amp_bench.platform.provenance import versions
+        device, library_versions = probe_device(), versions()
     except Exception as exc:  # never break a benchmark session over the record
         machine_info["amp_bench"] = {"error": str(exc)}
         return
-    device = record["device"]
     machine_info["amp_bench"] = {"device": device.to_json(), "architecture": device.architecture,
-                                 "versions": record["versions"]}
+                                 "versions": library_versions}
 
 
 def run_case_in_benchmark(benchmark, suite_path, case_id: str, device: str = "auto", **overrides) -> dict:

@@ -18,8 +18,7 @@ def own_seconds(row: dict) -> float | None:
     wall = row.get("worker_wall_s")
     if not isinstance(wall, (int, float)) or wall != wall:
         return None
-    wait = row.get(phase_column("wait"))
-    return max(0.0, wall - (wait if isinstance(wait, (int, float)) and wait == wait else 0.0))
+    return max(0.0, wall - _number(row, phase_column("wait")))
 
 
 def _number(row: dict, column: str) -> float:
