@@ -160,10 +160,8 @@ def print_fidelity(runs, console) -> None:
         if has_probe:
             cells.append(f"{_fmt(h['lost'], '.3%')}->{_fmt(h['lost_scaled'], '.3%')}" if h["lost"] == h["lost"]
                          else "-")
-        extra = []
-        if has_also:
-            extra = [f"{v['verdict_also']} vs {v['also_against']} ({_fmt(v['accuracy_diff_also_pp'], '+.2f')} pp)"
-                     if isinstance(v["verdict_also"], str) else "-"]
+        extra = [f"{v['verdict_also']} vs {v['also_against']} ({_fmt(v['accuracy_diff_also_pp'], '+.2f')} pp)"
+                 if isinstance(v["verdict_also"], str) else "-"] if has_also else []
         table.add_row(*cells, verdict, *extra)
     console.print(table)
     if (runs["scaler_scale_below_one"] == True).any():  # noqa: E712 - NaN for runs without a scaler

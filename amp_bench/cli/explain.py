@@ -133,21 +133,18 @@ def cmd_explain(args, console) -> int:
         raise UserError(f"explain SUITE: {' and '.join(_given(args, TRACE_ONLY))} applies to two traces "
                         "(explain --trace A --trace B)")
     from amp_bench.cli import console as render_console
-    from amp_bench.cli.run import _print_advice, _refuse_outer_torchrun, auto_report
+    from amp_bench.cli.run import _print_advice, _refuse_outer_torchrun, _reporting, auto_report
     from amp_bench.studies.explain_suite import explain_suite
     _refuse_outer_torchrun()
     overrides = {"batch_sizes": args.batch_size, "precisions": args.precision, "steps": args.steps,
                  "repeats": args.repeats, "budget_s": args.budget, "allow_emulated": args.allow_emulated}
-    reporter = render_console.rich_reporter(console)
-    try:
-        explained = explain_suite(args.suite, device=args.device, results_dir=args.results_dir or Path("results"),
-                                  reporter=reporter, **{k: v for k, v in overrides.items() if v is not None})
-    except KeyboardInterrupt:
-        reporter.close()
-        console.print("[yellow]interrupted[/]: every finished case is saved; see the results directory above")
+    explained = _reporting(render_console.rich_reporter(console),
+                           lambda reporter: explain_suite(args.suite, device=args.device, reporter=reporter,
+                                                          results_dir=args.results_dir or Path("results"),
+                                                          **{k: v for k, v in overrides.items() if v is not None}),
+                           console, "every finished case is saved; see the results directory above")
+    if explained is None:
         return 130
-    finally:
-        reporter.close()
     for line in explained.unexplained:
         console.print(f"[yellow]not explained[/]: {escape(line)}", highlight=False, soft_wrap=True)
     if explained.nothing:

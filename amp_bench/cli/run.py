@@ -156,17 +156,24 @@ def cmd_run(args, console) -> int:
                  args, console, "every finished case is saved; `run --resume RUN_DIR` runs the rest")
 
 
-def _here(run, args, console, kept: str) -> int:
-    """A run on this machine with the live progress display; Ctrl-C keeps what finished (exit 130)."""
-    reporter = render_console.rich_reporter(console)
+def _reporting(reporter, run, console, interrupted: str):
+    """run(reporter), its live display closed however it ends; after Ctrl-C, `interrupted` said in one
+    line and None (the caller exits 130: what finished is saved)."""
     try:
-        results = run(reporter)
+        return run(reporter)
     except KeyboardInterrupt:
         reporter.close()
-        console.print(f"[yellow]interrupted[/]: {kept}")
-        return 130
+        console.print(f"[yellow]interrupted[/]: {interrupted}")
+        return None
     finally:
         reporter.close()
+
+
+def _here(run, args, console, kept: str) -> int:
+    """A run on this machine with the live progress display; Ctrl-C keeps what finished (exit 130)."""
+    results = _reporting(render_console.rich_reporter(console), run, console, kept)
+    if results is None:
+        return 130
     _finish(results, args, console)
     return 0
 
@@ -192,18 +199,12 @@ def _executor(args):
 
 def _run_on_cluster(args, spec, overrides, console) -> int:
     from amp_bench.studies.cluster import run_on_cluster
-    reporter = render_console.cluster_reporter(console)
-    try:
-        runs = run_on_cluster(args.suite, spec, device=args.device, results_dir=args.results_dir, reporter=reporter,
-                              detach=args.detach, **overrides)
-    except KeyboardInterrupt:
-        reporter.close()
-        console.print("[yellow]interrupted[/]: the jobs were cancelled; every finished case is saved "
-                      "(`run --resume RUN_DIR` runs the rest)")
-        return 130
-    finally:
-        reporter.close()
-    return _after_cluster(runs, args, console)
+    runs = _reporting(render_console.cluster_reporter(console),
+                      lambda reporter: run_on_cluster(args.suite, spec, device=args.device, reporter=reporter,
+                                                      results_dir=args.results_dir, detach=args.detach, **overrides),
+                      console, "the jobs were cancelled; every finished case is saved (`run --resume RUN_DIR` runs "
+                      "the rest)")
+    return 130 if runs is None else _after_cluster(runs, args, console)
 
 
 def _after_cluster(runs, args, console) -> int:
@@ -234,15 +235,11 @@ def _resume(args, console) -> int:
         raise UserError(f"{args.resume}: a {manifest.get('kind')} run: only benchmark runs resume")
     if (manifest.get("executor") or {}).get("type", "local") == "slurm":
         from amp_bench.studies.cluster import resume
-        reporter = render_console.cluster_reporter(console)
-        try:
-            run = resume(args.resume, reporter=reporter, detach=args.detach)
-        except KeyboardInterrupt:
-            reporter.close()
-            console.print("[yellow]interrupted[/]: the jobs were cancelled; every finished case is saved")
+        run = _reporting(render_console.cluster_reporter(console),
+                         lambda reporter: resume(args.resume, reporter=reporter, detach=args.detach), console,
+                         "the jobs were cancelled; every finished case is saved")
+        if run is None:
             return 130
-        finally:
-            reporter.close()
         if not run.job_ids:
             console.print(f"nothing to resume: every case of {args.resume} has a row", highlight=False)
         return _after_cluster([run], args, console)
