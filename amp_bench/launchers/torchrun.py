@@ -3,9 +3,7 @@
 Parent side: the torchrun command for a case (`launch_command`). Launcher: `python -m
 amp_bench.launchers.torchrun launch TORCHRUN-ARGS...` is torchrun itself, run in-process after the worker's
 die-with-parent guard, so that torchrun (and through it every rank) dies with the orchestrator.
-Rank side (`Rank`): process group init/teardown, the DDP wrap, and the aggregation of every rank's
-record into one result row: per step the slowest rank, global throughput, memory as the max across
-ranks. Weak scaling throughout: the per-process batch stays the suite's batch size.
+Rank side (`Rank`, every rank's record aggregated into one row, weak scaling): measure/ddp.py.
 
 torchrun starts each rank in a session of its own and closes inherited file descriptors, so the
 parent's process-group kill does not reach the ranks, and the event pipe is not inherited; ranks

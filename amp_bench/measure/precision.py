@@ -135,8 +135,6 @@ def autocast_engages(mode: modes.Mode, device_type: str) -> tuple[bool, str]:
             return False, f"autocast({device_type}, {mode.autocast_dtype}) failed: {exc}"
     if out.dtype != torch_dtype(mode):
         why = "; ".join(str(w.message) for w in caught) or "no warning given"
-        return False, (
-            f"autocast({device_type}, {mode.autocast_dtype}) did not engage: linear returned "
-            f"{out.dtype} ({why})"
-        )
+        return False, (f"autocast({device_type}, {mode.autocast_dtype}) did not engage: linear returned "
+                       f"{out.dtype} ({why})")
     return True, ""
