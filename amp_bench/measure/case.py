@@ -52,7 +52,6 @@ def _after_window(case, device, ops, step, inputs, target, median_ms: float, pha
     """Outside the timed window: one step counted for FLOPs, instrumented for per-phase memory too (the
     counter allocates nothing). A compiled case's counted step runs its eager module, so its memory gets
     a step of its own, compiled; so does a case whose FLOPs another worker of the run counts."""
-
     phases = phases or PhaseClock()
     out: dict = {}
     probe = ops.phase_probe() if case.instrument else None

@@ -18,7 +18,6 @@ _ARCH_BY_CC = {(7, 0): "Volta", (7, 2): "Volta", (7, 5): "Turing", (8, 0): "Ampe
 _ARCH_BY_MAJOR = {6: "Pascal", 10: "Blackwell", 12: "Blackwell"}
 
 
-
 @dataclass(frozen=True)
 class DeviceInfo:
     type: str  # "cpu" or "cuda"

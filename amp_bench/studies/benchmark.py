@@ -267,5 +267,3 @@ def results_frame(store: RunStore) -> pd.DataFrame:
     frame = read_table([store.dir], "results", RESULT_COLUMNS) if store.rows else order_columns(pd.DataFrame())
     frame.attrs["run_dir"] = str(store.dir)
     return frame
-
-

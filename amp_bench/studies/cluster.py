@@ -358,4 +358,3 @@ def resume(run_dir, *, reporter: ClusterReporter | None = None, detach: bool = F
     if not detach:
         watch([run], spec.cluster, spec.poll_s, reporter)
     return run
-

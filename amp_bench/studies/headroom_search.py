@@ -208,5 +208,3 @@ class _Search:
         return {"measure_status": measured["status"], "throughput_at_max": measured.get("throughput"),
                 "step_time_ms_at_max": measured.get("step_time_ms_median"),
                 "peak_mem_at_max_bytes": peak_memory(measured, self.session.device.type)}
-
-

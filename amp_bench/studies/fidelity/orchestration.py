@@ -99,5 +99,3 @@ def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tupl
         scales += [{**keys, **p} for p in run.pop("fp8_scale_table", [])]
         rows.append({**base, **run, "worker_start": outcome.started_by, "log_file": log_file})
     return rows
-
-
