@@ -103,8 +103,7 @@ class Comparison:
         code = self.exit_code
         speedups = [r for r in self.results if r.metric == "speedup"]
         if code == EXIT_REGRESSION:
-            found = sorted({r.metric for r in self.results if self.finding(r)})
-            return f"decided by: {', '.join(found)} (a finding)"
+            return f"decided by: {', '.join(sorted({r.metric for r in self.results if self.finding(r)}))} (a finding)"
         if code == EXIT_NO_DATA:
             return "decided by: missing or contended data (no verdict)"
         if self.speedups_decide:

@@ -110,8 +110,7 @@ def otava_tables(path, machine: str | None = None) -> dict[str, pd.DataFrame]:
     """{test name: its CSV table}: one series (machine, suite, case) each, a row per run, oldest first."""
     rows = _ok_rows(path, machine)
     rows["time"] = pd.to_datetime(rows["run_id"].str.slice(0, 16), format="%Y%m%dT%H%M%SZ", utc=True, errors="coerce")
-    fallback = pd.to_datetime(text_column(rows, "timestamp"), utc=True, errors="coerce")
-    rows["time"] = rows["time"].fillna(fallback)
+    rows["time"] = rows["time"].fillna(pd.to_datetime(text_column(rows, "timestamp"), utc=True, errors="coerce"))
     tables = {}
     for _, series in rows.groupby(["machine", "suite", *identity.case_keys()], dropna=False):
         name, suite, case_id = series["machine"].iloc[0], series["suite"].iloc[0], series["case_id"].iloc[0]

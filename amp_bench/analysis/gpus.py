@@ -77,8 +77,7 @@ def price_for(device_name: str, partition: str, prices: dict[str, float]) -> flo
 def _medians(results: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     ok = identity.keyed(results[results["status"] == "ok"])
     present = [c for c in columns if c in ok]  # typed on read
-    keys = identity.group_keys() + ["precision"]
-    return ok.groupby(keys, dropna=False)[present].median().reindex(columns=columns)
+    return ok.groupby(identity.group_keys() + ["precision"], dropna=False)[present].median().reindex(columns=columns)
 
 
 def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str, float] | None = None) -> pd.DataFrame:

@@ -91,10 +91,8 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
     counts = by_case["status"].agg(lambda s: ", ".join(f"{v} {k}" for k, v in s.value_counts().items()))
     reasons = by_case["reason"].agg(lambda s: next((r for r in s if isinstance(r, str) and r), "")) \
         if "reason" in frame else pd.Series("", index=statuses.index)
-    carried = by_case[CARRIED].first()
-    flags = _flags(frame, keys)
     table = pd.DataFrame({"status": statuses, "status_counts": counts, "reason": reasons}) \
-        .join(carried).join(flags).join(medians).reset_index()
+        .join(by_case[CARRIED].first()).join(_flags(frame, keys)).join(medians).reset_index()
     table["repeats_ok"] = table["repeats_ok"].fillna(0).astype(int)
 
     def baseline(precision: str, column: str) -> pd.Series:

@@ -245,5 +245,4 @@ def advise(evidence: Evidence | None) -> list[Advice]:
     """Every rule that applies, the largest predicted saving first."""
     if evidence is None or not evidence.profiled_ms:
         return []
-    found = [advice for rule in RULES if (advice := rule(evidence)) is not None]
-    return sorted(found, key=lambda a: a.predicted_ms)
+    return sorted([advice for rule in RULES if (advice := rule(evidence)) is not None], key=lambda a: a.predicted_ms)

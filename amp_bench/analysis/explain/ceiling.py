@@ -103,8 +103,7 @@ def ideal_ms(base: dict[str, float], ideal: Ideal) -> dict[str, float] | None:
 def ceiling(base: dict[str, float], ideal: Ideal) -> float | None:
     """base step / the ideal step: the speedup this hardware allows the mode."""
     best = ideal_ms(base, ideal)
-    total = sum(base.values())
-    return total / sum(best.values()) if best and sum(best.values()) > 0 else None
+    return sum(base.values()) / sum(best.values()) if best and sum(best.values()) > 0 else None
 
 
 def held_back(base: dict[str, float], mode: dict[str, float], ideal: Ideal,

@@ -135,8 +135,7 @@ def contended_runs(results: pd.DataFrame) -> pd.DataFrame:
     """(case, fingerprint, run) whose ok repeats were all contended: left out of the series, listed."""
     if results.empty or not (contended(results) & (results["status"] == "ok")).any():
         return pd.DataFrame(columns=CONTENDED_COLUMNS)
-    ok = _ok_rows(results)
-    table = ok.groupby([*series_keys(), "run_id"], as_index=False, sort=False, dropna=False).agg(
+    table = _ok_rows(results).groupby([*series_keys(), "run_id"], as_index=False, sort=False, dropna=False).agg(
         suite=("suite", "first"), hostname=("hostname", "first"), timestamp=("timestamp", "min"),
         all_contended=("_contended", "all"),
         contention=("_contention", lambda r: "; ".join(sorted({x for x in r if x})) or "contended"))
@@ -155,8 +154,7 @@ def _stamp(value) -> str:
 def _anchor(values: np.ndarray, higher_is_worse: bool, threshold: float, index: int) -> int:
     """Where the accepted level begins when the run at `index` is accepted: the start of its segment,
     or of the deviation it was part of."""
-    y = oriented(values[:index + 1], higher_is_worse)
-    starts = [0] + [b for b, _, _ in segment(y, threshold)]
+    starts = [0] + [b for b, _, _ in segment(oriented(values[:index + 1], higher_is_worse), threshold)]
     st = state(values[:index + 1], threshold, higher_is_worse)
     return max(max(starts), st.start if st.red else 0)
 

@@ -48,8 +48,7 @@ def _costed_roots(nodes: list[EventNode]) -> dict[int, tuple[EventNode, OpCost]]
 
 
 def _category(node: EventNode) -> str:
-    args = node.event.get("args") or {}
-    return classify_op(node.name, args.get("Input type"), under_optimizer(node))
+    return classify_op(node.name, (node.event.get("args") or {}).get("Input type"), under_optimizer(node))
 
 
 def _window(nodes: list[EventNode]) -> tuple[float, float]:

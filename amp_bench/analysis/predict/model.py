@@ -168,8 +168,7 @@ def _speedups(rows: list[dict]) -> list[dict]:
         ref = base.get((row["case"], row["target"]))
         if row["status"] != "ok" or ref is None or row["precision"] == baseline:
             continue
-        kind = max(row["interval_from"], ref["interval_from"], key=WIDER.index)
-        lo, hi = INTERVALS[kind]
+        lo, hi = INTERVALS[max(row["interval_from"], ref["interval_from"], key=WIDER.index)]
         speedup = ref["step_ms"] / row["step_ms"]
         row.update(speedup=speedup, speedup_low=speedup * lo, speedup_high=speedup * hi, baseline=baseline)
     return rows
@@ -214,5 +213,4 @@ def predict_run(run_dir, targets: list[str], fp32_as: str | None = None,
                 if predicted:
                     parts += [{"case": case.label, "precision": precision, "target": target.key, "category": c,
                                "source_ms": s, "target_ms": t} for c, (s, t) in predicted.categories.items()]
-    table = pd.DataFrame(_speedups(rows)).reindex(columns=COLUMNS)
-    return RunPrediction(table, pd.DataFrame(parts), cases)
+    return RunPrediction(pd.DataFrame(_speedups(rows)).reindex(columns=COLUMNS), pd.DataFrame(parts), cases)

@@ -159,8 +159,7 @@ def _vocab(rows: pd.DataFrame) -> int:
 
 def repeats(rows: pd.DataFrame, num_layer: int) -> pd.Series:
     """How many times each row counts end to end: num_layer inside the layer span, once outside."""
-    family = model_family(str(rows["workload"].iloc[0]))
-    first, last = LAYER_SPANS[family]
+    first, last = LAYER_SPANS[model_family(str(rows["workload"].iloc[0]))]
     names = list(rows["name"])
     if first not in names or last not in names:
         return pd.Series(1, index=rows.index)

@@ -101,8 +101,7 @@ def read_sources(run_dir, source_gpu: str | None = None) -> list[CaseSource]:
     for _, rows in usable.groupby(keys, dropna=False, sort=False) if keys else []:
         first = rows.iloc[0]
         device_name = str(first.get("device_name", ""))
-        gpu = str(first["device"]).startswith("cuda")
-        spec = _spec_for(device_name, source_gpu, run_dir) if gpu else None
+        spec = _spec_for(device_name, source_gpu, run_dir) if str(first["device"]).startswith("cuda") else None
         by_mode = {str(p): _mode_source(r, run_dir) for p, r in rows.groupby("precision", sort=False)}
         cases.append(CaseSource(identity.case_label(first), {k: first[k] for k in keys}, device_name, spec, by_mode))
     return cases
