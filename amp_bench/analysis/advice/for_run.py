@@ -24,8 +24,7 @@ def run_advice(results: pd.DataFrame, run_dirs) -> list[tuple[dict, Advice | str
     for row in ok[ok["repeat"] == 0].to_dict("records"):
         row["step_time_ms_median"] = medians.get((row["run_id"], row["case_id"]), row["step_time_ms_median"])
         evidence = from_row(row, by_run.get(str(row.get("run_id"))))
-        found += [(row, item) for item in advise(evidence)] + [(row, note) for note in
-                                                                (intrinsic(evidence) if evidence else [])]
+        found += [(row, item) for item in advise(evidence) + (intrinsic(evidence) if evidence else [])]
     return found
 
 

@@ -52,9 +52,7 @@ def spread(samples: list[float], processes: int = 1) -> Spread | None:
 
 def changed(base: Spread | None, mode: Spread | None) -> bool:
     """True when the mode's time is outside the baseline's spread and the baseline's outside the mode's."""
-    if base is None or mode is None:
-        return False
-    return mode.high < base.low or mode.low > base.high
+    return base is not None and mode is not None and (mode.high < base.low or mode.low > base.high)
 
 
 def speedup_interval(base: Spread | None, mode: Spread | None) -> tuple[float, float] | None:
