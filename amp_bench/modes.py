@@ -92,8 +92,7 @@ register(Mode("amp_bf16", "amp", "bfloat16", False, "ieee", "bf16", "#ab63fa", l
 register(Mode("fp8", "amp", "bfloat16", False, "ieee", "fp8", "#ffa15a", label="fp8 (float8 linears)",
               cuda_min_capability=(8, 9),
               cuda_requirement="FP8 tensor cores need compute capability >= 8.9 (Ada, Hopper)",
-              cpu="emulated",
-              cpu_requirement="no CPU has FP8 matmul units: torch's _scaled_mm runs float8 in software",
+              cpu="emulated", cpu_requirement="no CPU has FP8 matmul units: torch's _scaled_mm runs float8 in software",
               package="torchao", package_versions=("0.18", "0.19"),
               package_hint="fp8 needs torchao 0.18: pip install -e '.[fp8]'",
               float8_linear=True, compiled_by_default=True, also_against="amp_bf16"))

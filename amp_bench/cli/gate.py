@@ -21,10 +21,9 @@ def _print_contended(console, contended) -> None:
     from amp_bench.analysis.gate.history import TONIGHT_CONTENDED
     if contended.empty:
         return
-    latest = contended[contended["latest"]]
     console.print(f"[yellow]contended[/]: {len(contended)} case runs left out of the series "
                   "(a busy machine's figures are not comparable)", highlight=False)
-    for _, r in latest.head(30).iterrows():
+    for _, r in contended[contended["latest"]].head(30).iterrows():
         console.print(f"[yellow]{TONIGHT_CONTENDED}[/]: {escape(str(r['hostname'] or r['fingerprint']))} "
                       f"{escape(str(r['case_id']))} {r['run_id']} ({escape(str(r['contention']))})",
                       highlight=False, soft_wrap=True)

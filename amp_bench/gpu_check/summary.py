@@ -180,8 +180,7 @@ def explain_failures(suite: pd.DataFrame) -> list[str]:
 
 
 def worse_fidelity(fidelity: pd.DataFrame) -> list[str]:
-    """A precision whose test accuracy is worse than fp32's (or its also_against mode's) by more
-    than the tolerance."""
+    """A precision whose test accuracy is worse than fp32's (or its also_against mode's) by more than the tolerance."""
     from amp_bench.analysis.fidelity import load_fidelity, verdicts
     if "run_dir" in fidelity:  # as the stage left it: each run judged with its suite's tolerance
         table = load_fidelity([Path(d) for d in fidelity["run_dir"].unique()])["verdicts"]
@@ -212,9 +211,8 @@ def less_headroom(headroom: pd.DataFrame) -> list[str]:
         if fp32.empty or pd.isna(fp32.iloc[0]):
             continue
         for _, row in rows.iterrows():
-            name = row["precision"]
-            if name in modes.names() and modes.get(name).is_amp and row["max_batch_size"] < fp32.iloc[0]:
-                out.append(f"{model} {name}: largest batch {row['max_batch_size']:.0f} is below fp32's "
+            if row["precision"] in modes.amp_names() and row["max_batch_size"] < fp32.iloc[0]:
+                out.append(f"{model} {row['precision']}: largest batch {row['max_batch_size']:.0f} is below fp32's "
                            f"{fp32.iloc[0]:.0f}")
     return out
 
