@@ -7,6 +7,7 @@ and on a pidfd for the process together, so there is no busy loop.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -97,7 +98,8 @@ def run_worker(args: list[str], result_path: Path, log_path: Path, timeout_s: fl
             exited = os.wait4(proc.pid, 0)
     except BaseException:
         _kill_group(proc.pid)
-        _reap_quietly(proc.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(proc.pid, 0)
         _sweep(token)
         raise
     finally:
@@ -212,28 +214,22 @@ def _read_events(fd: int, buffer: list, on_event) -> bool:
     *lines, buffer[0] = (buffer[0] + chunk).split(b"\n")
     for line in lines:
         if on_event and line.strip():
-            try:
+            with contextlib.suppress(ValueError):
                 on_event(json.loads(line))
-            except ValueError:
-                pass
     return True
 
 
 def _drain(fd: int, buffer: list, on_event) -> None:
     """Read what the exited worker left in the pipe, without blocking on its grandchildren."""
     os.set_blocking(fd, False)
-    try:
+    with contextlib.suppress(BlockingIOError):
         while _read_events(fd, buffer, on_event):
             pass
-    except BlockingIOError:
-        pass
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def processes_with_token(token: str) -> list[int]:
@@ -263,15 +259,6 @@ def _sweep(token: str, grace_s: float = 5.0) -> None:
         if not left or time.monotonic() > deadline:
             return
         for pid in left:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(0.05)
-
-
-def _reap_quietly(pid: int) -> None:
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass

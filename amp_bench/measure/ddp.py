@@ -170,9 +170,8 @@ def aggregate(records: list[dict], case, backend: str) -> dict:
     stats = window.stats
     out.update(window.to_columns())
     out["samples"] = [dict(s) for s in records[0]["samples"]]
-    slowest_steps = iter(slowest)
-    for sample in measured(out["samples"]):
-        sample["step_time_ms"] = next(slowest_steps)
+    for sample, step_ms in zip(measured(out["samples"]), slowest):
+        sample["step_time_ms"] = step_ms
     for column, pick in [(c, max) for c in MAX_COLUMNS] + [(c, min) for c in MIN_COLUMNS] + \
                         [(c, sum) for c in SUM_COLUMNS]:
         values = [r[column] for r in records if r.get(column) is not None]
