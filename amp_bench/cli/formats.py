@@ -13,7 +13,6 @@ def _fmt_bytes(value) -> str:
         if abs(value) < 1024 or unit == "TiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
         value /= 1024
-    return "-"
 
 
 def _fmt(value, spec: str, suffix: str = "") -> str:

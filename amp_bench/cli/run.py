@@ -141,7 +141,8 @@ def cmd_run(args, console) -> int:
                  "compile_cache": args.compile_cache, "explain": args.explain, "isolation": args.isolation,
                  "on_contention": args.on_contention, "cpu_allocator": args.cpu_allocator}
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    spec = _executor(args)
+    from amp_bench.suite import executor_spec, load_suite
+    spec = executor_spec(load_suite(args.suite).executor, executor_overrides(args), str(args.suite))
     if spec.remote:
         return _run_on_cluster(args, spec, overrides, console)
     unused = sorted(name for name in vars(args) if name.startswith("slurm_") and getattr(args, name) is not None)
@@ -189,12 +190,6 @@ def _finish(results, args, console) -> None:
         _print_advice_scores(results, console)
     if not args.no_report and not results.empty:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
-
-
-def _executor(args):
-    from amp_bench.suite import executor_spec, load_suite
-    suite = load_suite(args.suite)
-    return executor_spec(suite.executor, executor_overrides(args), str(args.suite))
 
 
 def _run_on_cluster(args, spec, overrides, console) -> int:

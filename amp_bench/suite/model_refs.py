@@ -103,10 +103,6 @@ def transformers_types() -> dict[str, str]:
     return {name: task for task in ("sequence-classification", "causal-lm", "masked-lm") for name in tables[task]}
 
 
-def transformers_task_names(task: str) -> dict[str, str]:
-    return _task_tables()[task]
-
-
 def import_callable(ref: str, search_dirs: tuple[str, ...] = ()) -> Callable:
     """'python:pkg.module:func' -> func. Raises ValueError with a one-line reason."""
     module_name, attr = _split_python_ref(ref)
@@ -203,7 +199,7 @@ def check_model(ref: str, *, config: dict | None = None, task: str | None = None
             return [("", f"unknown transformers model_type {name!r}{_did_you_mean(name, list(types))}; "
                          "see `python -m amp_bench list-models`")]
         problems = []
-        if task is not None and name not in transformers_task_names(task):
+        if task is not None and name not in _task_tables()[task]:
             problems.append((".task", f"transformers/{name} has no {task} head"))
         if config and not set(config) <= _declared_config_keys(name):
             from transformers import AutoConfig
