@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from amp_bench import identity, modes
-from amp_bench.analysis.intervals import MIN_REPEATS, judge, trimmed_log_interval, trimmed_log_mean
+from amp_bench.analysis.intervals import MIN_REPEATS, judge, trimmed_log_interval, trimmed_log_mean, widen_in_quadrature
 from amp_bench.analysis.speedups import clean_pairs, pair_keys, paired_log_ratios
 
 Z95 = 1.959964
@@ -50,13 +50,7 @@ def widen_for_wander(ratio: float, low: float, high: float, base: float | None, 
                      ) -> tuple[float, float]:
     """The interval with the two runs' wander added in quadrature (log space): each run's level is
     one draw of its machine's state."""
-    extra = Z95 * float(np.hypot(base or 0.0, cand or 0.0))
-    if not extra:
-        return low, high
-    centre = np.log(ratio)
-    lo = centre - np.hypot(centre - np.log(low), extra)
-    hi = centre + np.hypot(np.log(high) - centre, extra)
-    return float(np.exp(lo)), float(np.exp(hi))
+    return widen_in_quadrature(ratio, low, high, Z95 * float(np.hypot(base or 0.0, cand or 0.0)))
 
 
 def speedup_results(base_ok: pd.DataFrame, cand_ok: pd.DataFrame, threshold: float, result_type) -> list:

@@ -184,9 +184,13 @@ def spread_text(base: list[np.ndarray], cand: list[np.ndarray]) -> str:
 def widen_by_noise(ratio: float, low: float, high: float, floor: float | None) -> tuple[float, float]:
     """Add a series' night-to-night noise (log sd per night; two nights differ by sqrt(2) of it) to
     the interval, in quadrature in log space."""
-    if not floor:
+    return widen_in_quadrature(ratio, low, high, 1.96 * np.sqrt(2) * (floor or 0.0))
+
+
+def widen_in_quadrature(ratio: float, low: float, high: float, extra: float) -> tuple[float, float]:
+    """Each side's log distance from `ratio` and `extra` (log units) added in quadrature; as it was without `extra`."""
+    if not extra:
         return low, high
-    extra = 1.96 * np.sqrt(2) * floor
-    lo = np.log(ratio) - np.hypot(np.log(ratio) - np.log(low), extra)
-    hi = np.log(ratio) + np.hypot(np.log(high) - np.log(ratio), extra)
+    centre = np.log(ratio)
+    lo, hi = centre - np.hypot(centre - np.log(low), extra), centre + np.hypot(np.log(high) - centre, extra)
     return float(np.exp(lo)), float(np.exp(hi))

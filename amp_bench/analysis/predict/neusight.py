@@ -263,10 +263,9 @@ PREDICTORS = {"model_ms": "amp_bench", "roofline_ms": "roofline (spec sheet)", "
 
 
 def _errors(frame: pd.DataFrame) -> pd.DataFrame:
-    out = frame.copy()
-    for column in PREDICTORS:
-        out[column.replace("_ms", "_error")] = (out[column] - out["measured_ms"]).abs() / out["measured_ms"]
-    return out
+    errors = {column.replace("_ms", "_error"): (frame[column] - frame["measured_ms"]).abs() / frame["measured_ms"]
+              for column in PREDICTORS}
+    return frame.assign(**errors)
 
 
 def score(frozen: pd.DataFrame, labels: pd.DataFrame, e2e: pd.DataFrame,
