@@ -129,17 +129,11 @@ def _model(search_dirs: tuple[str, ...]) -> Callable:
             if not isinstance(key, str):
                 problems.append(f"{checks.join(path, 'config')}: keys must be attribute names, got {key!r}")
         options = checks.mapping(value.get("options", defaults["options"]), checks.join(path, "options"), problems)
-        # null is the same as leaving these out
-        task = value.get("task", defaults["task"])
-        if task is not None:
-            task = checks.choice(model_refs.TRANSFORMERS_TASKS)(task, checks.join(path, "task"), problems)
-        attn = value.get("attn_implementation", defaults["attn_implementation"])
-        if attn is not None:
-            attn = checks.choice(model_refs.ATTN_IMPLEMENTATIONS)(attn, checks.join(path, "attn_implementation"),
-                                                                  problems)
-        num_classes = value.get("num_classes", defaults["num_classes"])
-        if num_classes is not None:
-            num_classes = checks.integer(2, 1_000_000)(num_classes, checks.join(path, "num_classes"), problems)
+        def nullable(key: str, check: Callable):  # null is the same as leaving the key out
+            return checks.optional(check)(value.get(key, defaults[key]), checks.join(path, key), problems)
+        task = nullable("task", checks.choice(model_refs.TRANSFORMERS_TASKS))
+        attn = nullable("attn_implementation", checks.choice(model_refs.ATTN_IMPLEMENTATIONS))
+        num_classes = nullable("num_classes", checks.integer(2, 1_000_000))
         overrides = _model_overrides(value, path, problems)
         if len(problems) > before:
             return None
