@@ -208,10 +208,10 @@ def _check_machines(comparison: Comparison, base_rows: pd.DataFrame, cand_rows: 
 def _judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context: _CaseContext, comparison,
                 excluded) -> list[MetricResult]:
     """One case's results: a status verdict, "not comparable (contended)", "not enough data", or its metrics."""
-    status = _status_verdict(case_id, base_rows, cand_rows)
+    b_all, c_all = base_rows[base_rows["case_id"] == case_id], cand_rows[cand_rows["case_id"] == case_id]
+    status = _status_verdict(case_id, b_all, c_all)
     if status is not None:
         return [status]
-    b_all, c_all = base_rows[base_rows["case_id"] == case_id], cand_rows[cand_rows["case_id"] == case_id]
     b, c = b_all[b_all["status"] == "ok"], c_all[c_all["status"] == "ok"]
     b_busy, c_busy = base_busy[b.index], cand_busy[c.index]
     # a side left with too few clean repeats by contention (flagged at the window's edges, or stopped early
@@ -270,9 +270,8 @@ def _add_notes(comparison: Comparison, excluded: dict, wanders: tuple) -> None:
     comparison.notes.append(comparison.decision)
 
 
-def _status_verdict(case_id: str, base_rows: pd.DataFrame, cand_rows: pd.DataFrame) -> MetricResult | None:
+def _status_verdict(case_id: str, b: pd.DataFrame, c: pd.DataFrame) -> MetricResult | None:
     """The verdict on a case one side or both could not run (every row `unsupported`), or None."""
-    b, c = base_rows[base_rows["case_id"] == case_id], cand_rows[cand_rows["case_id"] == case_id]
     b_unsupported = not b.empty and bool((b["status"] == "unsupported").all())
     c_unsupported = not c.empty and bool((c["status"] == "unsupported").all())
 
