@@ -73,8 +73,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     conductor = outcome.result or {}
     if conductor.get("status") == "refused":
         return _one_after_another(members, device, versions, store, supports, on_event, server, conductor["reason"])
-    for n, reaped in enumerate(conductor.get("members") or []):
-        ended[n] = reaped  # the full record (with peak RSS) over the member_end event
+    ended.update(enumerate(conductor.get("members") or []))  # full records (peak RSS too) over the member_end events
     unreaped = _set_ending(outcome, stem, deadline_s, len(prepared))
     rows = []
     for n, (row, case, repeat, member_stem, cache_dir) in enumerate(prepared):

@@ -31,17 +31,16 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
 
     reporter = reporter or FidelityReporter()
     session = Session.start(path, device)
-    info, probed = session.device, session.probed
+    info = session.device
     spec = session.suite.fidelity_spec(info.type, overrides)
     store = session.open_store(results_dir, overrides, kind="fidelity", fidelity=spec.to_json())
-    host, fingerprint = session.host, session.fingerprint
     store.flush()  # an empty results.csv: the directory is a run like any other
     rows, steps, epochs, probes, scales = [], [], [], [], []
     base = {"run_id": store.run_id, "suite": spec.suite, "dataset": spec.dataset, "model": spec.model,
             "batch_size": spec.batch_size, "optimizer": spec.optimizer.name, "lr": spec.optimizer.lr,
             "device": info.type, "device_name": info.name, "architecture": info.architecture,
-            "torch_version": probed["versions"].get("torch_version", ""), "hostname": host["hostname"],
-            "fingerprint": fingerprint.get("fingerprint", "")}
+            "torch_version": session.versions.get("torch_version", ""), "hostname": session.host["hostname"],
+            "fingerprint": session.fingerprint.get("fingerprint", "")}
     reporter.started(store, info, spec)
     with session.running(lambda: {"cases_finished": len(rows)}):
         for index, precision in enumerate(spec.precisions):
