@@ -36,13 +36,10 @@ def _launches(events: list[dict]) -> dict:
     """correlation id -> the CUDA runtime / driver call that launched it, nested under its CPU ops."""
     runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
     nodes = ev.nest_events([e for e in events if e.get("cat") in ("cpu_op", "user_annotation")] + runtime)
-    out = {}
-    for node in nodes:
-        if node.event.get("cat") in ("cuda_runtime", "cuda_driver"):
-            corr = (node.event.get("args") or {}).get("correlation")
-            if corr is not None:
-                out[corr] = node
-    return out
+    launches = {(node.event.get("args") or {}).get("correlation"): node for node in nodes
+                if node.event.get("cat") in ("cuda_runtime", "cuda_driver")}
+    launches.pop(None, None)  # a call without a correlation id names no GPU event
+    return launches
 
 
 def _select(gpu: list[dict], launches: dict, windows: ev.Windows) -> list[tuple[dict, ev.EventNode | None, int | None]]:
