@@ -301,11 +301,10 @@ def write_flat(data: dict, out: Path, work: Path, prefix: str = "") -> list[Path
     headroom.csv; stages.csv)."""
     written = []
     for key in TABLES.get(data.get("part"), ("suite", "overhead", "fidelity", "headroom")):
-        frame = data[key]
-        if not frame.empty:
-            _place(frame.drop(columns=["run_dir"], errors="ignore").to_csv(index=False), out / f"{prefix}{key}.csv",
-                   work)
-            written.append(out / f"{prefix}{key}.csv")
+        if not data[key].empty:
+            path = out / f"{prefix}{key}.csv"
+            _place(data[key].drop(columns=["run_dir"], errors="ignore").to_csv(index=False), path, work)
+            written.append(path)
     _place(pd.DataFrame(data["stages"].values()).to_csv(index=False), out / f"{prefix}stages.csv", work)
     archive = pack_runs(work, out / f"{prefix}{ARCHIVE}")
     return written + [out / f"{prefix}stages.csv"] + ([archive] if archive else [])
