@@ -89,14 +89,9 @@ def ideal_ms(base: dict[str, float], ideal: Ideal) -> dict[str, float] | None:
     out = {}
     for category, ms in base.items():
         factor = ideal.factors.get(category, 1.0)
-        if category == "cast":
-            out[category] = 0.0
-        elif factor is None:
-            if ms > 0:
-                return None
-            out[category] = 0.0
-        else:
-            out[category] = ms / factor
+        if factor is None and category != "cast" and ms > 0:
+            return None
+        out[category] = 0.0 if category == "cast" or factor is None else ms / factor
     return out
 
 
