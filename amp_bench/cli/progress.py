@@ -37,10 +37,9 @@ def case_line(case, row: dict, said: set) -> str:
         said.add(key)
     colour = {"ok": "green", "unsupported": "dim", "nonfinite": "yellow", "contended": "yellow"}.get(status, "red")
     if status == "ok":
-        memory = peak_memory(row)
         detail = (f"{_fmt(row.get('step_time_ms_median'), '.1f', ' ms/step')}  "
                   f"{_fmt(row.get('throughput'), '.1f', ' samples/s')}  "
-                  f"cv {_fmt(row.get('step_time_cv'), '.1%')}  peak {_fmt_bytes(memory)}")
+                  f"cv {_fmt(row.get('step_time_cv'), '.1%')}  peak {_fmt_bytes(peak_memory(row))}")
         if row.get("scaler_skipped_steps"):
             detail += f"  scaler skipped {row['scaler_skipped_steps']}"
     else:
