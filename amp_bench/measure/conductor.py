@@ -22,6 +22,7 @@ peak RSS (wait4 at the end, which only it can read).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -80,10 +81,8 @@ class _Member:
     def reap(self, events: EventChannel) -> dict:
         """Its ending with its peak RSS (wait4, which reaps it)."""
         for fd in (self.go_fd, self.reply_fd):
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.ended(events)
         _, _, usage = os.wait4(self.pid, 0)
         return {**self.ending, "maxrss_kib": usage.ru_maxrss}
@@ -97,10 +96,8 @@ def conduct(spec: dict, events: EventChannel, run_member) -> dict:
     members = _fork_members(spec["members"], run_member)
     header = (" ".join(str(m.pid) for m in members) + "\n").encode()
     for member in members:
-        try:
+        with contextlib.suppress(OSError):
             os.write(member.go_fd, header)
-        except OSError:
-            pass
     windows = [m for m in members if _turn(m, events) == MORE]  # set-up and warmup, one after another
     over = []
     while windows:  # the windows, a turn each in the set's order

@@ -213,9 +213,7 @@ class WindowWatch:
         """Columns for the window just ended (its real length, whatever clock timed the steps), or for
         warmup + window when the window alone is too short for /proc/stat and that span is not."""
         if not ENABLED:
-            out = cpu_contention(None, None, 0.0, self.threads)
-            out["contention"] = "not checked (synthetic step times)"
-            return out
+            return {**cpu_contention(None, None, 0.0, self.threads), "contention": "not checked (synthetic step times)"}
         after, now, loadavg = self.read(), self.clock(), read_loadavg(self.loadavg_path)
         window = cpu_contention(self._before, after, now - self._started, self.threads, loadavg, self.ticks_per_s)
         if window["contended"] is not None or self._warmup is None or None in (self._warmup[0], self._before, after):
