@@ -61,10 +61,10 @@ def profile_columns(profile, measured_ms: float | None, misaligned_share: float 
     return {c: out.get(c) for c in EXPLAIN_COLUMNS}
 
 
-def unavailable_columns(reason: str) -> dict:
-    """A row whose profile failed or was not taken: every figure empty, the reason said."""
+def unavailable_columns(reason: str, trace: str = "") -> dict:
+    """A row whose profile failed or was not taken: every figure empty, the reason said, its trace's path kept."""
     return {c: None for c in EXPLAIN_COLUMNS} | dict(
-        explain_trace="", explain_misaligned_layers="", explain_status="unavailable", explain_reason=reason,
+        explain_trace=trace, explain_misaligned_layers="", explain_status="unavailable", explain_reason=reason,
         explain_step_samples="", explain_kernel_units="")
 
 

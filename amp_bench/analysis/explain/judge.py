@@ -53,7 +53,7 @@ def explain_row(row: dict, run_dir) -> dict:
     if status != CAPTURED:
         why = row.get("explain_reason") or (f"the case ended {row.get('status')} before its profiled step"
                                             if row.get("status") != "ok" else "no profiled step was taken")
-        return {**unavailable_columns(why), "explain_trace": trace}
+        return unavailable_columns(why, trace)
     device_type = "cuda" if str(row.get("device", "cpu")).startswith("cuda") else "cpu"
     try:
         path = Path(run_dir) / trace
@@ -67,7 +67,6 @@ def explain_row(row: dict, run_dir) -> dict:
         return profile_columns(profile, positive(row.get("step_time_ms_median")),
                                misaligned_flop_share(table, multiple), misaligned_summary(table, multiple), units)
     except NoGpuActivity as exc:  # never "ok, idle 100%" for a trace CUPTI recorded nothing in
-        return {**unavailable_columns(str(exc)), "explain_trace": trace}
+        return unavailable_columns(str(exc), trace)
     except Exception as exc:  # noqa: BLE001 the breakdown is an explanation, never a reason to lose the row
-        return {**unavailable_columns(f"reading the profile failed: {type(exc).__name__}: {exc}"[:300]),
-                "explain_trace": trace}
+        return unavailable_columns(f"reading the profile failed: {type(exc).__name__}: {exc}"[:300], trace)
