@@ -108,8 +108,7 @@ def _study_on_cluster(args, console, spec, kind: str, overrides: dict, failed_ro
     if run_dirs:
         from amp_bench.analysis.fidelity import load_fidelity
         from amp_bench.analysis.headroom import load_headroom
-        tables = (load_fidelity if kind == "fidelity" else load_headroom)([Path(d) for d in run_dirs])
-        table = tables.get(kind)
+        table = (load_fidelity if kind == "fidelity" else load_headroom)([Path(d) for d in run_dirs]).get(kind)
         if table is not None and not table.empty:
             failed += failed_rows(table)
         for partition, run_dir in done.items():

@@ -97,8 +97,7 @@ def _reference_grid(view: pd.DataFrame) -> pd.DataFrame:
         return f"{r['vs_reference']:.2f}x" if np.isfinite(r["vs_reference"]) else (r["note"] or "-")
     view = view.assign(cell=view.apply(cell, axis=1))
     grid = view.pivot_table(index=["case", "gpu"], columns="precision", values="cell", aggfunc="first", sort=False)
-    order = [m for m in modes.order() if m in grid.columns]
-    grid = grid.reindex(columns=order).astype(object)
+    grid = grid.reindex(columns=[m for m in modes.order() if m in grid.columns]).astype(object)
     return grid.where(grid.notna(), "not run").reset_index().rename(columns={"gpu": "GPU"})
 
 

@@ -42,8 +42,7 @@ def predictions(data) -> tuple[pd.DataFrame, list[str]]:
             continue
         frames.append(result.table.assign(run=run_dir.name))
         lines += notes(result, settings["targets"], fp32_as)
-    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    _CACHE[key] = (table, list(dict.fromkeys(lines)))
+    _CACHE[key] = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), list(dict.fromkeys(lines)))
     return _CACHE[key]
 
 

@@ -96,12 +96,11 @@ def figures(data: ReportData) -> list[tuple[str, str, object]]:
 def section_html(section: str, data: ReportData, table_html) -> str:
     """What follows a study chart: its tables and how to read them."""
     if section == "fidelity":
-        v = data.fidelity["verdicts"]
         return ("<p class='note'>Seed articles: AMP brings \"no visible accuracy loss\". Each precision trains from "
                 "the same seed on the same shipped data in the same order; accuracy is on the held-out split, "
                 "differences are paired by seed. Verdict: parity when the mean difference is within the "
                 "tolerance; compare it with fp32's own seed-to-seed range.</p>"
-                + table_html(verdicts_for_reading(v),
+                + table_html(verdicts_for_reading(data.fidelity["verdicts"]),
                              lambda c, r: VERDICT_CLASS.get(r[c], "") if c == "verdict" else ""))
     if section == "loss-scale":
         health = scaler_health_table(data.fidelity["fidelity"])

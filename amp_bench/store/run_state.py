@@ -183,8 +183,7 @@ def run_state(run_dir: str | os.PathLike, manifest: dict | None = None, now: dt.
     manifest = manifest if manifest is not None else (read_manifest(run_dir) or {})
     now = now or _now()
     planned = manifest.get("cases_planned")
-    statuses = row_statuses(run_dir)
-    done = sum(1 for x in statuses if x not in DIED_STATUSES)  # died rows are cases still to run
+    done = sum(1 for x in row_statuses(run_dir) if x not in DIED_STATUSES)  # died rows are cases still to run
     status = manifest.get("status", "")
 
     def state(name: str, detail: str, **more) -> RunState:
@@ -199,8 +198,7 @@ def run_state(run_dir: str | os.PathLike, manifest: dict | None = None, now: dt.
     running = [b for b in beats if not b.get("ended_at")]
     live = [b for b in running if _live(b, now)]
     if live:
-        doing = "; ".join(f"{b.get('case') or 'starting'} on {b.get('host')}" for b in live)
-        return state("running", doing, live=live)
+        return state("running", "; ".join(f"{b.get('case') or 'starting'} on {b.get('host')}" for b in live), live=live)
     executor = (manifest.get("executor") or {}).get("type", "local")
     jobs = [str(j) for j in (manifest.get("jobs") or {})]
     reported = {str(b.get("job_id")) for b in beats if b.get("job_id")}

@@ -60,8 +60,7 @@ def _as_bool(values: pd.Series) -> pd.Series:
         return values.astype("boolean")
     cells = values.astype(object)
     blank = _blank(cells)
-    words = cells.where(~blank, "").map(lambda v: str(v).strip().lower())
-    out = words.isin(TRUE_TEXT).astype("boolean")
+    out = cells.where(~blank, "").map(lambda v: str(v).strip().lower()).isin(TRUE_TEXT).astype("boolean")
     out[blank.to_numpy()] = pd.NA
     return out
 
