@@ -75,4 +75,3 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0), or a bad command line already said in one line (2)
         return exc.code if isinstance(exc.code, int) else 2
     return dispatch(args, make_console())
-

@@ -342,7 +342,6 @@ SAMPLE_DECLARED: list[Column] = _cols("samples", [
 ])
 
 
-
 def _table(spec: str) -> dict[str, str]:
     """'name name:i name:f name:b ...' -> {name: kind}, in the file's order: text unless marked int, float, bool."""
     marks = {"": TEXT, "i": INT, "f": FLOAT, "b": BOOL}
