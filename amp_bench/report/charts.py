@@ -97,16 +97,14 @@ def _mark_not_measured(fig, frame: pd.DataFrame, column: str, base: str) -> None
     missing["detail"] = np.where(missing["status"] == "ok", missing["precision"] + " was measured, but " + base +
                                  " was not (see 'Cases not measured')",
                                  missing["precision"] + " " + missing["status"] + ": " + text_column(missing, "reason"))
-    first = True
-    for _, row in missing.iterrows():
+    for i, (_, row) in enumerate(missing.iterrows()):
         fig.add_trace(go.Bar(
             x=[row["x"]], y=[NOT_MEASURED_HEIGHT], base=[1.0 - NOT_MEASURED_HEIGHT / 2], offsetgroup=row["precision"],
             alignmentgroup="True", text=[row["why"]], textposition="outside", cliponaxis=False,
             marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=1.5), pattern=dict(shape="x")),
-            name="not measured", legendgroup="not measured", showlegend=first, hovertext=[row["detail"]],
+            name="not measured", legendgroup="not measured", showlegend=i == 0, hovertext=[row["detail"]],
             hoverinfo="text"),
             row=len(machines) - machines.index(row["machine"]), col=models.index(row["model_label"]) + 1)
-        first = False
 
 
 def memory_chart(summary: pd.DataFrame):
