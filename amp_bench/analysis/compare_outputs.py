@@ -1,5 +1,4 @@
-"""compare's outputs: the markdown table, the JSON verdict and the JUnit file (one test per case and
-metric: a finding fails, no verdict or a neutral one is skipped). Re-exported by amp_bench.analysis.compare."""
+"""compare's outputs: its markdown table, JSON verdict and JUnit file; re-exported by amp_bench.analysis.compare."""
 from __future__ import annotations
 
 import json
