@@ -173,11 +173,8 @@ def outcome(result_path: Path, exit_code: int | None, deadline_hit: bool, maxrss
 
 def _wait(pid: int, event_fd: int, deadline: float, on_event, watch=None) -> tuple | str | None:
     """Forward events until the worker exits (its wait4 triple), the deadline passes (None) or the
-    contention watch says stop (its evidence).
-
-    Waits on the pipe and on a pidfd for the process, so there is no busy loop; without pidfd
-    support (or with a watch to tick), it wakes twice a second.
-    """
+    contention watch says stop (its evidence). Without pidfd support (or with a watch to tick), it
+    wakes twice a second instead of waiting on the pipe and the pidfd alone (the module's docstring)."""
     selector = selectors.DefaultSelector()
     selector.register(event_fd, selectors.EVENT_READ, "events")
     try:

@@ -20,9 +20,7 @@ CONTENDED = "contended"
 def disturbed(row: dict, stops: bool) -> bool:
     """Was this row's measurement disturbed by another process: stopped (or not run) as contended, or, where
     the case stops on contention, measured on a machine its contention check found shared?"""
-    if row.get("status") == CONTENDED:
-        return True
-    return stops and row.get("status") == "ok" and is_true(row.get("contended"))
+    return row.get("status") == CONTENDED or (stops and row.get("status") == "ok" and is_true(row.get("contended")))
 
 
 def pairs_to_retry(measured: list[tuple[tuple, dict]], stops) -> list[list[tuple]]:
