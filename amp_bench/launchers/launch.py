@@ -106,8 +106,7 @@ def run_shared(case: Case, repeats: list[int], device: DeviceInfo, versions: dic
     row = base_row(case, repeats[0], device, versions, store.run_id)
     first = for_repeat(case, repeats[0])
     if not may_run(support, case.allow_emulated):
-        return [({**base_row(case, r, device, versions, store.run_id), "status": "unsupported",
-                  "reason": not_run_reason(support), "emulated": support.emulated}, []) for r in repeats]
+        return [run_one(case, r, device, versions, store, support) for r in repeats]  # each row: unsupported, why
     launcher, extra_env, cache_dir = worker_setting(first, store, stem, row)
     spec = {**case_spec(first, device, support), "windows": len(repeats)}
     outcome = run_job(store, "case", stem, spec, case.timeout_s * len(repeats), on_event=on_event,
