@@ -26,7 +26,7 @@ from amp_bench.errors import UserError
 from amp_bench.store.flags import text_column
 from amp_bench.store.results import load_results
 
-# measure slug -> (unit, how the row gives it)
+# measure slug -> its unit
 MEASURES = {"step-time-ms": "ms", "throughput-samples-per-s": "samples/s", "peak-memory-bytes": "bytes",
             "energy-j-per-sample": "J/sample"}
 OTAVA_METRICS = {"step_time_ms": "step_time_ms_median", "throughput": "throughput",  # Otava metric -> column
