@@ -90,8 +90,11 @@ class Session:
         return self.probed["versions"]
 
     def open_store(self, results_dir, overrides: dict, kind: str, **manifest) -> RunStore:
-        self.store, self.host, self.fingerprint = open_store(self.suite, self.path, self.probed, results_dir,
-                                                             overrides, kind, **manifest)
+        """A new run directory with its suite copy and manifest; the host facts and fingerprint columns on the
+        session. Every kind of run (benchmark, fidelity, headroom) records its provenance the same way."""
+        self.store = new_store(self.suite, self.path, results_dir, make_run_id(self.device.label), overrides, kind,
+                               **manifest)
+        self.host, self.fingerprint = record_machine(self.store, self.probed)
         return self.store
 
     @contextlib.contextmanager
@@ -161,15 +164,6 @@ def running(store: RunStore, final_manifest):
             store.flush()  # the rows added since its last rewrite of the tables (RunStore.flush_every_s)
         finally:
             store.write_manifest(status=status, finished_at=utc_now().isoformat(), **final_manifest())
-
-
-def open_store(suite, path, probed: dict, results_dir, overrides: dict, kind: str, **manifest) -> tuple:
-    """A new run directory with its suite copy and manifest: (store, host facts, fingerprint columns).
-    Every kind of run (benchmark, fidelity, headroom) records its provenance the same way."""
-    info = DeviceInfo.from_json(probed["device"])
-    store = new_store(suite, path, results_dir, make_run_id(info.label), overrides, kind, **manifest)
-    host, fingerprint = record_machine(store, probed)
-    return store, host, fingerprint
 
 
 def new_store(suite, path, results_dir, run_id: str, overrides: dict, kind: str, **manifest) -> RunStore:
