@@ -15,17 +15,11 @@ import dataclasses
 import torch
 from torch import nn
 
+from amp_bench.platform.provenance import package_version
+
 RECIPES = ("tensorwise", "rowwise")
 DIVISOR = 16  # float8 GEMMs (cuBLAS/CUTLASS) need both dimensions divisible by 16
 REASONS_KEPT = 4  # skipped layers named in the row
-
-
-def torchao_version() -> str:
-    import importlib.metadata
-    try:
-        return importlib.metadata.version("torchao")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
 
 
 def conv1d_as_linear(model: nn.Module) -> int:
@@ -101,7 +95,7 @@ def convert(model: nn.Module, recipe: str = "tensorwise", device_type: str = "cu
         + (f" | ... {len(skipped) - REASONS_KEPT} more" if len(skipped) > REASONS_KEPT else ""),
         "fp8_conv1d_as_linear": swapped,
         "fp8_matmul": "torchao emulation" if emulated_matmul else "torch._scaled_mm",
-        "fp8_torchao_version": torchao_version(),
+        "fp8_torchao_version": package_version("torchao"),
     }
 
 
