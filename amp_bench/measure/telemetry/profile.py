@@ -133,14 +133,11 @@ def profile_step(step_fn, device_type: str, trace_path: str | os.PathLike, recor
         _run_steps(step_fn, record_function, sync, median_ms, fixed_steps)
     saved = str(trace_path)
     os.makedirs(os.path.dirname(os.path.abspath(saved)), exist_ok=True)
-    workdir = tempfile.mkdtemp(prefix="amp_bench_trace_")
-    try:
+    with tempfile.TemporaryDirectory(prefix="amp_bench_trace_", ignore_cleanup_errors=True) as workdir:
         raw = os.path.join(workdir, "trace.json")
         prof.export_chrome_trace(raw)
         with open(raw, "rb") as src, gzip.open(saved, "wb", compresslevel=6) as dst:
             shutil.copyfileobj(src, dst)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     return saved
 
 
