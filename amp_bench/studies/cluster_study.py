@@ -87,8 +87,7 @@ def _outcome(job_id: str, folder: Path) -> str:
     ("success", value) or ("error", traceback))."""
     path = folder / f"{job_id}_0_result.pkl"
     try:
-        with open(path, "rb") as fh:
-            outcome, value = pickle.load(fh)
+        outcome, value = pickle.loads(path.read_bytes())
     except (OSError, ValueError, EOFError, pickle.UnpicklingError):
         return f"no result from job {job_id} (see {folder})"
     if outcome != "success":

@@ -23,6 +23,7 @@ import os
 import resource
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 # A case that could use less than this share of its threads' cores is `contended`.
 MIN_CPU_SHARE = 0.85
@@ -62,8 +63,7 @@ _ALL_CPUS = "cpu"  # /proc/stat's first line: every CPU together
 def read_host_times(stat_path: str = "/proc/stat", own_cpu_s: float | None = None) -> HostTimes | None:
     """None where /proc/stat can't be read (not Linux): contention is then unknown, never assumed."""
     try:
-        with open(stat_path, encoding="ascii") as fh:
-            lines = fh.read().splitlines()
+        lines = Path(stat_path).read_text(encoding="ascii").splitlines()
     except OSError:
         return None
     fields = lines[0].split() if lines else []
@@ -91,16 +91,14 @@ def process_cpu_s(pid: int, proc: str = "/proc") -> float:
     """A process's CPU seconds so far. A lockstep member that ended stays a zombie, its time readable,
     until every window is over (measure/conductor.py); 0 once it is gone."""
     try:
-        with open(f"{proc}/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return parse_proc_stat(fh.read())[1]
+        return parse_proc_stat(Path(proc, str(pid), "stat").read_text(encoding="ascii", errors="replace"))[1]
     except (OSError, ValueError, IndexError):
         return 0.0
 
 
 def read_loadavg(path: str = "/proc/loadavg") -> float | None:
     try:
-        with open(path, encoding="ascii") as fh:
-            return float(fh.read().split()[0])
+        return float(Path(path).read_text(encoding="ascii").split()[0])
     except (OSError, ValueError, IndexError):
         return None
 

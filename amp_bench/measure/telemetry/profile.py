@@ -25,6 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from amp_bench.stats import layers_path, onednn_path
 
@@ -161,8 +162,7 @@ def onednn_kernels(step_fn, path: str) -> bool:
             os.close(saved_fd)
         sink.seek(0)
         lines = [line for line in sink.read().decode("utf-8", "replace").splitlines() if ",exec," in line]
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
+    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return True
 
 
@@ -270,8 +270,7 @@ def capture(step, inputs, target, device_type: str, trace_path: str | None, medi
             layers.extend(recorded)
 
         profile_step(profiled, device_type, trace_path, median_ms=median_ms, fixed_steps=fixed_steps)
-        with open(layers_path(trace_path), "w", encoding="utf-8") as fh:
-            json.dump(layers, fh)
+        Path(layers_path(trace_path)).write_text(json.dumps(layers), encoding="utf-8")
         from amp_bench.measure.devices import for_device
         if for_device(device_type).onednn_kernels and not fixed_steps:  # under DDP: one more collective step
             onednn_kernels(run, onednn_path(trace_path))
