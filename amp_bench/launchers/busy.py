@@ -193,6 +193,5 @@ def quiet_now(needed: int, seconds: float = 2.0, read=snapshot, sleep=time.sleep
     second = read()
     if first is None or second is None:
         return True, "no /proc/stat to tell"
-    watch = ContentionWatch(-1, needed)
-    share, others = watch.share(first, second, set())
+    share, others = ContentionWatch(-1, needed).share(first, second, set())
     return share >= MIN_CPU_SHARE, f"other processes used {others:.2f} of {second.cpus} cores"

@@ -237,9 +237,7 @@ class NvmlSampler:
 
     def end(self, baseline_used: int | None, steps: int, samples: int) -> dict:
         self.sample(edge=True)
-        energy_end = self.reader.energy_mj()
-        window_s = self.clock() - self._window_start
-        return self.summary(baseline_used, energy_end, window_s, steps, samples)
+        return self.summary(baseline_used, self.reader.energy_mj(), self.clock() - self._window_start, steps, samples)
 
     # -- the thread
     def start(self) -> None:

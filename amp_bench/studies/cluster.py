@@ -332,8 +332,7 @@ def resume(run_dir, *, reporter: ClusterReporter | None = None, detach: bool = F
     manifest = store.manifest
     spec = ExecutorSpec.from_json(manifest.get("executor") or {})
     partition = (manifest.get("executor") or {}).get("partition") or (spec.partitions[0] if spec.partitions else "")
-    jobs = list((manifest.get("jobs") or {}))
-    states = heard_from_jobs([store.dir], job_states.states(jobs, spec.cluster))
+    states = heard_from_jobs([store.dir], job_states.states(list(manifest.get("jobs") or {}), spec.cluster))
     busy = [s.describe() for s in states.values() if s.active]
     if busy:
         raise UserError(f"{store.dir}: still has jobs queued or running ({'; '.join(busy[:3])}): wait for them, "

@@ -28,8 +28,7 @@ def study_job(kind: str, path: str, device: str | None, results_dir: str, overri
         from amp_bench.studies.fidelity.orchestration import run_fidelity as run
     else:
         from amp_bench.studies.headroom_search import run_headroom as run
-    table = run(path, device=device, results_dir=results_dir, **overrides)
-    run_dir = table.attrs["run_dir"]
+    run_dir = run(path, device=device, results_dir=results_dir, **overrides).attrs["run_dir"]
     job = this_job()
     RunStore.reopen(run_dir).write_manifest(executor={"type": "slurm", "partition": partition,
                                                       "cluster": job.cluster if job else ""},
