@@ -113,10 +113,9 @@ def launch_units(order: list[tuple[int, Case, int]], machine: Machine, reporter=
             refused = (f"interleave: steps needs eager single-process cases on the CPU with forked workers, one "
                        f"repeat a worker; {case.case_id} runs its repeats one worker after another")
         last = units[-1][0] if units else None
-        if together and last is not None and in_lockstep(last[1], machine) and \
-                (last[1].group_id, last[2]) == (case.group_id, repeat):
-            units[-1].append(item)
-        elif _one_worker(item, units[-1][-1] if units else None):
+        joins_set = together and last is not None and in_lockstep(last[1], machine) and \
+            (last[1].group_id, last[2]) == (case.group_id, repeat)
+        if joins_set or _one_worker(item, units[-1][-1] if units else None):
             units[-1].append(item)
         else:
             units.append([item])
