@@ -159,12 +159,9 @@ def installed_packages() -> list[str]:
         name = dist.metadata["Name"]
         if name and name.lower() not in PIP_FREEZE_SKIPS:
             found.setdefault(name.lower(), []).append(dist)
-    lines = []
-    for key in sorted(found):
-        dists = found[key]
-        dist = next((d for d in dists if str(getattr(d, "_path", "")).endswith(".dist-info")), dists[0])
-        lines.append(_freeze_line(dist.metadata["Name"], dist))
-    return lines
+    chosen = (next((d for d in dists if str(getattr(d, "_path", "")).endswith(".dist-info")), dists[0])
+              for _, dists in sorted(found.items()))
+    return [_freeze_line(dist.metadata["Name"], dist) for dist in chosen]
 
 
 PIP_FREEZE_SKIPS = ("pip", "setuptools", "wheel", "distribute")  # pip freeze leaves them out too
