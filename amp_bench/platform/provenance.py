@@ -1,4 +1,5 @@
-"""Versions and machine facts recorded next to every result (the fuller record is issue #3's)."""
+"""Versions and machine facts recorded next to every result (the run's manifest holds them all:
+studies/session.record_machine)."""
 from __future__ import annotations
 
 import os
