@@ -157,6 +157,23 @@ def test_no_two_modules_share_a_file_name():
     assert not {name: paths for name, paths in names.items() if len(paths) > 1}
 
 
+ISSUE_NUMBER = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
+
+
+def test_the_issue_number_check_can_fail():
+    assert ISSUE_NUMBER.search("# retried at the end (issue 47)")
+    assert ISSUE_NUMBER.search('"""the fuller record is Issue #3\'s"""')
+    assert not ISSUE_NUMBER.search("# an issue the user files")
+
+
+def test_no_comment_says_issue_n_instead_of_what_it_means():
+    """A reader of the code has no issue tracker: a comment says what the code does and why."""
+    found = [f"{path.relative_to(ROOT)}:{number}" for path in PACKAGE.rglob("*.py")
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if ISSUE_NUMBER.search(line)]
+    assert not found
+
+
 def test_the_top_level_holds_at_most_eight_modules():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 8, top
