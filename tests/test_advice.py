@@ -96,6 +96,9 @@ def test_the_optimizer_rule_prices_the_fused_pass_and_the_host_rule_a_doubled_ba
     assert host.rule == "host_bound" and host.variant == {"batch_size": 16} and "(8 -> 16)" in host.change
     per_sample = (2 * busy + evidence.host_ms) / 2
     assert host.predicted_ms == pytest.approx(evidence.measured(per_sample))
+    # the interval: the ops' time from fixed per call (1.0x at twice the batch) to 2.2x
+    fixed, spilled = (busy + evidence.host_ms) / 2, (2.2 * busy + evidence.host_ms) / 2
+    assert (host.low_ms, host.high_ms) == pytest.approx((evidence.measured(fixed), evidence.measured(spilled)))
 
 
 def test_a_runs_advice_is_ranked_per_case_with_how_to_try_each_and_in_the_report(tmp_path):

@@ -198,14 +198,16 @@ def optimizer_impl(evidence: Evidence) -> Advice | None:
 # --------------------------------------------------------------------------- a host-bound step
 
 HOST_BOUND_SHARE = 0.30
+HOST_OPS_SCALING = (1.0, 2.2)  # the ops' time at twice the batch: the interval, from the scores (docs/advice.md)
 
 
 def host_bound(evidence: Evidence) -> Advice | None:
     """A step that waits on the host (GPU: the device idle; CPU: framework time between ops) for a large share:
     the host's time is paid per step, not per sample, so a larger batch spreads it. Sources: PyTorch's
     performance tuning guide (increase the batch while the device is underused); Holistic Trace Analysis's
-    idle-time analysis. Priced per sample at twice the batch: the ops' time doubles (between 1.6x and 2.2x,
-    as small ops fill the machine better or spill its caches) while the host's stays."""
+    idle-time analysis. Priced per sample at twice the batch: the ops' time doubles while the host's stays;
+    interval: the ops' time from 1.0x (an op too small for the batch to matter, its time fixed per call: the
+    first scores' tiny GPT-2 on a CPU) to 2.2x (spilled caches)."""
     busy, host = evidence.profiled_ms - evidence.host_ms, evidence.host_ms
     batch = int(float(evidence.case.get("batch_size") or 0))
     if evidence.share(host) < HOST_BOUND_SHARE or busy <= 0 or not evidence.steps_known:
@@ -215,13 +217,14 @@ def host_bound(evidence: Evidence) -> Advice | None:
         return (scale * busy + host) / 2
     saving = evidence.profiled_ms - per_sample(2.0)
     where = "the device sat idle" if evidence.device_type == "cuda" else "framework time between ops"
-    return _item("host_bound", evidence, saving, (evidence.profiled_ms - per_sample(2.2),
-                                                  evidence.profiled_ms - per_sample(1.6)),
+    low, high = HOST_OPS_SCALING
+    return _item("host_bound", evidence, saving, (evidence.profiled_ms - per_sample(high),
+                                                  evidence.profiled_ms - per_sample(low)),
                  change=f"double the batch{f' ({batch} -> {2 * batch})' if batch else ''}",
                  variant={"batch_size": 2 * batch} if batch else None,
                  evidence=f"{where}: {host:.1f} ms of the {evidence.profiled_ms:.1f} ms step "
                           f"({evidence.share(host):.0%})",
-                 how="per sample, the ops' time twice over (1.6-2.2x) with the host's once: the time per sample "
+                 how="per sample, the ops' time twice over (1.0-2.2x) with the host's once: the time per sample "
                      "at the current batch's worth; a throughput gain, the step itself gets longer",
                  source="PyTorch performance tuning guide; Holistic Trace Analysis (idle time)")
 
