@@ -147,7 +147,8 @@ def contended_runs(results: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["timestamp", "run_id", "case_id"]).reset_index(drop=True)[CONTENDED_COLUMNS]
 
 
-def _stamp(value) -> str:
+def day_text(value) -> str:
+    """A run's timestamp as its day (YYYY-MM-DD), "" where the time is unknown: the history and nightly say it."""
     return value.strftime("%Y-%m-%d") if isinstance(value, pd.Timestamp) and not pd.isna(value) else ""
 
 
@@ -229,7 +230,7 @@ class _Series:
         worse = point.after > point.before if self.higher_is_worse else point.after < point.before
         return Change(self.case_id, self.fingerprint, self.metric, self.runs[point.index],
                       self.runs[point.confirmed_at], point.before, point.after, point.ratio,
-                      "regression" if worse else "improvement", date=_stamp(self.dates[point.index]),
+                      "regression" if worse else "improvement", date=day_text(self.dates[point.index]),
                       earliest_run=self.runs[point.earliest], latest_run=self.runs[point.latest], suite=self.suite)
 
     def current(self, anchor: int, accepted_note: str) -> SeriesState:
@@ -248,7 +249,7 @@ class _Series:
                          float(values[-1]), accepted_level, current.ratio, current.against,
                          accepted_note=accepted_note, nights=current.nights)
         if current.red:
-            st.since_run, st.since_date = self.runs[current.start], _stamp(self.dates[current.start])
+            st.since_run, st.since_date = self.runs[current.start], day_text(self.dates[current.start])
             st.earliest_run = self.runs[current.earliest]
         return st
 
@@ -292,7 +293,7 @@ def contended_lines(table: pd.DataFrame, limit: int = 50) -> list[str]:
              "| date | run | machine | case | contention | |", "|---|---|---|---|---|---|"]
     shown = table.iloc[::-1].head(limit)
     for _, r in shown.iterrows():
-        lines.append(f"| {_stamp(r['timestamp'])} | {r['run_id']} | {r['hostname'] or r['fingerprint']} | "
+        lines.append(f"| {day_text(r['timestamp'])} | {r['run_id']} | {r['hostname'] or r['fingerprint']} | "
                      f"{r['case_id']} | {r['contention']} | "
                      f"{TONIGHT_CONTENDED if r['latest'] else 'left out of the series'} |")
     if len(table) > limit:

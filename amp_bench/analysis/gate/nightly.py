@@ -25,7 +25,7 @@ import yaml
 
 from amp_bench.analysis import junit
 from amp_bench.analysis.gate import annotations as notes
-from amp_bench.analysis.gate.history import HistoryResult, _stamp, contended_records, evaluate
+from amp_bench.analysis.gate.history import HistoryResult, contended_records, day_text, evaluate
 from amp_bench.analysis.junit import TestCase
 from amp_bench.errors import UserError
 from amp_bench.store.results import write_text_atomic
@@ -116,7 +116,7 @@ def _groups(series: pd.DataFrame, contended: pd.DataFrame, baselines: dict, max_
     out = []
     for (fp, suite), g in runs.groupby(["fingerprint", "suite"], sort=True):
         last = g.iloc[-1]
-        group = Group(fp, str(last["hostname"]), suite, last["run_id"], _stamp(last["timestamp"]),
+        group = Group(fp, str(last["hostname"]), suite, last["run_id"], day_text(last["timestamp"]),
                       baselines.get((fp, suite), ""), cases=len(last["cases"]))
         if len(g) > 1:
             group.missing = sorted(g.iloc[-2]["cases"] - last["cases"])
