@@ -11,10 +11,10 @@ LAYERS: dict[str, set[str]] = {  # layer -> the layers it may import
     "__init__": {"studies", "store"},  # run_suite, load_results, load_samples (lazily)
     "__main__": {"cli"},
     "pytest_plugin": {"studies"},  # the plugin's stable entry-point name
-    "cli": {"studies", "executors", "launchers", "measure", "platform", "suite", "report", "analysis", "store"},
+    "cli": {"studies", "executors", "platform", "suite", "report", "analysis", "store"},
     "worker": {"studies", "measure", "platform", "suite"},
     "studies": {"executors", "launchers", "measure", "platform", "suite", "analysis", "store"},
-    "executors": {"suite", "store"},  # where jobs run (SLURM through submitit); knows nothing of measuring
+    "executors": {"suite"},  # where jobs run (SLURM through submitit); knows nothing of measuring
     "launchers": {"measure", "platform", "suite", "store"},
     "measure": {"platform", "suite"},
     "platform": set(),
@@ -22,7 +22,7 @@ LAYERS: dict[str, set[str]] = {  # layer -> the layers it may import
     "report": {"analysis", "store"},
     "analysis": {"store", "platform.gpu_specs"},  # the GPU spec table (torch-free data) that predict scales to
     "store": {"platform.nvml"},  # the NVML column names only (a torch-free constant)
-    "gpu_check": {"report", "analysis", "store", "platform.peaks"},
+    "gpu_check": {"analysis", "store", "platform.peaks"},
 }
 
 
