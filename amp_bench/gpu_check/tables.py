@@ -98,7 +98,7 @@ def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
             return value / GIB if ok and isinstance(value, (int, float)) and not math.isnan(value) else None
         rows.append({
             "model": r["model_label"], "layout": _layout(r), "bs": r["batch_size"], "precision": r["precision"],
-            "compile": r.get("compile_mode") if isinstance(r.get("compile_mode"), str) else "eager",
+            "compile": r.get("compile_mode") if isinstance(r.get("compile_mode"), str) else identity.EAGER,
             "status": r["status"], "ms/step": own if ok else None,
             "cv %": r.get("step_time_cv") * 100 if ok and pd.notna(r.get("step_time_cv")) else None,
             "samples/s": r.get("throughput") if ok else None, "x fp32": vs("fp32"), "x tf32": vs("tf32"),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from amp_bench import modes
 from amp_bench.errors import SuiteError
+from amp_bench.identity import EAGER
 from amp_bench.suite import fields
 from amp_bench.suite.checks import Problems
 from amp_bench.suite.schema import DEFAULTS, Case, FidelitySpec, HeadroomSpec, OptimizerSpec, compile_mode_name
@@ -58,7 +59,7 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
         seen = set()
         for image_size, seq_len, batch_size, channels_last, nproc, compile_mode, precision in itertools.product(
                 image_sizes, seq_lens, settings["batch_sizes"], layouts, procs, compile_modes, precisions):
-            if compile_mode_name(compile_mode) != "eager" and precision not in compiled_precisions:
+            if compile_mode_name(compile_mode) != EAGER and precision not in compiled_precisions:
                 continue  # compile_precisions: compiled cases only for these (eager runs every precision)
             if spec.compile is None:  # a model entry's own compile: axis is taken as written
                 compile_mode, note = _compile_for(precision, compile_mode, settings)
@@ -94,7 +95,7 @@ def expand(suite: Suite, settings: dict) -> list[Case]:
 
 def _timeout(compile_mode: str, settings: dict) -> float:
     """A compiled case's deadline covers a cold compile too: compile_timeout_s where given."""
-    if compile_mode_name(compile_mode) != "eager" and settings["compile_timeout_s"] is not None:
+    if compile_mode_name(compile_mode) != EAGER and settings["compile_timeout_s"] is not None:
         return settings["compile_timeout_s"]
     return settings["timeout_s"]
 
@@ -102,7 +103,7 @@ def _timeout(compile_mode: str, settings: dict) -> float:
 def _compile_for(precision: str, compile_mode: str, settings: dict) -> tuple[str, str]:
     """(compile mode, note): a mode that is only fast compiled (fp8) trains compiled where the axis
     says eager, unless fp8_compile: false; the note says so in the row."""
-    if compile_mode_name(compile_mode) == "eager" and modes.get(precision).compiled_by_default \
+    if compile_mode_name(compile_mode) == EAGER and modes.get(precision).compiled_by_default \
             and settings["fp8_compile"]:
         return "default", (f"{precision} trains under torch.compile by default (float8 is only fast compiled; "
                            "fp8_compile: false measures it eager)")
