@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+TRUE_TEXT = frozenset({"true", "1", "1.0", "yes"})  # a yes in a cell, as pandas or a CSV left a bool
 EAGER = "eager"  # the compile axis' value for "not compiled", and the read default of rows from before it
 # what makes a case, besides its precision; the value a row written before the axis existed meant
 CASE_AXES: dict[str, object] = {
@@ -52,7 +53,7 @@ ID_WORDS = {
     "batch_size": lambda row: f"bs{_int(row.get('batch_size'))}",
     "image_size": lambda row: f"{_int(row.get('image_size'))}px" if _positive(row.get("image_size")) else "",
     "seq_len": lambda row: f"seq{_int(row.get('seq_len'))}" if _positive(row.get("seq_len")) else "",
-    "channels_last": lambda row: "cl" if _yes(row.get("channels_last")) else "",
+    "channels_last": lambda row: "cl" if is_true(row.get("channels_last")) else "",
     # keeps DDP cases apart from plain ones (and np1 from np2); nodes x processes on several nodes
     "nproc_per_node": lambda row: _nodes_by_processes(row) if _positive(row.get("nproc_per_node")) else "",
     "world_size": lambda row: "",  # in nproc_per_node's word
@@ -100,7 +101,7 @@ def keyed(frame):
             out[axis] = out[axis].astype(object).where(out[axis].notna(), default).infer_objects()
     for size in SIZES:
         out[size] = out[size].where(out[size].notna(), _ABSENT).infer_objects()
-    out["channels_last"] = pd.Series([_yes(v) for v in out["channels_last"]], index=out.index, dtype=bool)
+    out["channels_last"] = pd.Series([is_true(v) for v in out["channels_last"]], index=out.index, dtype=bool)
     return out
 
 
@@ -126,7 +127,7 @@ LABEL_WORDS = {
     "batch_size": lambda v, row: f"bs {_int(v)}",
     "image_size": lambda v, row: f"{_int(v)}px" if _positive(v) else "",
     "seq_len": lambda v, row: f"seq {_int(v)}" if _positive(v) else "",
-    "channels_last": lambda v, row: "channels_last" if _yes(v) else "",
+    "channels_last": lambda v, row: "channels_last" if is_true(v) else "",
     "nproc_per_node": lambda v, row: "DDP" if _positive(v) else "",  # a plain process says nothing
     "world_size": _processes,
     "compile_mode": lambda v, row: ("compiled" if v == "default" else f"compiled ({v})") if _compiled(v) else "",
@@ -165,9 +166,10 @@ def _slug(value) -> str:
     return re.sub(r"[^A-Za-z0-9_.]+", "-", _text(value)).strip("-")
 
 
-def _yes(value) -> bool:
-    """A yes/no axis' cell (a bool, numpy's, or text a CSV left): empty is no."""
-    return str(value).strip().lower() in ("true", "1", "1.0", "yes")
+def is_true(value) -> bool:
+    """A yes/no cell (a bool, numpy's, or text a CSV left: TRUE_TEXT); empty, NaN or None is no. The one reader:
+    store/flags.py hands it to every reader of results."""
+    return str(value).strip().lower() in TRUE_TEXT
 
 
 def _compiled(value) -> bool:

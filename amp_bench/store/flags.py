@@ -8,16 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-TRUE_TEXT = frozenset({"true", "1", "1.0", "yes"})
-
-
-def is_true(value) -> bool:
-    """One value (a row's cell)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return False
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in TRUE_TEXT
+from amp_bench.identity import is_true  # one value (a row's cell): the base's reader, which ids and labels use too
 
 
 def text(value) -> str:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from amp_bench.identity import TRUE_TEXT
 from amp_bench.store.columns import BOOL, FLOAT, INT, READ_DEFAULTS, TABLE_KINDS, TEXT, read_as_float
-from amp_bench.store.flags import TRUE_TEXT
 
 
 def text_dtypes(table: str = "results") -> dict[str, type]:
