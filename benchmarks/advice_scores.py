@@ -16,8 +16,10 @@ import pandas as pd
 
 
 def load(folders: list[str]) -> pd.DataFrame:
-    tables = [pd.read_csv(path) for folder in folders for path in sorted(Path(folder).rglob("advice.csv"))]
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    """Every try run's advice table under the folders, typed through the store's one reader."""
+    from amp_bench.store.results import read_table
+    runs = [path.parent for folder in folders for path in sorted(Path(folder).rglob("advice.csv"))]
+    return read_table(runs, "advice")
 
 
 def rows(advice: pd.DataFrame) -> list[str]:

@@ -159,6 +159,7 @@ def main() -> int:
     harness, plain, rows = [], [], []  # samples/s over each round's wall-clock window
     # probe once, in a worker, so this process never runs torch work (its thread pool would
     # compete with the measured process for the cores)
+    from amp_bench.store.columns import STUDY_TABLES
     from amp_bench.studies.session import probe
     device = probe(args.device)["device"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,8 +176,8 @@ def main() -> int:
                          "ratio": plain_rate / harness_rate, "harness_ms": harness_ms, "plain_ms": plain_ms,
                          "harness_gap_fraction": GAPS[-1], "target": args.target})
             if args.csv:  # after every round: a run stopped early keeps what it measured
-                with open(args.csv, "w", newline="", encoding="utf-8") as fh:
-                    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                with open(args.csv, "w", newline="", encoding="utf-8") as fh:  # columns as the store declares them
+                    writer = csv.DictWriter(fh, fieldnames=list(STUDY_TABLES["overhead"]))
                     writer.writeheader()
                     writer.writerows(rows)
     ratio = statistics.median(plain) / statistics.median(harness)

@@ -10,7 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from amp_bench.studies.try_advice import ADVICE_COLUMNS, order, variant_case
+from amp_bench.store.columns import STUDY_TABLES
+from amp_bench.store.results import read_table
+from amp_bench.studies.try_advice import order, variant_case
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -57,8 +59,9 @@ def test_an_advice_item_is_tried_in_pairs_and_scored(explained_run, tmp_path):
     assert set(variant["variant"]) == {"optimizer_impl=fused"} and set(variant["optimizer_impl"]) == {"fused"}
     assert set(rows.loc[rows["variant"].fillna("") == "", "optimizer_impl"]) == {"foreach"}
     assert len(rows) == 4 and set(rows["interleave"]) == {"steps"}  # two pairs, each a lockstep set
-    advice = pd.read_csv(tried / "advice.csv")
-    assert list(advice.columns) == ADVICE_COLUMNS and len(advice) == 1
+    advice = read_table([tried], "advice")  # typed: its kinds declared in store/columns.py
+    assert list(advice.columns) == list(STUDY_TABLES["advice"]) and len(advice) == 1
+    assert advice["pairs"].dtype == "Int64" and advice["contended"].dtype == "boolean"
     row = advice.iloc[0]
     assert row["rule"] == "optimizer_impl" and row["case_id"] == "resnet18-bs2-32px-fp32"
     assert row["predicted_low"] < row["predicted_speedup"] < row["predicted_high"]

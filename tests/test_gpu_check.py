@@ -238,13 +238,16 @@ def test_stages_file_keeps_each_stages_last_word(tmp_path):
     assert list(gpu_check.read_stages(path, part=1))[0] == "pre"  # only when the pre-checks failed
 
 
-def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop():
-    overhead = pd.DataFrame([{"round": i, "device": "cuda", "model": "resnet50", "image_size": 224, "batch": 64,
+def test_summary_puts_our_figures_beside_the_anchors_and_the_plain_loop(tmp_path):
+    written = pd.DataFrame([{"round": i, "device": "cuda", "model": "resnet50", "image_size": 224, "batch": 64,
                               "channels_last": True, "optimizer": "adamw", "impl": "fused", "device_name": H200,
                               "precision": "amp_bf16", "warmup": 10, "steps": 30, "harness_throughput": 64e3 / h,
                               "plain_throughput": 64e3 / p, "ratio": h / p, "harness_ms": h - 0.2, "plain_ms": p - 0.2,
                               "harness_gap_fraction": 0.001, "target": 1.02}
                              for i, (h, p) in enumerate([(19.4, 19.2), (19.6, 19.3)])])
+    written.to_csv(tmp_path / "overhead.csv", index=False)  # as benchmarks/overhead.py leaves it in the work folder
+    overhead = gpu_check.load(tmp_path, part=1)["overhead"]  # typed through the store, its kinds declared there
+    assert overhead["channels_last"].dtype == "boolean" and overhead["round"].dtype == "Int64"
     page = gpu_check.render(_data(overhead=overhead, matmul={"tflops": 781.0}, part=1))
     assert page.startswith("# amp_bench GPU check, part 1 of 2\n\n**PASSED** on NVIDIA H200 (compute capability 9.0).")
     assert "Every stage was reached." in page and "## Fidelity" not in page

@@ -348,8 +348,10 @@ def _table(spec: str) -> dict[str, str]:
     return {name: marks[mark] for name, _, mark in (word.partition(":") for word in spec.split())}
 
 
-# The study tables (docs/fidelity-and-headroom.md): each column's kind, in the file's order. The studies
-# write them (studies/fidelity/, studies/headroom_search.py); analysis/fidelity.py and analysis/headroom.py read them.
+# The study tables (docs/fidelity-and-headroom.md, docs/advice.md): each column's kind, in the file's order. The
+# studies write them (studies/fidelity/, studies/headroom_search.py, studies/try_advice.py); analysis/fidelity.py,
+# analysis/headroom.py and benchmarks/advice_scores.py read them. overhead.csv is benchmarks/overhead.py's rounds,
+# harness against a plain loop, which the GPU check reads back.
 STUDY_TABLES: dict[str, dict[str, str]] = {
     "fidelity": _table(
         "run_id suite dataset model precision seed:i status reason epochs:i steps:i batch_size:i train_examples:i "
@@ -377,6 +379,14 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
         "throughput_ratio_vs_fp32:f measure_status hostname fingerprint timestamp"),
     "headroom_probes": _table("run_id model_label precision probe:i batch_size:i status reason peak_mem_bytes:i "
                               "worker_seconds:f worker_start log_file"),
+    "advice": _table(
+        "run_id tried_run rule case_id variant_case_id precision device_name change predicted_speedup:f "
+        "predicted_low:f predicted_high:f measured_speedup:f measured_low:f measured_high:f pairs:i contended:b "
+        "error:f evidence how source"),
+    "overhead": _table(
+        "round:i device model image_size:i batch:i channels_last:b optimizer impl device_name precision warmup:i "
+        "steps:i harness_throughput:f plain_throughput:f ratio:f harness_ms:f plain_ms:f harness_gap_fraction:f "
+        "target:f"),
 }
 
 # The documented columns, in order; records may carry more (appended after these). Adding columns

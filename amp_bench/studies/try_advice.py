@@ -18,14 +18,12 @@ from amp_bench.analysis.advice import Advice, advise, from_row
 from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS
 from amp_bench.errors import UserError
+from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.flags import true_rows
 from amp_bench.store.results import load_results, read_manifest
 from amp_bench.suite import Case
 
-ADVICE_TABLE = "advice"
-ADVICE_COLUMNS = ["run_id", "tried_run", "rule", "case_id", "variant_case_id", "precision", "device_name",
-                  "change", "predicted_speedup", "predicted_low", "predicted_high", "measured_speedup",
-                  "measured_low", "measured_high", "pairs", "contended", "error", "evidence", "how", "source"]
+ADVICE_TABLE = "advice"  # its columns and their kinds: store/columns.py
 
 
 @dataclass
@@ -166,6 +164,6 @@ def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="r
         run_cases(store, indexed, machine, reporter, heartbeat=heartbeat, units=set_units(indexed, sizes, machine))
     results = results_frame(store)
     scored = score(results, found, run_dir.name)
-    store.write_table(ADVICE_TABLE, scored, ADVICE_COLUMNS)
+    store.write_table(ADVICE_TABLE, scored, list(STUDY_TABLES[ADVICE_TABLE]))
     results.attrs["advice"] = scored
     return results
