@@ -1,4 +1,4 @@
-"""Fidelity results, torch-free: the tables' columns, the verdict per precision against fp32 (paired
+"""Fidelity results, torch-free: the verdict per precision against fp32 (paired
 by seed, against fp32's own seed-to-seed range), which rows failed, and the loader the report uses.
 The study itself runs in amp_bench.studies.fidelity."""
 from __future__ import annotations
@@ -10,10 +10,6 @@ import pandas as pd
 
 from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.flags import text
-
-# the tables' columns, in order (declared with their kinds in store/columns.py)
-RUN_COLUMNS, STEP_COLUMNS, EPOCH_COLUMNS, PROBE_COLUMNS, SCALE_COLUMNS = (list(STUDY_TABLES[name]) for name in (
-    "fidelity", "fidelity_steps", "fidelity_epochs", "fidelity_probes", "fidelity_fp8_scales"))
 
 
 def verdicts(runs: pd.DataFrame, tolerance_pp: float | dict) -> pd.DataFrame:
@@ -90,8 +86,7 @@ def load_fidelity(run_dirs: list[Path]) -> dict[str, pd.DataFrame]:
     """The fidelity tables of these run directories (empty frames where there are none), and the
     tolerance each run was judged with."""
     from amp_bench.store.results import read_manifest, read_table
-    out = {name: read_table(run_dirs, name, list(STUDY_TABLES[name])) for name in STUDY_TABLES
-           if name.startswith("fidelity")}
+    out = {name: read_table(run_dirs, name) for name in STUDY_TABLES if name.startswith("fidelity")}
     tolerance = {}
     for d in run_dirs:
         manifest = read_manifest(d) or {}

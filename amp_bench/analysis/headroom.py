@@ -1,4 +1,4 @@
-"""Headroom results, torch-free: the tables' columns, each precision's largest batch and throughput
+"""Headroom results, torch-free: each precision's largest batch and throughput
 as multiples of fp32's, which rows failed, and the loader the report uses. The search itself runs
 in amp_bench.studies.headroom_search."""
 from __future__ import annotations
@@ -6,14 +6,9 @@ from __future__ import annotations
 import pandas as pd
 
 from amp_bench import identity
-from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.flags import is_true, text
 
 FITS = ("ok", "nonfinite")  # memory held; a non-finite loss in a 2-step probe is not a memory verdict
-
-
-# the tables' columns, in order (declared with their kinds in store/columns.py)
-HEADROOM_COLUMNS, PROBE_COLUMNS = list(STUDY_TABLES["headroom"]), list(STUDY_TABLES["headroom_probes"])
 
 
 def ratios_vs_fp32(table: pd.DataFrame) -> pd.DataFrame:
@@ -59,5 +54,4 @@ def failed_rows(table: pd.DataFrame, allow_unsupported: bool = True) -> list[str
 
 def load_headroom(run_dirs) -> dict[str, pd.DataFrame]:
     from amp_bench.store.results import read_table
-    return {name: read_table(run_dirs, name, columns)
-            for name, columns in (("headroom", HEADROOM_COLUMNS), ("headroom_probes", PROBE_COLUMNS))}
+    return {name: read_table(run_dirs, name) for name in ("headroom", "headroom_probes")}

@@ -220,9 +220,10 @@ class RunStore:
     def part_keys(self) -> list[str]:
         return sorted(self._parts)
 
-    def write_table(self, name: str, rows: list[dict], columns: list[str] | None = None) -> None:
-        """Another tidy table of this run (fidelity.csv, headroom.csv, ...), rewritten atomically."""
-        frame = pd.DataFrame(rows, columns=columns) if columns else pd.DataFrame(rows)
+    def write_table(self, name: str, rows: list[dict]) -> None:
+        """Another tidy table of this run (fidelity.csv, headroom.csv, advice.csv, ...), rewritten atomically: the
+        columns store/columns.py declares for it, in their order."""
+        frame = pd.DataFrame(rows, columns=list(TABLE_KINDS[name]))
         write_text_atomic(self.dir / f"{name}.csv", frame.to_csv(index=False))
 
     def flush(self) -> None:
@@ -333,7 +334,8 @@ def dirs_with_table(folder: str | os.PathLike, name: str) -> list[Path]:
 def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None,
                with_run_dir: bool = False) -> pd.DataFrame:
     """One table (NAME.csv) of every run directory that has it, concatenated; header-only files are
-    left out (concatenating them would turn every column to object). Empty: a frame with `columns`.
+    left out (concatenating them would turn every column to object). Empty: a frame with `columns` (default:
+    a declared table's own).
     with_run_dir adds a `run_dir` column (where each row came from). An unreadable file is a
     UserError naming it, never skipped. A declared table (results, samples, the study tables) with rows
     comes back typed (store/typed.py): every declared column in its kind, with its read default, present
@@ -350,7 +352,7 @@ def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None
             if not frame.empty:  # copy(): one block per dtype, so the added column does not fragment it
                 frames.append(frame.copy().assign(run_dir=str(run_dir)) if with_run_dir else frame)
     if not frames:  # untyped, as before the typed read: readers join it with their own empty frames
-        return pd.DataFrame(columns=columns or [])
+        return pd.DataFrame(columns=columns or list(TABLE_KINDS.get(name, [])))
     # one block per dtype: frames with different columns concatenate into one block per column,
     # and a caller adding a column to that would trip pandas' fragmentation warning
     table = pd.concat(frames, ignore_index=True).copy()

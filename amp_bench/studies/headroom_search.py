@@ -15,7 +15,8 @@ from typing import Callable
 
 import pandas as pd
 
-from amp_bench.analysis.headroom import FITS, HEADROOM_COLUMNS, PROBE_COLUMNS, ratios_vs_fp32
+from amp_bench.analysis.headroom import FITS, ratios_vs_fp32
+from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.flags import peak_memory
 
 
@@ -117,7 +118,7 @@ def run_headroom(path, *, device: str | None = None, results_dir="results", repo
     with session.running(lambda: {"cases_finished": len(search.table), "probes": len(search.probes)}):
         for template in templates:
             search.search(template)
-    frame = ratios_vs_fp32(pd.DataFrame(search.table, columns=HEADROOM_COLUMNS))
+    frame = ratios_vs_fp32(pd.DataFrame(search.table, columns=list(STUDY_TABLES["headroom"])))
     frame.attrs["run_dir"] = str(store.dir)
     return frame
 
@@ -168,7 +169,7 @@ class _Search:
                             "reason": row.get("reason", ""), "peak_mem_bytes": memory,
                             "worker_seconds": row.get("worker_seconds"), "worker_start": row.get("worker_start"),
                             "log_file": row.get("log_file")})
-        self.store.write_table("headroom_probes", self.probes, PROBE_COLUMNS)
+        self.store.write_table("headroom_probes", self.probes)
         self.reporter.probe_finished(case, batch, row)
         return row["status"], row.get("reason", "")
 
@@ -194,8 +195,8 @@ class _Search:
             row.update(self.measure_at(template, found.largest_fit, support))
         row["timestamp"] = utc_now().isoformat()
         self.table.append(row)
-        frame = ratios_vs_fp32(pd.DataFrame(self.table, columns=HEADROOM_COLUMNS))
-        self.store.write_table("headroom", frame.to_dict("records"), HEADROOM_COLUMNS)
+        frame = ratios_vs_fp32(pd.DataFrame(self.table, columns=list(STUDY_TABLES["headroom"])))
+        self.store.write_table("headroom", frame.to_dict("records"))
         self.reporter.search_finished(template, frame.iloc[-1].to_dict())
 
     def measure_at(self, template, batch: int, support) -> dict:

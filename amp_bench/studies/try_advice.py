@@ -18,7 +18,6 @@ from amp_bench.analysis.advice import Advice, advise, from_row
 from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS
 from amp_bench.errors import UserError
-from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.flags import true_rows
 from amp_bench.store.results import load_results, read_manifest
 from amp_bench.suite import Case
@@ -164,6 +163,6 @@ def run_trials(run_dir, rule: str, *, repeats: int | None = None, results_dir="r
         run_cases(store, indexed, machine, reporter, heartbeat=heartbeat, units=set_units(indexed, sizes, machine))
     results = results_frame(store)
     scored = score(results, found, run_dir.name)
-    store.write_table(ADVICE_TABLE, scored, list(STUDY_TABLES[ADVICE_TABLE]))
+    store.write_table(ADVICE_TABLE, scored)
     results.attrs["advice"] = scored
     return results

@@ -11,7 +11,8 @@ import dataclasses
 
 import pandas as pd
 
-from amp_bench.analysis.fidelity import EPOCH_COLUMNS, PROBE_COLUMNS, RUN_COLUMNS, SCALE_COLUMNS, STEP_COLUMNS, verdicts
+from amp_bench.analysis.fidelity import verdicts
+from amp_bench.store.columns import STUDY_TABLES
 
 # --------------------------------------------------------------------------- orchestration
 
@@ -57,14 +58,14 @@ def run_fidelity(path, *, device: str | None = None, results_dir="results", repo
                 stamp = utc_now().isoformat()
                 rows += [{**r, "timestamp": stamp} for r in new]
                 finished += new
-                store.write_table("fidelity_steps", steps, STEP_COLUMNS)
-                store.write_table("fidelity_epochs", epochs, EPOCH_COLUMNS)
-                store.write_table("fidelity_probes", probes, PROBE_COLUMNS)
+                store.write_table("fidelity_steps", steps)
+                store.write_table("fidelity_epochs", epochs)
+                store.write_table("fidelity_probes", probes)
                 if scales:
-                    store.write_table("fidelity_fp8_scales", scales, SCALE_COLUMNS)
-                store.write_table("fidelity", rows, RUN_COLUMNS)
+                    store.write_table("fidelity_fp8_scales", scales)
+                store.write_table("fidelity", rows)
             reporter.precision_finished(precision, finished)
-    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    frame = pd.DataFrame(rows, columns=list(STUDY_TABLES["fidelity"]))
     frame.attrs["run_dir"] = str(store.dir)
     frame.attrs["verdicts"] = verdicts(frame, spec.tolerance_pp)
     return frame
