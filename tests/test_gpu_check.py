@@ -234,6 +234,9 @@ def test_stages_file_keeps_each_stages_last_word(tmp_path):
     from amp_bench.gpu_check import plan
     assert stages["suite"]["estimate_s"] == plan.suite_estimate("suites/resnet50.yaml")  # beside what it took
     assert list(gpu_check.read_stages(path, part=2)) == ["env", "suite", "fidelity", "headroom"]
+    # read as the script wrote it: a quote is text, a stray tab in a note drops what follows it
+    path.write_text('env\tok\t5\t40\t\nsuite\ttimeout\t9\t9\tcut "hard"\textra\n')
+    assert gpu_check.read_stages(path, part=1)["suite"]["note"] == 'cut "hard"'
     path.write_text("pre\tfailed\t0\t0\ta GPU is present but torch cannot see it\n")
     assert list(gpu_check.read_stages(path, part=1))[0] == "pre"  # only when the pre-checks failed
 

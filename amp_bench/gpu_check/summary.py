@@ -21,6 +21,7 @@ Torch-free at import; no plotly, no scikit-learn.
 """
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -50,11 +51,12 @@ def read_stages(path: Path, part: int | None = None) -> dict[str, dict]:
     fields = ("stage", "status", "seconds", "timeout", "note")
     order = ("stage", "status", "seconds", "estimate_s", "timeout", "note")
     stages = {name: dict(zip(fields, (name, "pending", "", "", ""))) for name in names}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            parts = (line.split("\t") + [""] * 5)[:5]
-            if parts[0] and (part is None or parts[0] in names or parts[0] == PRE):
-                stages[parts[0]] = dict(zip(fields, parts))
+    if path.is_file() and path.stat().st_size:  # the script's lines, as written: text, no quoting, no header
+        lines = pd.read_csv(path, sep="\t", names=fields, dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
+                            engine="python", on_bad_lines=lambda cells: cells[:len(fields)], encoding_errors="replace")
+        for line in lines.fillna("").to_dict("records"):
+            if line["stage"] and (part is None or line["stage"] in names or line["stage"] == PRE):
+                stages[line["stage"]] = line
     stages = {name: {key: {**stage, "estimate_s": estimates.get(name, "")}[key] for key in order}
               for name, stage in stages.items()}
     if PRE in stages:  # first, as it ran
