@@ -229,7 +229,8 @@ def _required(precision, cap) -> bool:
 
 
 def verdict(data: dict) -> tuple[str, list[str]]:
-    """PASSED, FAILED or INCOMPLETE (a stage never ran or was cut by the budget), with the reasons."""
+    """PASSED, FAILED or INCOMPLETE (a stage never ran or was cut by the budget), with the reasons. A PASSED
+    with an extra stage cut short says which, in its own words: the check passed, that stage got as far as it got."""
     failed = failures(data)
     if failed:
         return "FAILED", failed
@@ -242,7 +243,9 @@ def verdict(data: dict) -> tuple[str, list[str]]:
         return "INCOMPLETE", unfinished
     on_cpu = (data["env"].get("device") or {}).get("type") == "cpu" or \
         (not data["suite"].empty and (data["suite"]["device"] == "cpu").all())
-    return ("PASSED (CPU smoke only: no GPU, nothing validated on CUDA)" if on_cpu else "PASSED"), []
+    cut = [f"{s['stage']} ({s['status']})" for s in data["stages"].values() if s["status"] in ("timeout", "budget")]
+    return ("PASSED (CPU smoke only: no GPU, nothing validated on CUDA)" if on_cpu else "PASSED") + \
+        (f"; extra stage{'s' if len(cut) > 1 else ''} cut short: {', '.join(cut)}" if cut else ""), []
 
 
 # --------------------------------------------------------------------------- the page
