@@ -103,7 +103,7 @@ def _lambda_note(name: str, target: str, model: str) -> str:
     if not target:
         notes.append("no spec-table entry for this GPU: not predicted")
     elif not target.startswith("v100"):
-        notes.append("'fp32' column read as TF32 (NGC container default on Ampere+; shared/FIELD_NOTES.md)")
+        notes.append("'fp32' column read as TF32 (NGC container default on Ampere+; docs/sources.md)")
     if name == "LambdaCloud V100 16GB":
         notes.append("form factor not stated: SXM2 assumed")
     if model != "resnet50":

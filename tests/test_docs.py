@@ -1,11 +1,14 @@
 """The docs say what the code does: the column reference is generated from the
 declarations, the README's layer table is the one tests/test_structure.py enforces, the README fits
-on a few screens and its links resolve, and no comment or docstring names a module that is gone."""
+on a few screens and its links resolve, no comment or docstring names a module that is gone, and nothing
+points outside the repository."""
 import ast
 import importlib.util
 import io
+import os
 import re
 import tokenize
+from pathlib import Path
 
 from amp_bench import LAYERS
 from amp_bench.store import column_docs
@@ -107,3 +110,43 @@ def test_a_benchmark_rewrites_its_own_row_of_its_own_table():
                                            {"machine": "Xeon", "setting": "as is", "wall": "124 s"}]
     committed = (ROOT / "docs" / "timings.md").read_text(encoding="utf-8")
     assert page.rows(committed, "main_job") and page.rows(committed, "tests")
+
+
+# --------------------------------------------------------------------------- nothing points outside the repository
+
+# a folder beside the checkout, or the notes file that lived there; spelt so that this line does not match itself
+OUTSIDE = re.compile(r"\.\./shared/|FIELD[_]NOTES|gpu-first[-]light")
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".csv", ".txt", ".json", ".cfg"}
+# the GPU readings are kept as the check printed them (docs/gpu-validation/<date>-<gpu>-<commit>/): records
+READINGS = ROOT / "docs" / "gpu-validation"
+
+
+def _points_outside(text: str) -> list[int]:
+    return [number for number, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+
+
+def _text_files() -> list:
+    """The repository's text files: not a hidden folder (.venv, .git), a run's output, or a GPU reading kept
+    as the check printed it."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("results", "reports")]
+        here = Path(folder)
+        if READINGS in here.parents:
+            continue
+        found += [here / name for name in sorted(files) if Path(name).suffix in TEXT_SUFFIXES]
+    return found
+
+
+def test_the_outside_pointer_check_can_fail():
+    assert _points_outside("ok\n# from ../" "shared/gpu-diagnose.py\n(shared/FIELD" "_NOTES.md)\n") == [2, 3]
+    assert _points_outside("source /shared/venvs/amp/bin/activate  # a user's cluster path") == []
+    assert ROOT / "docs" / "sources.md" in _text_files() and not any(".venv" in p.parts for p in _text_files())
+
+
+def test_nothing_in_the_repository_points_outside_it():
+    """Code, docs, suites, tests and benchmarks cite a public source or a page in docs/ (docs/sources.md),
+    never a file beside the checkout that a clone does not have."""
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in _text_files()
+             for line in _points_outside(path.read_text(encoding="utf-8", errors="replace"))]
+    assert not found, found

@@ -3,7 +3,7 @@ floors and budgets the script sizes its timeouts from. One home for these figure
 (`python3 -m amp_bench.gpu_check plan --part N`), the summary prints the estimate beside what each stage
 took, and a test holds every part's estimate under 60% of its budget.
 
-The estimates come from the first H200 reading (../shared/gpu-first-light, 2026-12-04, torch 2.11+cu130;
+The estimates come from the first H200 reading (docs/gpu-validation/2026-12-04-h200-5436a8a, torch 2.11+cu130;
 FIRST_LIGHT below), where every stage ran 2-4x over the unmeasured guesses it replaced. What that reading
 could not measure is said as such: a worker forked on a GPU host (every worker there was spawned; the fork
 rule that refused has changed, amp_bench/platform/forking.py) and the main job's own shape. A stage marked

@@ -10,7 +10,7 @@ which reads what the stages left (WORK/stages.tsv, WORK/env.json, WORK/matmul.js
 directories under WORK/suite, WORK/fidelity, WORK/headroom, WORK/overhead.csv, WORK/overrides.txt),
 copies the part's tables flat into OUT as partN_*.csv (at most 8 files per part come back from a
 remote GPU machine) and writes OUT/partN_summary.md, via a temporary file in WORK (never a ninth file
-in OUT): part 1 puts our figures beside the published anchors (shared/FIELD_NOTES.md), beside a plain
+in OUT): part 1 puts our figures beside the published anchors (docs/sources.md), beside a plain
 hand-written AMP loop run in the same call, and headroom; part 2 has fp8, the explain case (its
 breakdown checked, its longest kernels named), pytest -m gpu and fidelity. The stages and their
 estimates are plan.py's.
@@ -358,7 +358,7 @@ def summarize(work: Path, out: Path, part: int | None = None) -> tuple[str, list
 
 
 def matmul_tflops(path: Path, n: int = 8192, repeats: int = 20) -> dict:
-    """bf16 n^3 matmul rate on the current GPU (FIELD_NOTES: ~790 TFLOP/s on an H200)."""
+    """bf16 n^3 matmul rate on the current GPU (~790 TFLOP/s on an H200: docs/sources.md)."""
     import torch
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -393,7 +393,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "matmul":
         result = matmul_tflops(Path(argv[1]))
         print(f"bf16 {result['n']}^3 matmul: {result['tflops']:.0f} TFLOP/s on {result['device_name']} "
-              "(FIELD_NOTES: ~790 on an H200)")
+              "(about 790 on an H200: docs/sources.md)")
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -1,5 +1,5 @@
 """The sections of the GPU check's summary page (amp_bench.gpu_check.summary): suite figures, the published
-anchors from shared/FIELD_NOTES.md, the plain hand-written loop, fidelity, headroom, failure logs.
+anchors (docs/sources.md), the plain hand-written loop, fidelity, headroom, failure logs.
 Each takes plain frames/dicts and returns markdown lines; torch-free."""
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from amp_bench import identity, modes
 from amp_bench.store.flags import text_column
 
 GIB = 2**30
-# Published single-GPU ResNet-50 training throughput (images/s), shared/FIELD_NOTES.md:
+# Published single-GPU ResNet-50 training throughput (images/s): Lambda's deeplearning-benchmark (github.com/lambdal/
+# deeplearning-benchmark, pytorch/pytorch-train-throughput-{fp32,fp16}.csv) and NVIDIA DeepLearningExamples
+# (PyTorch/Classification/ConvNets/resnet50v1.5/README.md); what their columns mean: docs/sources.md.
 # (GPU name contains, source, layout, baseline mode, baseline img/s, AMP img/s). Lambda's baseline
 # column is "FP32 or TF32" (cuDNN's TF32 is on by default in PyTorch): our tf32 row is the match.
 ANCHORS = [
@@ -24,7 +26,7 @@ ANCHORS = [
     ("V100", "NVIDIA DeepLearningExamples resnet50v1.5 (V100 16GB)", True, "fp32", 367, 1200),
     ("4090", "Lambda deeplearning-benchmark (RTX 4090)", False, "tf32", 721, 1301),
 ]
-# bf16 8192^3 matmul measured on the project's H200 machines (FIELD_NOTES): the practical ceiling
+# bf16 8192^3 matmul measured on the project's H200 (docs/sources.md, "Hardware"): the practical ceiling
 MATMUL_MEASURED = {"H200": 790.0}
 
 
@@ -151,7 +153,7 @@ def _case(suite: pd.DataFrame, model: str, precision: str, channels_last: bool |
 
 def anchors_section(suite: pd.DataFrame, matmul: dict, device_name: str) -> list[str]:
     from amp_bench.platform.peaks import peak_tflops
-    lines = ["## Beside the published figures (shared/FIELD_NOTES.md)", ""]
+    lines = ["## Beside the published figures (docs/sources.md)", ""]
     rows = []
     measured = next((v for k, v in MATMUL_MEASURED.items() if k in device_name), None)
     peak = peak_tflops(device_name, "amp_bf16")[0] if device_name else None
@@ -192,7 +194,7 @@ def anchors_section(suite: pd.DataFrame, matmul: dict, device_name: str) -> list
                      "source": "the 6N rule (embeddings are no matmul; attention adds a few % at 128-256 "
                                "tokens): expect about 1.0-1.1"})
     if not rows:
-        return lines + [f"No published figure for {device_name or 'this device'} in FIELD_NOTES.md.", ""]
+        return lines + [f"No published figure for {device_name or 'this device'} among the check's anchors.", ""]
     return lines + [markdown(pd.DataFrame(rows)), "",
                     "Published runs use their own batch sizes and input pipelines: within 0.6-1.4x of them is "
                     "plausible; far outside, look for a throttled or shared GPU or a measurement fault.", ""]

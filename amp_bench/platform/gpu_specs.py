@@ -92,11 +92,11 @@ SPECS: list[GpuSpec] = [
 ]
 
 # Achievable fractions of the datasheet peaks. The default is what this project measured on an H200
-# (shared/FIELD_NOTES.md, "Dense peak TFLOP/s"): a bf16 8192^3 matmul reached ~790 of 989 TFLOP/s (0.80)
+# (docs/sources.md, "Hardware"): a bf16 8192^3 matmul reached ~790 of 989 TFLOP/s (0.80)
 # and a device copy ~4.3 of 4.8 TB/s (0.90); it stands for every GPU and unit not measured, an assumption.
 ACHIEVABLE = {"compute": 0.80, "bandwidth": 0.90}
 ACHIEVABLE_SOURCE = ("measured on an H200 by this project: bf16 matmul 790/989 TFLOP/s, device copy 4.3/4.8 TB/s "
-                     "(shared/FIELD_NOTES.md)")
+                     "(docs/sources.md)")
 # Measured per GPU: the 90th percentile of the FP32 TFLOP/s (TF32 off) of 1040 standalone linear layers and
 # of the GB/s of ~650 standalone elementwise ops per GPU, in NeuSight's operator dataset (github.com/
 # sitar-lab/NeuSight, MIT: scripts/asplos/data/dataset/test/linear.csv and elem.csv; torch 2.1, CUDA 12.1),

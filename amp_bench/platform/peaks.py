@@ -12,7 +12,7 @@ from amp_bench import modes
 
 # (name pattern, {mode: dense peak TFLOP/s}, source). fp32 = plain FP32 FMA rate; tf32/fp16/bf16/fp8 =
 # dense tensor-core rates (no sparsity: datasheets print FP8 with sparsity, this is half of it).
-# Sources: the vendor datasheets, as collected in shared/FIELD_NOTES.md ("Dense peak TFLOP/s").
+# Sources: the vendor datasheet each entry names (docs/sources.md, "Hardware").
 # The RTX 4090 has no FP8 entry: published dense FP8 rates for it disagree by 2x (FP16 vs FP32
 # accumulate), and an unknown peak gives an empty MFU, never a guess.
 PEAKS: list[tuple[str, dict[str, float], str]] = [

@@ -135,11 +135,12 @@ def channels_last(evidence: Evidence) -> Advice | None:
     """A CNN in NCHW: a GPU's Tensor Core convolutions and a CPU's oneDNN bf16 convolutions want NHWC, so
     each convolution's activations are reordered in and out (CPU: oneDNN's verbose step shows the reorders;
     GPU: nchwToNhwc / nhwcToNchw kernels). Sources: PyTorch's "Channels Last Memory Format" tutorial;
-    NVIDIA's Deep Learning Performance guide (NHWC for Tensor Core convolutions); timm's results (ResNet-50
-    AMP, layout alone 1.47x, FIELD_NOTES). Priced as the layout conversions gone: their share of the
-    convolution time times the step's convolution category. The interval, 0.3-2x of that saving, is what the
-    first scores showed (docs/advice.md: measured savings 0.25-2.2x of the predicted ones on six CPU cases):
-    NHWC also moves the batch norms and elementwise ops, which this saving does not price."""
+    NVIDIA's Deep Learning Performance guide (NHWC for Tensor Core convolutions); timm's training benchmarks
+    (ResNet-50 AMP, layout alone 1.47x: huggingface/pytorch-image-models, results/benchmark-train-amp-*).
+    Priced as the layout conversions gone: their share of the convolution time times the step's convolution
+    category. The interval, 0.3-2x of that saving, is what the first scores showed (docs/advice.md: measured
+    savings 0.25-2.2x of the predicted ones on six CPU cases): NHWC also moves the batch norms and elementwise
+    ops, which this saving does not price."""
     conv_ms = evidence.categories_ms.get("conv", 0.0)
     if is_true(evidence.case.get("channels_last")) or evidence.share(conv_ms) < 0.10:
         return None
@@ -176,7 +177,7 @@ def optimizer_impl(evidence: Evidence) -> Advice | None:
     """A for-loop or foreach optimizer where a fused one exists: the fused kernel reads and writes each
     parameter's state once, and with GradScaler it needs no host sync per step. Sources: torch.optim's docs
     (implementations: fused is typically fastest); pytorch/pytorch PR #81705 (fused Adam, no GradScaler
-    sync); FIELD_NOTES (#80167: the non-fused path syncs every fp16 step). Priced as the optimizer category
+    sync); pytorch/pytorch#80167 (the non-fused path syncs every fp16 step). Priced as the optimizer category
     times the fused pass's share of the bytes (FUSED_SHARE). The interval, 0.5-2.5x of that saving, is what the
     first scores showed (docs/advice.md: measured savings 0.5-2.5x of the predicted on seven CPU cases): a fused
     step also saves the foreach ops' per-op overhead, which the bytes do not price."""

@@ -5,7 +5,7 @@ Why by hand: the rule is small and specific. Every profiled step is a sample (pr
 several per case; the repeats of a case are pooled), so a category's spread is what it does from
 step to step and from process to process: the 10th to 90th percentile with ten samples or more,
 else min to max. Samples from one process alone cannot see process-to-process drift (6-15% in the
-median on this project's VMs, shared/FIELD_NOTES.md "CPUs differ"), so such a spread is widened to at
+median on this project's VMs, docs/sources.md), so such a spread is widened to at
 least PROCESS_FLOOR either side of the median.
 A category changed when the two modes' spreads do not overlap; a speedup's interval is
 [base low / mode high, base high / mode low]. The profiled and the measured speedups disagree when
@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-PROCESS_FLOOR = 0.075  # half of the 15% that same-code processes differed by (FIELD_NOTES)
+PROCESS_FLOOR = 0.075  # half of the 15% that same-code processes differed by (docs/sources.md)
 
 
 @dataclass

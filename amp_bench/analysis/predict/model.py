@@ -31,8 +31,8 @@ from amp_bench.analysis.predict.source import CaseSource, ModeSource, load_works
 from amp_bench.errors import UserError
 from amp_bench.platform.gpu_specs import GpuSpec, by_key
 
-# Host time to launch one op in eager PyTorch: ~10 us (shared/FIELD_NOTES.md); cudaLaunchKernel alone took
-# 7-9 us (median) in Holistic Trace Analysis's public A100 traces.
+# Host time to launch one op in eager PyTorch: ~10 us, rounded up from the 7-9 us (median) cudaLaunchKernel
+# alone took in Holistic Trace Analysis's public A100 traces (tests/data/hta).
 DISPATCH_MS = FLOOR_MS
 # (low, high) factors around a predicted step time and a predicted speedup; the 10th and 90th
 # percentiles of measured/predicted on NeuSight's inference labels (the development set, never the

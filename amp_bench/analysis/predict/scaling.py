@@ -3,7 +3,7 @@ or a category's lump) from the source GPU to a target GPU, with the rule that de
 
 Why by hand: Habitat (Yu et al., ATC'21) and NeuSight (ASPLOS'25) scale per kernel but only in FP32
 (their learned parts take the FP32 peak alone), and neither reads amp_bench's breakdown. The rule here
-is the minimal one in shared/FIELD_NOTES.md ("Predicting another GPU's step time"), explainable line
+is the minimal one that fits the breakdown (docs/predict.md, "The model, line by line"), explainable line
 by line:
 - host time (the device idle) is not scaled: a faster GPU waits as long for Python; nor are
   communication (NCCL, gloo) and copies to or from the host: the interconnect and PCIe set their pace;
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from amp_bench.platform.gpu_specs import GpuSpec, achievable
 
-FLOOR_MS = 0.010  # ~10 us: kernels under it are launch-bound (shared/FIELD_NOTES.md)
+FLOOR_MS = 0.010  # ~10 us, one op's launch (model.DISPATCH_MS, docs/sources.md): kernels under it are launch-bound
 # The shortest a kernel takes, for pricing an inventory: 3-5 us, the 5th percentile of kernel times in
 # Holistic Trace Analysis's public A100 traces (tests/data: critical_path/alexnet, timeline_analysis).
 KERNEL_MIN_MS = 0.004
