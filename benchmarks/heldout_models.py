@@ -1,12 +1,14 @@
 """A user's own model for the explain check's held-out suite (benchmarks/explain_heldout.yaml): a
 plain MLP classifier as someone would write it (784 -> 500 -> 300 -> 10, widths not all multiples
 of 8), on synthetic MNIST-sized inputs. Returns (model, make_batch, loss_fn) as python: refs do."""
+import itertools
+
 import torch
 
 
 def mlp(widths=(784, 500, 300, 10)):
     layers = []
-    for n_in, n_out in zip(widths[:-1], widths[1:]):
+    for n_in, n_out in itertools.pairwise(widths):
         layers += [torch.nn.Linear(n_in, n_out), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers[:-1])
 

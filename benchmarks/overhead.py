@@ -181,7 +181,7 @@ def main() -> int:
                     writer.writeheader()
                     writer.writerows(rows)
     ratio = statistics.median(plain) / statistics.median(harness)
-    paired = statistics.median(p / h for h, p in zip(harness, plain))
+    paired = statistics.median(p / h for h, p in zip(harness, plain, strict=True))
     print(f"{work.model} {work.image_size}px batch {work.batch} {args.precision} on {device.get('name', args.device)}, "
           f"{args.rounds} rounds x {args.steps} steps: harness {statistics.median(harness):.1f} samples/s, "
           f"plain loop {statistics.median(plain):.1f} samples/s (wall-clock windows; ratio of medians {ratio:.3f})")

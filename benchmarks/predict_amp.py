@@ -66,7 +66,7 @@ LAMBDA_MODELS = ("resnet50", "bert_base_squad", "bert_large_squad")
 def _dle_pairs() -> list[dict]:
     names = ["row", "target", "model", "baseline", "baseline_batch", "amp_batch", "baseline_layout", "amp_layout",
              "baseline_throughput", "amp_throughput", "published_speedup", "source", "note"]
-    rows = [dict(zip(names, r)) for r in DLE_ROWS]
+    rows = [dict(zip(names, r, strict=True)) for r in DLE_ROWS]
     for row in rows:
         row.update(table="NVIDIA DLE", gpu=row["row"].split("(1x ")[1].split(")")[0], unit="samples/s")
     return rows
@@ -189,7 +189,7 @@ def _compact(scored: pd.DataFrame) -> pd.DataFrame:
                         "model": scored["model"],
                         "arms": scored.apply(arm, axis=1), "measured speedup": scored["measured_speedup"]})
     out["amp_bench speedup (interval)"] = [f"{p:.2f}x ({lo:.2f}-{hi:.2f})" if p == p else "-" for p, lo, hi in zip(
-        scored["predicted_speedup"], scored["predicted_speedup_low"], scored["predicted_speedup_high"])]
+        scored["predicted_speedup"], scored["predicted_speedup_low"], scored["predicted_speedup_high"], strict=True)]
     out["peak ratio"] = scored["peak_ratio"]
     out["amp_bench error x"] = (scored["model_log_error"]).map(lambda e: f"{np.exp(e):.2f}" if e == e else "-")
     out["source-GPU guess, median error x"] = scored["source_gpu_median_log_error"].map(

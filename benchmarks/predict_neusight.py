@@ -96,7 +96,8 @@ def _pct(frame: pd.DataFrame) -> pd.DataFrame:
     """Percent columns as 'median / worst' strings, one per predictor."""
     out = frame[["source", "target", "n"]].copy()
     for label in neusight.PREDICTORS.values():
-        out[label] = [f"{m:.1f}% / {w:.0f}%" for m, w in zip(frame[f"{label} median %"], frame[f"{label} worst %"])]
+        out[label] = [f"{m:.1f}% / {w:.0f}%"
+                      for m, w in zip(frame[f"{label} median %"], frame[f"{label} worst %"], strict=True)]
     return out
 
 

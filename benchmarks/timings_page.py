@@ -42,7 +42,7 @@ def _cells(line: str) -> list[str]:
 def rows(text: str, section: str) -> list[dict[str, str]]:
     _, body, _ = _split(text, section)
     header = _cells(body[0])
-    return [dict(zip(header, _cells(line))) for line in body[2:] if line.strip()]
+    return [dict(zip(header, _cells(line), strict=False)) for line in body[2:] if line.strip()]
 
 
 def update(text: str, section: str, row: dict[str, str], keys: tuple[str, ...]) -> str:

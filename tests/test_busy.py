@@ -1,6 +1,7 @@
 """Contention that ends a case early (amp_bench/launchers/busy.py), on /proc readings recorded on a 2-core
 VM (tests/fixtures/contention_readings.json: a 2-thread torch worker alone for 3 s, then beside three
 `python3 -c 'while True: pass'`), replayed through a fake clock; and what a stopped case becomes."""
+import itertools
 import json
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_a_burst_shorter_than_the_hold_passes():
     burst = readings[:spin + 4]
     # after the burst, replay the quiet stretch's increments again: the worker alone
     quiet = readings[1:6]
-    for before, after in zip(quiet, quiet[1:]):
+    for before, after in itertools.pairwise(quiet):
         last = burst[-1]
         step = {k: after[k] - before[k] for k in ("at", "busy_s", "steal_s")}
         mine = after["processes"][str(RECORDED["worker_pid"])][1] - before["processes"][str(RECORDED["worker_pid"])][1]

@@ -56,7 +56,7 @@ def test_the_ideal_step_per_category():
 def test_no_step_built_from_its_categories_at_or_below_their_ideal_beats_the_ceiling(base, slack, ratio, precision):
     """The ceiling bounds: a mode whose every category is at its ideal reaches it exactly; one whose
     categories are anywhere slower than their ideal stays below it."""
-    base_ms = dict(zip(KEYS, base))
+    base_ms = dict(zip(KEYS, base, strict=True))
     if sum(base_ms.values()) <= 0:
         return
     ideal = ideal_factors(precision, {k: ratio for k in ACCELERATED}, "given")
@@ -65,7 +65,7 @@ def test_no_step_built_from_its_categories_at_or_below_their_ideal_beats_the_cei
         return
     at_ideal = sum(base_ms.values()) / sum(best.values())
     assert ceiling(base_ms, ideal) >= at_ideal * (1 - 1e-9)
-    slower = {k: v * s + (0.1 if k == "cast" else 0.0) for (k, v), s in zip(best.items(), slack)}
+    slower = {k: v * s + (0.1 if k == "cast" else 0.0) for (k, v), s in zip(best.items(), slack, strict=True)}
     assert ceiling(base_ms, ideal) >= sum(base_ms.values()) / sum(slower.values()) * (1 - 1e-9)
 
 

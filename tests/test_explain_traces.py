@@ -61,7 +61,7 @@ def _hta_arithmetic(trace: str) -> dict[str, float]:
         marks += [(math.ceil(float(e["ts"])), bit), (math.floor(float(e["ts"]) + float(e.get("dur", 0))), -bit)]
     marks.sort(key=lambda m: m[0])
     totals, running = dict.fromkeys(bits, 0), 0
-    for (time, bit), (after, _) in zip(marks, marks[1:] + [(None, 0)]):
+    for (time, bit), (after, _) in zip(marks, marks[1:] + [(None, 0)], strict=True):
         running += bit
         if after is not None and running > 0:
             for kind, kind_bit in bits.items():

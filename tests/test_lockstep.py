@@ -1,5 +1,6 @@
 """Lockstep sets: a repeat's modes measured by workers alive together, taking turns (measure/baton.py,
 measure/conductor.py, launchers/lockstep.py, studies/run_plan.launch_units)."""
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -158,11 +159,11 @@ repeats: 2
     assert list(results.status) == ["ok"] * 4 and set(results.interleave) == {"steps"}
     assert (results.window_gap_fraction < 0.25).all()  # ~0.5 if the partner's turns were in the window
     found = _stamps(stamps)
-    for (_, end, _), (start, _, _) in zip(found, found[1:]):
+    for (_, end, _), (start, _, _) in itertools.pairwise(found):
         assert start >= end - 1e-4  # one step at a time, across every worker of the run
     pids = [pid for _, _, pid in found]
     assert len(set(pids)) == 4
-    handovers = sum(1 for a, b in zip(pids, pids[1:]) if a != b)
+    handovers = sum(1 for a, b in itertools.pairwise(pids) if a != b)
     assert handovers >= 2 * 4  # each set: warmups, then at least three window turns a side
     from amp_bench.analysis.speedups import summarize
     method = summarize(results).set_index("precision").loc["amp_bf16", "speedup_vs_fp32_method"]

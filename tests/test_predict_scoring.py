@@ -80,7 +80,7 @@ def test_the_frozen_predictions_score_every_pair():
     scored = neusight.score(pd.read_csv(frozen), labels, e2e)
     assert scored["rows"]["measured_ms"].notna().all()
     pairs = scored["e2e"]
-    assert (pairs["n"] > 0).all() and ("all", "all") in set(zip(pairs["source"], pairs["target"]))
+    assert (pairs["n"] > 0).all() and ("all", "all") in set(zip(pairs["source"], pairs["target"], strict=True))
     amp = ROOT / "docs" / "predict" / "amp_predictions.csv"
     if amp.is_file():
         table = amp_tables.score(PAIRS, pd.read_csv(amp))

@@ -150,7 +150,7 @@ def test_a_paired_speedup_stays_narrow_when_the_machine_drifts_30_percent_across
     wobble = [1.00, 1.02, 0.99, 1.01, 0.98, 1.00]  # the ratio's own repeat-to-repeat noise
     frame = pd.DataFrame([row("fp32", 1000 * d, 1000, repeat=r, device="cpu") for r, d in enumerate(drift)]
                          + [row("amp_bf16", 1000 * d / (1.6 * w), 800, repeat=r, device="cpu")
-                            for r, (d, w) in enumerate(zip(drift, wobble))])
+                            for r, (d, w) in enumerate(zip(drift, wobble, strict=True))])
     amp = summarize(frame).set_index("precision").loc["amp_bf16"]
     assert amp["speedup_vs_fp32"] == pytest.approx(1.6, rel=0.01)
     assert 1.6 * 0.95 < amp["speedup_vs_fp32_ci_low"] < 1.6 < amp["speedup_vs_fp32_ci_high"] < 1.6 * 1.05

@@ -36,7 +36,7 @@ def test_injected_overflow_is_skipped_halves_the_scale_and_leaves_weights_alone(
             before_overflow = [p.detach().clone() for p in model.parameters()]
         step(x, y)
         if i == 3:
-            assert all(torch.equal(a, b) for a, b in zip(before_overflow, model.parameters()))
+            assert all(torch.equal(a, b) for a, b in zip(before_overflow, model.parameters(), strict=True))
     scales = torch.stack(step.scales).tolist()
     health = scale_history(step.initial_scale, scales)
     assert health["scaler_skipped_step_indices"] == [3]
@@ -114,4 +114,4 @@ def test_the_probe_does_not_change_training():
                 gradient_underflow(model, torch.nn.functional.cross_entropy, x, y, get_mode("amp_bf16"), "cpu", None)
             step(x, y)
         final.append([t.detach().clone() for t in list(model.parameters()) + list(model.buffers())])
-    assert all(torch.equal(a, b) for a, b in zip(*final))
+    assert all(torch.equal(a, b) for a, b in zip(*final, strict=True))

@@ -47,7 +47,7 @@ def test_smoke_on_two_partitions_is_two_runs_and_one_report_of_both(slurm, tmp_p
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = sorted((tmp_path / "results").iterdir())
     assert [r.name.split("-", 1)[1] for r in runs] == ["gpu-a-cpu", "gpu-b-cpu"]  # named by partition
-    for run_dir, partition in zip(runs, ("gpu-a", "gpu-b")):
+    for run_dir, partition in zip(runs, ("gpu-a", "gpu-b"), strict=True):
         manifest = read_manifest(run_dir)
         assert manifest["status"] == "complete" and manifest["executor"]["partition"] == partition
         (job_id, job), = manifest["jobs"].items()

@@ -250,7 +250,8 @@ def _add_notes(comparison: Comparison, excluded: dict, wanders: tuple) -> None:
         comparison.notes.append("contended repeats left out (baseline, candidate): " + ", ".join(
             f"{case} ({nb}, {nc})" for case, (nb, nc) in excluded.items()))
     if any(w for w in wanders):
-        shares = " and ".join(f"{w:.1%} ({side})" for side, w in zip(("baseline", "candidate"), wanders) if w)
+        shares = " and ".join(f"{w:.1%} ({side})" for side, w in zip(("baseline", "candidate"), wanders, strict=True)
+                              if w)
         comparison.notes.append(f"the machine wandered {shares} (one sd of the repeats' common factor) within the "
                                 "runs: added to the step-time and throughput intervals")
     unstable = [r for r in comparison.results if r.verdict == "unstable"]

@@ -107,8 +107,8 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
         "samples_per_watt": table["samples_per_joule"], "mfu": table["mfu"], "run_id": table["run_id"]})
     device = text_column(table, "device_name")
     partition = text_column(table, "slurm_partition")
-    out["price_per_gpu_hour"] = pd.Series([price_for(d, p, prices) if prices else None
-                                           for d, p in zip(device, partition)], index=out.index, dtype=float)
+    out["price_per_gpu_hour"] = pd.Series([price_for(d, p, prices) if prices else None for d, p in
+                                           zip(device, partition, strict=True)], index=out.index, dtype=float)
     gpus = out["world_size"]  # keyed in the summary: 1 where a run said nothing
     out["samples_per_dollar"] = out["throughput"] * 3600 / (out["price_per_gpu_hour"] * gpus)
     out["case"] = identity.case_labels(out)
@@ -137,7 +137,7 @@ def reference_view(table: pd.DataFrame, reference: str) -> pd.DataFrame:
     gpu = find_gpu(table, reference)
     ref = table[table["gpu"] == gpu].set_index(["case", "precision"])
     out = table[["case", "gpu", "precision", "status", "throughput"]].copy()
-    keys = list(zip(out["case"], out["precision"]))
+    keys = list(zip(out["case"], out["precision"], strict=True))
     theirs = pd.Series([ref["throughput"].get(k, np.nan) for k in keys], index=out.index)
     their_status = pd.Series([ref["status"].get(k, "not run") for k in keys], index=out.index)
     out["reference"] = gpu

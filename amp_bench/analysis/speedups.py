@@ -154,7 +154,7 @@ def _dropped_pairs(table: pd.DataFrame, frame: pd.DataFrame, base: str) -> pd.Da
         either = broken.apply(lambda col: col | broken[base])
         counts = either.groupby(level=group_keys(), dropna=False).sum().stack().to_dict()
     lost = [counts.get((*key, precision), 0) for key, precision in
-            zip(table[group_keys()].itertuples(index=False, name=None), table["precision"])]
+            zip(table[group_keys()].itertuples(index=False, name=None), table["precision"], strict=True)]
     dropped = table[f"{name}_dropped"].fillna(0).astype(int) + np.asarray(lost, dtype=int)
     table[f"{name}_dropped"] = dropped.where(table["status"] == "ok", 0)  # a case without figures drops nothing
     pairs = table[f"{name}_pairs"].fillna(0)

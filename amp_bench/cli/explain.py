@@ -44,7 +44,7 @@ def breakdown_table(results) -> Table:
     long = category_table(results)
     table = Table(title="Where the profiled step's time went (ms per step; share of the step)")
     table.add_column("category")
-    columns = list(dict.fromkeys(zip(long["case"], long["precision"])))
+    columns = list(dict.fromkeys(zip(long["case"], long["precision"], strict=True)))
     for case, precision in columns:
         table.add_column(f"{case}\n{precision}", justify="right")
     for category in list(CATEGORIES) + [HOST]:

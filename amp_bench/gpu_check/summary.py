@@ -50,7 +50,7 @@ def read_stages(path: Path, part: int | None = None) -> dict[str, dict]:
     estimates = {s.name: s.estimate_s for s in plan.PARTS[part].stages} if part in plan.PARTS else {}
     fields = ("stage", "status", "seconds", "timeout", "note")
     order = ("stage", "status", "seconds", "estimate_s", "timeout", "note")
-    stages = {name: dict(zip(fields, (name, "pending", "", "", ""))) for name in names}
+    stages = {name: dict(zip(fields, (name, "pending", "", "", ""), strict=True)) for name in names}
     if path.is_file() and path.stat().st_size:  # the script's lines, as written: text, no quoting, no header
         lines = pd.read_csv(path, sep="\t", names=fields, dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE,
                             engine="python", on_bad_lines=lambda cells: cells[:len(fields)], encoding_errors="replace")

@@ -118,7 +118,7 @@ def run_shared(case: Case, repeats: list[int], device: DeviceInfo, versions: dic
                                      wall_s=later[n].get(phase_column("window"), 0.0) if n < len(later) else 0.0)
         found.append(finish(base_row(case, repeat, device, versions, store.run_id), window,
                             for_repeat(case, repeat), repeat, store, stem, None))
-    for (row, _), n in zip(found, range(len(repeats))):
+    for n, (row, _) in enumerate(found):
         row["worker_window"] = n
     if found[0][0].get("worker_wall_s") is not None:  # the later windows' seconds are their rows'
         found[0][0]["worker_wall_s"] = round(outcome.wall_s - sum(row.get("worker_wall_s") or 0.0

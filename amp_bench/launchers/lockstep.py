@@ -37,7 +37,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     """Run (case, repeat, stem) members, every one of which may run here, as one lockstep set; returns
     each member's (row, per-step samples) in order."""
     prepared, specs = [], []
-    for (case, repeat, stem), support in zip(members, supports):
+    for (case, repeat, stem), support in zip(members, supports, strict=True):
         row = launch.base_row(case, repeat, device, versions, store.run_id)
         case = launch.for_repeat(case, repeat)
         _, extra_env, cache_dir = launch.worker_setting(case, store, stem, row)
@@ -86,7 +86,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
 def _one_after_another(members, device, versions, store, supports, on_event, server, why: str) -> list:
     """The set's members each in a worker of its own, one after another (the conductor refused)."""
     rows = []
-    for (case, repeat, stem), support in zip(members, supports):
+    for (case, repeat, stem), support in zip(members, supports, strict=True):
         row, samples = launch.run_one(case, repeat, device, versions, store, support, stem=stem, server=server,
                                on_event=None if on_event is None else (lambda event, case=case: on_event(case, event)))
         row[INTERLEAVE_COLUMN] = "repeats"

@@ -154,7 +154,7 @@ def slowest_per_step(per_rank_ms: list[list[float]]) -> list[float]:
     lengths = {len(times) for times in per_rank_ms}
     if not per_rank_ms or len(lengths) != 1:
         raise ValueError(f"every rank must time the same number of steps, got {sorted(lengths)}")
-    return [max(step) for step in zip(*per_rank_ms)]
+    return [max(step) for step in zip(*per_rank_ms, strict=True)]
 
 
 def aggregate(records: list[dict], case, backend: str) -> dict:
@@ -170,7 +170,7 @@ def aggregate(records: list[dict], case, backend: str) -> dict:
     stats = window.stats
     out.update(window.to_columns())
     out["samples"] = [dict(s) for s in records[0]["samples"]]
-    for sample, step_ms in zip(measured(out["samples"]), slowest):
+    for sample, step_ms in zip(measured(out["samples"]), slowest, strict=True):
         sample["step_time_ms"] = step_ms
     for column, pick in [(c, max) for c in MAX_COLUMNS] + [(c, min) for c in MIN_COLUMNS] + \
                         [(c, sum) for c in SUM_COLUMNS]:

@@ -67,7 +67,7 @@ def _grads(model, loss_fn, inputs, target, mode: modes.Mode | None, device_type:
         loss = loss_fn(forward(model, inputs), target)
     grads = torch.autograd.grad(loss.float() * scale, params, allow_unused=True)
     return [(g.float() / scale) if g is not None else torch.zeros_like(p, dtype=torch.float32)
-            for g, p in zip(grads, params)]
+            for g, p in zip(grads, params, strict=True)]
 
 
 def gradient_underflow(model, loss_fn, inputs, target, mode: modes.Mode, device_type: str, scale: float | None) -> dict:

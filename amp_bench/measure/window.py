@@ -139,7 +139,7 @@ class CpuStepTimer:
         self._ends.append(self._clock())
 
     def times_so_far(self) -> list[float]:
-        return [(e - s) * 1e3 for s, e in zip(self._starts, self._ends)]
+        return [(e - s) * 1e3 for s, e in zip(self._starts, self._ends, strict=False)]
 
     def elapsed_s(self) -> float:
         return self._clock() - self._window[0] - self._paused_s
@@ -184,11 +184,11 @@ class CudaStepTimer:
     def times_so_far(self) -> list[float]:
         """Synchronises (a checkpoint): the adaptive stop rule reads this every few steps only."""
         self._synchronize()
-        pairs = zip(self._starts[: self._recorded], self._ends[: self._recorded])
+        pairs = zip(self._starts[: self._recorded], self._ends[: self._recorded], strict=True)
         return [start.elapsed_time(end) for start, end in pairs]
 
     def end_window(self) -> tuple[list[float], float]:
         self._synchronize()
         window = self._clock() - self._window_start
-        pairs = zip(self._starts[: self._recorded], self._ends[: self._recorded])
+        pairs = zip(self._starts[: self._recorded], self._ends[: self._recorded], strict=True)
         return [start.elapsed_time(end) for start, end in pairs], window

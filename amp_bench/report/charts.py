@@ -64,7 +64,7 @@ def speedup_chart(summary: pd.DataFrame, base: str | None = None):
     # a figure that needs care says so on its bar: emulated dtype, or a machine shared in the window
     measured["caveat"] = [" · ".join(word for word, on in ((modes.EMULATED, e), ("contended", c)) if on)
                           for e, c in zip(true_rows(measured.get("emulated"), measured.index),
-                                          true_rows(measured.get(f"contended_vs_{base}"), measured.index))]
+                                          true_rows(measured.get(f"contended_vs_{base}"), measured.index), strict=True)]
     fig = _px().bar(measured, x="x", y=f"speedup_vs_{base}", color="precision", barmode="group",
                     text="caveat" if (measured["caveat"] != "").any() else None,
                     error_y="err_plus", error_y_minus="err_minus", color_discrete_map=modes.colours(),
@@ -367,7 +367,7 @@ def headroom_chart(headroom: pd.DataFrame):
     frame = frame.sort_values("precision", key=precision_sort_key, kind="stable")
     for precision, group in frame.groupby("precision", sort=False):
         text = [("" if r != r else f"{r:.2f}x") + (" (limit)" if is_true(lim) else "")
-                for r, lim in zip(group["batch_ratio_vs_fp32"], group["limit_reached"])]
+                for r, lim in zip(group["batch_ratio_vs_fp32"], group["limit_reached"], strict=True)]
         fig.add_bar(x=group["model_label"], y=group["max_batch_size"], name=precision, legendgroup=precision,
                     marker_color=modes.colours().get(precision), text=text, textposition="outside", row=1, col=1)
         fig.add_bar(x=group["model_label"], y=group["throughput_at_max"], name=precision, legendgroup=precision,

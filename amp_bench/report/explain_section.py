@@ -73,7 +73,7 @@ def waterfall(results: pd.DataFrame):
         steps = d.waterfall()
         measures = ["absolute"] + ["relative"] * (len(steps) - 2) + ["total"]
         fig.add_trace(go.Waterfall(x=[s[0] for s in steps], y=[s[1] if m != "total" else 0 for s, m in
-                                                                  zip(steps, measures)],
+                                                                  zip(steps, measures, strict=True)],
                                    measure=measures, showlegend=False, decreasing={"marker": {"color": "#00cc96"}},
                                    increasing={"marker": {"color": "#ef553b"}},
                                    totals={"marker": {"color": "#636efa"}}), row=i, col=1)
@@ -144,9 +144,9 @@ def advice_display(results: pd.DataFrame, run_dirs) -> pd.DataFrame:
     if table.empty:
         return table
     table["predicted step ms"] = [f"{p:.4g} ({lo:.4g}-{hi:.4g})" for p, lo, hi in
-                                  zip(table["predicted ms"], table["low ms"], table["high ms"])]
+                                  zip(table["predicted ms"], table["low ms"], table["high ms"], strict=True)]
     table["speedup"] = [f"{s:.2f}x ({step / hi:.2f}-{step / lo:.2f}x)" for s, step, lo, hi in
-                        zip(table["speedup"], table["step ms"], table["low ms"], table["high ms"])]
+                        zip(table["speedup"], table["step ms"], table["low ms"], table["high ms"], strict=True)]
     return table[["case", "rule", "change", "evidence", "predicted step ms", "speedup", "how", "source"]]
 
 

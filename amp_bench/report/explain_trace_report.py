@@ -42,7 +42,7 @@ def advice_lines(explanation) -> list[str]:
     from amp_bench.analysis.advice.evidence import from_profile
     modes = list(explanation.modes or []) if getattr(explanation, "modes", None) else []
     lines = []
-    for n, (name, profile) in enumerate(zip(explanation.names, explanation.profiles)):
+    for n, (name, profile) in enumerate(zip(explanation.names, explanation.profiles, strict=True)):
         evidence = from_profile(profile, modes[n] if n < len(modes) else "")
         lines += [f"{name}: {i}. {item.line()}" for i, item in enumerate(advise(evidence), 1)]
         lines += [f"{name}: by design: {note}" for note in intrinsic(evidence)]

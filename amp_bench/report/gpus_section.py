@@ -44,7 +44,7 @@ def figure(long: pd.DataFrame):
             rows = part[part["precision"] == mode].set_index("gpu").reindex(gpus)
             measured = rows["throughput"].notna()
             fig.add_trace(go.Bar(
-                x=[g for g, m in zip(gpus, measured) if m], y=rows.loc[measured, "throughput"], name=mode,
+                x=[g for g, m in zip(gpus, measured, strict=True) if m], y=rows.loc[measured, "throughput"], name=mode,
                 offsetgroup=mode, legendgroup=mode, showlegend=mode not in shown, marker_color=colours.get(mode),
                 hovertext=[f"{mode} on {g}: {t:,.1f} samples/s" for g, t in rows.loc[measured, "throughput"].items()],
                 hoverinfo="text"), row=row, col=1)
@@ -59,7 +59,7 @@ def figure(long: pd.DataFrame):
                     textposition="outside", cliponaxis=False,
                     marker=dict(color="rgba(0,0,0,0)", line=dict(color="black", width=1.5), pattern=dict(shape="x")),
                     hovertext=[f"{mode} on {g}: {s} ({r})" for g, s, r in zip(missing.index, missing["status"],
-                                                                           missing["reason"])],
+                                                                           missing["reason"], strict=True)],
                     hoverinfo="text"), row=row, col=1)
                 shown.add("missing")
         fig.update_yaxes(title_text="samples / s", row=row, col=1)

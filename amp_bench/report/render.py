@@ -97,7 +97,7 @@ def precision_labels(summary: pd.DataFrame) -> pd.Series:
     """'amp_bf16 (emulated)': an emulated mode is never shown without saying so."""
     flags = summary["emulated"] if "emulated" in summary else pd.Series(False, index=summary.index)
     return pd.Series([modes.with_emulated(p, is_true(e))
-                      for p, e in zip(summary["precision"], flags)], index=summary.index, dtype=object)
+                      for p, e in zip(summary["precision"], flags, strict=True)], index=summary.index, dtype=object)
 
 
 def caveats(summary: pd.DataFrame) -> pd.Series:
@@ -129,7 +129,7 @@ def machine_count(data: ReportData) -> int:
     for frame in frames:
         if not frame.empty and "device_name" in frame:
             hosts = frame["hostname"] if "hostname" in frame else pd.Series("", index=frame.index)
-            pairs |= set(zip(frame["device_name"].astype(str), hosts.astype(str)))
+            pairs |= set(zip(frame["device_name"].astype(str), hosts.astype(str), strict=True))
     return len(pairs)
 
 

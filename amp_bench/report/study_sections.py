@@ -72,7 +72,8 @@ def headroom_for_reading(headroom: pd.DataFrame) -> pd.DataFrame:
         "first OOM": headroom["first_oom_batch_size"],
         "limit reached": headroom["limit_reached"].map(lambda v: "yes" if is_true(v) else ""),
         "x fp32's batch": [("-" if v != v else ("≥" if is_true(lb) else "") + f"{v:.2f}x")
-                           for v, lb in zip(headroom["batch_ratio_vs_fp32"], headroom["batch_ratio_is_lower_bound"])],
+                           for v, lb in zip(headroom["batch_ratio_vs_fp32"], headroom["batch_ratio_is_lower_bound"],
+                                            strict=True)],
         "samples/s there": headroom["throughput_at_max"],
         "x fp32's samples/s": headroom["throughput_ratio_vs_fp32"].map(lambda v: "-" if v != v else f"{v:.2f}x"),
         "memory cap": headroom["memory_cap_bytes"].map(cap), "probes": headroom["probes"],

@@ -79,7 +79,7 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
             save_died(store, [item for item in order[position:] if item[0] not in run.saved], machine, stop,
                        running=run.running)
             return
-        for (index, case, repeat), row in zip(unit, rows):
+        for (index, case, repeat), row in zip(unit, rows, strict=True):
             if index in runnable:
                 measured.append(((index, case, repeat), row))
                 streak = streak + 1 if row["status"] == "contended" or is_true(row.get("contended")) else 0
@@ -162,7 +162,7 @@ class _Run:
         if measured is None or (self.stop is not None and self.stop.requested and
                                 any(row["status"] != "ok" for row, _ in measured)):
             return None
-        return {index: found for (index, _, _), found in zip(planned, measured)}
+        return {index: found for (index, _, _), found in zip(planned, measured, strict=True)}
 
     def one_worker(self, live: list, position: int) -> dict | None:
         """Consecutive repeats of one case as windows of one worker: {index: (row, samples)}, None on a stop."""
@@ -180,7 +180,7 @@ class _Run:
             return None
         for row, _ in measured:
             row.setdefault(INTERLEAVE_COLUMN, "repeats")
-        return {index: found for (index, _, _), found in zip(live, measured)}
+        return {index: found for (index, _, _), found in zip(live, measured, strict=True)}
 
     def _guarded(self, runs: bool, start):
         """start() with a job's stop armed while it runs; None when the stop's signal interrupted it."""

@@ -109,7 +109,7 @@ def submit_share(store: RunStore, spec: ExecutorSpec, partition: slurm.Partition
 
     def add(manifest: dict) -> None:
         jobs = manifest.setdefault("jobs", {})
-        for job_id, share in zip(job_ids, shares):
+        for job_id, share in zip(job_ids, shares, strict=True):
             jobs[job_id] = {"indices": share, "partition": partition.name, "submitted_at": at,
                             "time_min": time_min, "gpus": gpus}
         manifest["status"] = "running"

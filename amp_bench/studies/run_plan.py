@@ -81,7 +81,8 @@ def part_key(index: int, case: Case, repeat: int) -> str:
 
 def rows_by_index(store: RunStore) -> dict[int, dict]:
     """The rows a run has, by plan index (from their part names)."""
-    return {int(key.split("-", 1)[0]): row for key, row in zip(store.part_keys, store.rows) if key[:5].isdigit()}
+    return {int(key.split("-", 1)[0]): row for key, row in zip(store.part_keys, store.rows, strict=True)
+            if key[:5].isdigit()}
 
 
 def in_lockstep(case: Case, machine: Machine) -> bool:

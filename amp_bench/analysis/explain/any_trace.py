@@ -44,13 +44,13 @@ class TraceExplanation:
         for key in list(CATEGORIES) + [HOST]:
             values = [p.host_ms if key == HOST else p.categories_ms.get(key, 0.0) for p in self.profiles]
             if any(v > 0 for v in values):
-                rows.append({"category": LABELS.get(key, key), **dict(zip(self.names, values))})
+                rows.append({"category": LABELS.get(key, key), **dict(zip(self.names, values, strict=True))})
         return rows
 
     def summary_rows(self) -> list[dict]:
         """Per trace: device, steps, step and idle time, HTA's kinds over the whole trace, Tensor Cores."""
         rows = []
-        for name, p in zip(self.names, self.profiles):
+        for name, p in zip(self.names, self.profiles, strict=True):
             row = {"trace": name, "device": p.device_name or p.device_type, "steps": len(p.steps),
                    "step ms (median)": p.wall_ms, "idle ms per step": p.host_ms, "idle share of the step": p.idle_share}
             if p.device_type == "cuda":
@@ -60,8 +60,8 @@ class TraceExplanation:
         return rows
 
     def units(self) -> list[str]:
-        return [f"{name}: {describe(p.tensor_cores, False)['summary']}" for name, p in zip(self.names, self.profiles)
-                if p.device_type == "cuda"]
+        return [f"{name}: {describe(p.tensor_cores, False)['summary']}"
+                for name, p in zip(self.names, self.profiles, strict=True) if p.device_type == "cuda"]
 
     def sentences(self) -> list[str]:
         if self.decomposition is None:
@@ -104,7 +104,7 @@ def explain_traces(paths, modes: tuple[str, str] | None = None, cpu_isa: str | N
     profiles = profiles or read_traces(paths)
     names = trace_names(paths)
     out = TraceExplanation(names, profiles, paths=[Path(p).resolve() for p in paths])
-    for name, p in zip(names, profiles):
+    for name, p in zip(names, profiles, strict=True):
         out.notes += [f"{name}: {n}" for n in p.notes]
     if len(profiles) == 2:
         base, mode = profiles

@@ -73,7 +73,7 @@ def _precision(names, profiles: list[Profile], modes: tuple[str, str] | None) ->
         said.append(("precision", f"precision: {names[0]}'s GEMM/conv kernels ran {MATH_LABELS[first]} "
                                   f"({first_share:.0%} of their time), {names[1]}'s {MATH_LABELS[second]} "
                                   f"({second_share:.0%})"))
-    for name, (math, share), precision in zip(names, maths, modes or ()):
+    for name, (math, share), precision in zip(names, maths, modes or (), strict=False):
         if math and math not in _expected_math(precision):
             said.append(("modes", f"precision: --modes says {name} ran {precision}, but its GEMM/conv kernels ran "
                                   f"{MATH_LABELS[math]} ({share:.0%} of their time)"))
@@ -90,7 +90,7 @@ def differences(names: list[str], profiles: list[Profile],
 
 def _gpu_ideal(names, profiles: list[Profile], modes: tuple[str, str]) -> tuple[Ideal | None, str]:
     specs, rates = [], []
-    for name, profile, precision in zip(names, profiles, modes):
+    for name, profile, precision in zip(names, profiles, modes, strict=True):
         if not profile.device_name:
             return None, f"{name} names no GPU (no deviceProperties): no peak rate, so no ceiling"
         spec, unit = find(profile.device_name), registry.get(precision).peak_math

@@ -143,7 +143,7 @@ def contended_runs(results: pd.DataFrame) -> pd.DataFrame:
     # latest: no judged run of the series after it (tonight's run was contended: not judged)
     judged = run_series(results).groupby(series_keys(), dropna=False, as_index=False)["timestamp"].max()
     after = table.merge(judged.rename(columns={"timestamp": "_judged"}), on=series_keys(), how="left")["_judged"]
-    table["latest"] = [pd.isna(a) or pd.isna(t) or t > a for a, t in zip(after, table["timestamp"])]
+    table["latest"] = [pd.isna(a) or pd.isna(t) or t > a for a, t in zip(after, table["timestamp"], strict=True)]
     return table.sort_values(["timestamp", "run_id", "case_id"]).reset_index(drop=True)[CONTENDED_COLUMNS]
 
 
@@ -178,8 +178,9 @@ def evaluate(results: pd.DataFrame, annotations: list[dict] | None = None,
             if keep.sum() < 2:
                 continue
             one = _Series(case_id, fingerprint, suite, host, metric, higher_is_worse, thresholds[metric], raw[keep],
-                          group["run_id"].to_numpy()[keep], [d for d, k in zip(group["timestamp"], keep) if k],
-                          entries, (baselines or {}).get((fingerprint, suite)))
+                          group["run_id"].to_numpy()[keep],
+                          [d for d, k in zip(group["timestamp"], keep, strict=True) if k], entries,
+                          (baselines or {}).get((fingerprint, suite)))
             found, current = one.judge()
             changes += found
             states.append(current)

@@ -42,7 +42,7 @@ def source_gpu_errors(pairs: pd.DataFrame) -> pd.DataFrame:
     """Every (other GPU -> this GPU) guess within a table and model: |log error| of using the other's speedup."""
     rows = []
     for (table, model), group in pairs.groupby(["table", "model"]):
-        speedups = dict(zip(group["gpu"], group["measured_speedup"]))
+        speedups = dict(zip(group["gpu"], group["measured_speedup"], strict=True))
         for gpu, actual in speedups.items():
             for other, guess in speedups.items():
                 if other != gpu:

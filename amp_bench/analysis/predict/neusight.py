@@ -204,7 +204,7 @@ def predict_all(labels: pd.DataFrame, e2e: pd.DataFrame, phase: str) -> pd.DataF
             weight = repeats(src_rows, layers)
             for dst in (g for g in gpus if g != src):
                 ops = predict_pair(src_rows, specs[GPUS[src]], specs[GPUS[dst]])
-                ops["repeat"] = ops["idx"].map(dict(zip(src_rows["idx"], weight)))
+                ops["repeat"] = ops["idx"].map(dict(zip(src_rows["idx"], weight, strict=True)))
                 frames.append(_with_e2e(ops, workload, src, dst, rows, e2e))
     return pd.concat(frames, ignore_index=True)
 

@@ -58,7 +58,7 @@ def base_name(name: str) -> str:
 def _tensors(dims, types) -> list[tuple[list[int], str]]:
     """(shape, dtype) of the recorded tensor inputs (scalars, lists and absent tensors dropped; a
     0-d tensor has shape [])."""
-    return [([int(d) for d in shape], dtype) for shape, dtype in zip(dims or [], types or [])
+    return [([int(d) for d in shape], dtype) for shape, dtype in zip(dims or [], types or [], strict=False)
             if dtype in DTYPE_BYTES and isinstance(shape, list)]
 
 
@@ -110,7 +110,7 @@ def _gemm(name: str, tensors) -> OpCost | None:
 
 def _conv_out(spatial, kernel, stride, padding, dilation) -> list[int]:
     return [max((i + 2 * p - d * (k - 1) - 1) // max(s, 1) + 1, 1)
-            for i, k, s, p, d in zip(spatial, kernel, stride, padding, dilation)]
+            for i, k, s, p, d in zip(spatial, kernel, stride, padding, dilation, strict=False)]
 
 
 def _conv(tensors, concrete, base: str = "convolution") -> OpCost | None:

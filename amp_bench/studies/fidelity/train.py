@@ -157,7 +157,8 @@ def _record(spec, precision, seed, model, prepare, step, mode, device_type, spli
         "loss_first": loss_values[0], "compile_mode": spec.compile_mode,
         "output_dtype": str(step.output_dtype).replace("torch.", "") if step.output_dtype else "", **health,
         "step_table": [{"epoch": e, "step": i, "loss": v, "scale": scales[i] if scales else None,
-                        "skipped": i in skipped} for i, (e, v) in enumerate(zip(trained["step_epochs"], loss_values))],
+                        "skipped": i in skipped}
+                       for i, (e, v) in enumerate(zip(trained["step_epochs"], loss_values, strict=True))],
         "epoch_table": epochs, "probe_table": probes,
     }
     if "scaler_skipped_step_indices" in record:
