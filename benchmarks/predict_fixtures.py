@@ -56,7 +56,7 @@ def cpu(run_dir: str) -> None:
     first = samples["case_id"].isin(rows["case_id"]) & (samples["repeat"] == 0)
     samples[first].to_csv(out / "samples.csv", index=False)
     for trace in rows["explain_trace"].dropna():
-        _write(trim_trace(json.load(gzip.open(run / trace))["traceEvents"]), out / trace)
+        _write(trim_trace(json.loads(gzip.decompress((run / trace).read_bytes()))["traceEvents"]), out / trace)
     rows.to_csv(out / "results.csv", index=False)
     (out / "suite.yaml").write_text((run / "suite.yaml").read_text() + "predict:\n  targets: [h100-sxm, a100-80gb, l4, "
                                                                         "v100-sxm2]\n")
@@ -65,7 +65,7 @@ def cpu(run_dir: str) -> None:
 
 def gpu(trace_file: str) -> None:
     """tests/data/predict/gpu_run/ from HTA's sampled_rank-0 trace: its first ProfilerStep as a one-row run."""
-    events = json.load(gzip.open(trace_file))["traceEvents"]
+    events = json.loads(gzip.decompress(Path(trace_file).read_bytes()))["traceEvents"]
     step = next(e for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
     trace = trim_trace(events, step["ts"], step["ts"] + step["dur"] + 2e5)  # + the kernels still queued at its end
     out = DATA / "gpu_run"
@@ -96,9 +96,8 @@ def _adamw_step(impl: str, path: Path) -> None:
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
     step(), step()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        with record_function("amp_bench::step"):
-            step()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, record_function("amp_bench::step"):
+        step()
     raw = path.with_suffix(".raw.json")
     prof.export_chrome_trace(str(raw))
     _write(trim_trace(json.loads(raw.read_text())["traceEvents"]), path)

@@ -56,7 +56,7 @@ def test_squeue_sacct_and_scontrol_are_read_as_slurm_says():
     assert set(sacct) == {"12_1", "13"}  # job steps (12_1.batch) are not jobs
     assert sacct["12_1"].died_status == "node_fail" and sacct["13"].state == "CANCELLED"
     assert job_states.parse_scontrol(SCONTROL_TIMELIMIT, "3").reason == "TimeLimit"
-    assert "SLURM job 12_1 NODE_FAIL on gpu07" == sacct["12_1"].describe()
+    assert sacct["12_1"].describe() == "SLURM job 12_1 NODE_FAIL on gpu07"
 
 
 def test_a_job_is_asked_of_squeue_then_sacct_then_scontrol():
@@ -330,7 +330,7 @@ def test_a_suite_through_submitits_local_executor_writes_rows_from_its_jobs(writ
     table = pd.read_csv(run_dir / "results.csv")
     assert len(table) == 4 and set(table["slurm_partition"]) == {"gpu-a"}
     assert table["slurm_job_id"].astype(str).isin(manifest["jobs"]).all()
-    for group, rows in table.groupby("group_id"):
+    for _, rows in table.groupby("group_id"):
         assert rows["slurm_job_id"].nunique() == 1  # a group's fp32 and bf16 from one job
     for job in manifest["jobs"].values():
         assert job["device_name"] and job["node"] and job["ended_at"]

@@ -392,7 +392,7 @@ def test_the_results_columns_are_the_categories_and_both_sides_name_the_same_reg
                  "explain_misaligned_layers"] + [f"explain_phase_{p}_ms" for p in PHASE_COLUMNS] +
                 ["explain_trace", "explain_status", "explain_reason", "explain_profiled_steps", "explain_step_samples",
                  "explain_tensor_core_share", "explain_kernel_units"])
-    assert EXPLAIN_COLUMNS == expected
+    assert expected == EXPLAIN_COLUMNS
     assert (profile.STEP_REGION, profile.PHASE_PREFIX) == (events.STEP_REGION, events.PHASE_PREFIX)
     assert judge.layers_path is profile.layers_path  # one naming of the files beside a trace (stats.py)
     assert str(profile.layers_path("traces/a-r0.json.gz")) == "traces/a-r0.layers.json"

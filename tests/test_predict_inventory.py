@@ -48,7 +48,7 @@ def test_every_fused_optimizer_op_is_costed_from_its_tensor_lists():
 def _unpriced_by_hand(path) -> set[str]:
     """The aten ops of the step that launch work and have no cost, and neither an op over them nor one
     under them with a cost: what the inventory can only leave out."""
-    nodes = _cpu_nodes(json.load(gzip.open(path)))
+    nodes = _cpu_nodes(json.loads(gzip.decompress(path.read_bytes())))
     start, end = _window(nodes)
     step = [n for n in nodes if start - 1e-3 <= n.start <= end + 1e-3]
 
@@ -79,7 +79,7 @@ def test_the_output_names_ops_it_left_out(tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(DATA / "cpu_run", run)
     trace = run / "traces" / "resnet18-bs4-32px-fp32-r0.json.gz"
-    events = json.load(gzip.open(trace))
+    events = json.loads(gzip.decompress(trace.read_bytes()))
     step = next(e for e in events["traceEvents"] if e["name"] == "amp_bench::step")
     events["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::_fused_lamb_", "pid": step["pid"],
                                   "tid": step["tid"] + 1, "ts": step["ts"] + 1, "dur": 5,

@@ -103,7 +103,7 @@ def test_every_column_is_declared_with_a_kind_and_a_meaning():
         assert column.kind in columns.KINDS and column.meaning.strip() and column.group in columns.GROUPS, name
     assert len(RESULT_COLUMNS) == len(set(RESULT_COLUMNS))
     assert set(NVML_COLUMNS) <= set(RESULT_COLUMNS) and set(columns.EXPLAIN_COLUMNS) <= set(RESULT_COLUMNS)
-    assert columns.READ_AS_FLOAT <= {c.name for c in columns.COLUMNS if c.kind == columns.INT}
+    assert columns.READ_AS_FLOAT.issubset({c.name for c in columns.COLUMNS if c.kind == columns.INT})
     for name, default in columns.READ_DEFAULTS.items():
         kind = columns.BY_NAME[name].kind
         assert isinstance(default, {"bool": bool, "int": int, "text": str, "float": float}[kind]), name

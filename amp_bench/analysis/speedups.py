@@ -201,7 +201,7 @@ def _flags(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Per case: whether the mode ran emulated (and why), and whether any repeat was contended (and
     how): the labels every table and chart shows beside the number."""
     columns = {"emulated": False, "emulated_reason": "", "contended": False, "contention": ""}
-    frame = frame.assign(**{c: frame[c] if c in frame else default for c, default in columns.items()})
+    frame = frame.assign(**{c: frame.get(c, default) for c, default in columns.items()})
 
     def anyof(values: pd.Series):
         known = values.dropna()
@@ -228,12 +228,13 @@ def paired_log_ratios(ok: pd.DataFrame, base: str) -> pd.DataFrame:
     keys = pair_keys(ok) + ["repeat"]
     sides = ["step_time_ms_median", "step_time_ms_ci_low", "step_time_ms_ci_high", "throughput", "contended",
              "interleave", "worker_window"]
-    ok = ok.assign(**{c: ok[c] if c in ok else np.nan for c in sides})
+    ok = ok.assign(**{c: ok.get(c, np.nan) for c in sides})
     base_side = ok[ok["precision"] == base].set_index(keys)[sides].rename(columns=lambda c: f"_base_{c}")
     paired = ok.join(base_side, on=keys)
     paired["_log"] = np.log(paired["_base_step_time_ms_median"] / paired["step_time_ms_median"])
     paired["_tlog"] = np.log(paired["throughput"] / paired["_base_throughput"])
-    paired["_busy"] = [is_true(a) or is_true(b) for a, b in zip(paired["contended"], paired["_base_contended"])]
+    paired["_busy"] = [is_true(a) or is_true(b)
+                       for a, b in zip(paired["contended"], paired["_base_contended"], strict=True)]
     return paired.dropna(subset=["_log"])
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 _OVERRIDE = re.compile(r"^.*?override\.\w+(\[\d+\])?: ")
 

@@ -9,6 +9,7 @@ cleanly and their rows say why (status cancelled, time_limit or preempted, with 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -80,10 +81,8 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         usr = getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), signal.SIGUSR2)
         for signum in (signal.SIGTERM, signal.SIGINT, usr):
-            try:
+            with contextlib.suppress(ValueError):  # not the main thread
                 self._previous[signum] = signal.signal(signum, self._handle)
-            except ValueError:  # not the main thread
-                pass
         return self
 
     def __exit__(self, *exc) -> None:

@@ -8,13 +8,14 @@ Why not submitit's job.state: it asks sacct only, and sacct fails on clusters wi
 """
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 Runner = Callable[[list[str]], str | None]
 
@@ -150,9 +151,7 @@ def cancel(job_ids: list[str], cluster: str, runner: Runner = run_command) -> No
         return
     if cluster == "local":
         for job_id in ids:
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
                 os.kill(int(job_id), signal.SIGTERM)
-            except (ProcessLookupError, ValueError, PermissionError):
-                pass
         return
     runner(["scancel", *ids])

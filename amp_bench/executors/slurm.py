@@ -8,9 +8,9 @@ comes from sinfo, so `device: auto` plans GPU cases only where there are GPUs.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from amp_bench.errors import UserError
 from amp_bench.executors.job_states import Runner, run_command
@@ -86,11 +86,9 @@ def submit(spec: ExecutorSpec, partition: Partition, folder: Path, fn: Callable,
     executor = submitit.AutoExecutor(folder=str(folder), cluster=spec.cluster)
     executor.update_parameters(**parameters(spec, partition, time_min, gpus, name))
     try:
-        if len(arg_lists) == 1:
-            jobs = [executor.submit(fn, *arg_lists[0])]
-        else:
-            jobs = executor.map_array(fn, *zip(*arg_lists))
-    except Exception as exc:  # noqa: BLE001 - sbatch's refusal (a bad account, partition, gres) in one line
+        jobs = [executor.submit(fn, *arg_lists[0])] if len(arg_lists) == 1 else \
+            executor.map_array(fn, *zip(*arg_lists, strict=True))
+    except Exception as exc:  # sbatch's refusal (a bad account, partition, gres) in one line
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         raise UserError(f"partition {partition.name}: the jobs could not be submitted: {first}") from None
     return [str(job.job_id) for job in jobs]

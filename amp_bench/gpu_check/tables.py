@@ -83,40 +83,43 @@ def _layout(row) -> str:
 def suite_table(suite: pd.DataFrame) -> pd.DataFrame:
     """One row per case: speed against fp32 and tf32 of the same group, memory, telemetry, the
     GradScaler host sync and the FP32 math flags as they resolved."""
-    rows = []
     keys = identity.keyed(suite)[identity.group_keys()].assign(_order=suite["precision"].map(modes.order_key))
     suite = suite.assign(_group=list(keys[identity.group_keys()].itertuples(index=False, name=None)))  # one group
     ms = suite.set_index(["_group", "precision"])["step_time_ms_median"].to_dict()
-    for _, r in suite.loc[keys.sort_values([*identity.group_keys(), "_order"]).index].iterrows():
-        own = r.get("step_time_ms_median")
-        ok = r["status"] == "ok"
+    return pd.DataFrame([_suite_row(r, ms) for _, r in
+                         suite.loc[keys.sort_values([*identity.group_keys(), "_order"]).index].iterrows()])
 
-        def vs(base):
-            b = ms.get((r["_group"], base))
-            return b / own if ok and b and own and not (math.isnan(b) or math.isnan(own)) else None
 
-        def gib(column):
-            value = r.get(column)
-            return value / GIB if ok and isinstance(value, (int, float)) and not math.isnan(value) else None
-        rows.append({
-            "model": r["model_label"], "layout": _layout(r), "bs": r["batch_size"], "precision": r["precision"],
-            "compile": r.get("compile_mode") if isinstance(r.get("compile_mode"), str) else identity.EAGER,
-            "status": r["status"], "ms/step": own if ok else None,
-            "cv %": r.get("step_time_cv") * 100 if ok and pd.notna(r.get("step_time_cv")) else None,
-            "samples/s": r.get("throughput") if ok else None, "x fp32": vs("fp32"), "x tf32": vs("tf32"),
-            "x bf16": vs("amp_bf16") if r["precision"] != "amp_bf16" else None,
-            "fp8 layers": (f"{r['fp8_layers_converted']:.0f}/{r['fp8_layers_converted'] + r['fp8_layers_skipped']:.0f}"
-                           if ok and pd.notna(r.get("fp8_layers_converted")) else ""),
-            "alloc GiB": gib("peak_mem_allocated_bytes"), "reserved GiB": gib("peak_mem_reserved_bytes"),
-            "NVML delta GiB": gib("nvml_mem_used_delta_bytes"),
-            "TFLOP/s": r.get("achieved_tflops") if ok else None, "MFU": r.get("mfu") if ok else None,
-            "MFU bf16 basis": r.get("mfu_bf16_basis") if ok else None,
-            "scaler host sync": _flag(r.get("scaler_host_sync")),
-            "skips": r.get("scaler_skipped_steps") if pd.notna(r.get("scaler_skipped_steps")) else None,
-            "clock events": r.get("clock_event_reasons") if isinstance(r.get("clock_event_reasons"), str) else "",
-            "TF32 mm/cudnn": f"{_flag(r.get('tf32_matmul'))}/{_flag(r.get('tf32_cudnn'))}" if ok else "",
-        })
-    return pd.DataFrame(rows)
+def _suite_row(r: pd.Series, ms: dict) -> dict:
+    """One case of suite_table; `ms`: (group, precision) -> median step ms, for its speed against the others."""
+    own = r.get("step_time_ms_median")
+    ok = r["status"] == "ok"
+
+    def vs(base):
+        b = ms.get((r["_group"], base))
+        return b / own if ok and b and own and not (math.isnan(b) or math.isnan(own)) else None
+
+    def gib(column):
+        value = r.get(column)
+        return value / GIB if ok and isinstance(value, (int, float)) and not math.isnan(value) else None
+    return {
+        "model": r["model_label"], "layout": _layout(r), "bs": r["batch_size"], "precision": r["precision"],
+        "compile": r.get("compile_mode") if isinstance(r.get("compile_mode"), str) else identity.EAGER,
+        "status": r["status"], "ms/step": own if ok else None,
+        "cv %": r.get("step_time_cv") * 100 if ok and pd.notna(r.get("step_time_cv")) else None,
+        "samples/s": r.get("throughput") if ok else None, "x fp32": vs("fp32"), "x tf32": vs("tf32"),
+        "x bf16": vs("amp_bf16") if r["precision"] != "amp_bf16" else None,
+        "fp8 layers": (f"{r['fp8_layers_converted']:.0f}/{r['fp8_layers_converted'] + r['fp8_layers_skipped']:.0f}"
+                       if ok and pd.notna(r.get("fp8_layers_converted")) else ""),
+        "alloc GiB": gib("peak_mem_allocated_bytes"), "reserved GiB": gib("peak_mem_reserved_bytes"),
+        "NVML delta GiB": gib("nvml_mem_used_delta_bytes"),
+        "TFLOP/s": r.get("achieved_tflops") if ok else None, "MFU": r.get("mfu") if ok else None,
+        "MFU bf16 basis": r.get("mfu_bf16_basis") if ok else None,
+        "scaler host sync": _flag(r.get("scaler_host_sync")),
+        "skips": r.get("scaler_skipped_steps") if pd.notna(r.get("scaler_skipped_steps")) else None,
+        "clock events": r.get("clock_event_reasons") if isinstance(r.get("clock_event_reasons"), str) else "",
+        "TF32 mm/cudnn": f"{_flag(r.get('tf32_matmul'))}/{_flag(r.get('tf32_cudnn'))}" if ok else "",
+    }
 
 
 def suite_section(suite: pd.DataFrame) -> list[str]:

@@ -37,6 +37,7 @@ shared one).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -139,7 +140,7 @@ class ForkServer:
         self.sock.settimeout(timeout_s)
         try:
             data = self.sock.recv(_MESSAGE)
-        except (socket.timeout, OSError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ForkServerGone(f"no answer: {exc}") from None
         if not data:
             code = self.proc.poll() if self.proc is not None else None
@@ -205,10 +206,8 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server (closing its socket ends its loop; a kill makes sure)."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=5)
@@ -468,7 +467,7 @@ def _zygote(path: str, preload: list[str], same: dict) -> int:
     while True:
         try:
             conn, _ = listener.accept()
-        except socket.timeout:
+        except TimeoutError:
             conn = None
         if conn is not None:
             zygote_pid = os.getpid()

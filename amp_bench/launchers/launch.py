@@ -9,8 +9,8 @@ import json
 import os
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from amp_bench.launchers import busy, torchrun
 from amp_bench.launchers.busy import ContentionWatch, cores_needed

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from amp_bench.launchers import launch, process
 from amp_bench.launchers.forkserver import ForkServer

@@ -2,6 +2,7 @@
 with the orchestrating parent, and exiting at once once its result is written. Imports nothing of amp_bench."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -38,8 +39,6 @@ def exit_without_teardown(code: int) -> None:
     and every worker, rank, torchrun launcher and fork server paid it after its result was written.
     A process it started is ended by whoever owns its session (the parent's sweep of the case's token)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)

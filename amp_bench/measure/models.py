@@ -10,8 +10,9 @@ libraries) in amp_bench.suite.model_refs.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -6,6 +6,7 @@ entered per step by the step itself, never as global state.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -43,10 +44,8 @@ def set_fp32_math(fp32_math: str) -> None:
         # resolves to TF32 when the cuDNN- or generic-level fp32_precision says tf32. The same value as
         # the legacy flag keeps the two APIs consistent, so legacy reads stay valid.
         for backend in (torch.backends.cudnn.conv, torch.backends.cudnn.rnn):
-            try:
+            with contextlib.suppress(RuntimeError, AttributeError):
                 backend.fp32_precision = fp32_math
-            except (RuntimeError, AttributeError):
-                pass
 
 
 class Fp32MathError(RuntimeError):

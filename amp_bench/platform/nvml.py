@@ -11,7 +11,7 @@ import os
 import statistics
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from amp_bench.stats import energy_rates
 

@@ -291,14 +291,14 @@ def fidelity_chart(steps: pd.DataFrame, epochs: pd.DataFrame):
     per_epoch = max(1, int(steps.groupby(["run_id", "precision", "seed"]).size().max() /
                            max(1, epochs["epoch"].max() + 1))) if not steps.empty else 1
     shown = set()
-    for (run_id, precision, seed), group in steps.groupby(["run_id", "precision", "seed"], sort=False):
+    for (_, precision, seed), group in steps.groupby(["run_id", "precision", "seed"], sort=False):
         group = group.sort_values("step")
         fig.add_scatter(x=group["step"], y=group["loss"].rolling(per_epoch, min_periods=1).mean(), mode="lines",
                         name=precision, legendgroup=precision, showlegend=precision not in shown,
                         line=dict(color=modes.colours().get(precision), width=1.5), row=1, col=1,
                         hovertemplate=f"{precision} seed {seed}<br>step %{{x}}<br>loss %{{y:.4f}}<extra></extra>")
         shown.add(precision)
-    for (run_id, precision, seed), group in epochs.groupby(["run_id", "precision", "seed"], sort=False):
+    for (_, precision, seed), group in epochs.groupby(["run_id", "precision", "seed"], sort=False):
         group = group.sort_values("epoch")
         fig.add_scatter(x=group["epoch"] + 1, y=group["test_accuracy"] * 100, mode="lines+markers",
                         name=precision, legendgroup=precision, showlegend=precision not in shown,
@@ -321,7 +321,7 @@ def loss_scale_chart(steps: pd.DataFrame):
         return None
     import plotly.graph_objects as go
     fig = go.Figure()
-    for (run_id, precision, seed), group in scaled.groupby(["run_id", "precision", "seed"], sort=False):
+    for (_, precision, seed), group in scaled.groupby(["run_id", "precision", "seed"], sort=False):
         group = group.sort_values("step")
         fig.add_scatter(x=group["step"], y=group["scale"], mode="lines", name=f"{precision} seed {seed}",
                         line=dict(width=1.5, shape="hv"))
@@ -344,7 +344,7 @@ def fp8_scale_chart(scales: pd.DataFrame):
     of each run: the seeds behave alike and overlaid they hide each other)."""
     import plotly.graph_objects as go
     fig = go.Figure()
-    for (run_id, layer, tensor), group in scales.groupby(["run_id", "layer", "tensor"], sort=False):
+    for (_, layer, tensor), group in scales.groupby(["run_id", "layer", "tensor"], sort=False):
         group = group[group["seed"] == group["seed"].min()].sort_values("step")
         fig.add_scatter(x=group["step"], y=group["amax"], mode="lines", name=f"{layer} {tensor}",
                         line=dict(width=1.5, dash="dot" if tensor == "weight" else "solid"),

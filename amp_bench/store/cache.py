@@ -30,7 +30,7 @@ _TEXT = {name: kind for name, kind in text_dtypes().items() if name in COLUMNS} 
 
 def _results_files(root: Path) -> dict[str, os.stat_result]:
     found = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, _ in os.walk(root):
         if PARTS_DIR in dirnames:
             catch_up(Path(dirpath))  # rows a killed writer saved but did not table yet
         dirnames[:] = [d for d in dirnames if d != CACHE_DIR and d not in RUN_SUBDIRS]

@@ -6,8 +6,10 @@ problem is collected, so a file with five mistakes gets five lines in one go.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Problems = list[str]
 
@@ -31,10 +33,8 @@ def integer(lo: int, hi: int, what: str = "an integer") -> Callable:
 def number(lo_exclusive: float, hi: float) -> Callable:
     def check(value, path, problems):
         if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot) as a string
-            try:
+            with contextlib.suppress(ValueError):
                 value = float(value)
-            except ValueError:
-                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             problems.append(f"{path}: expected a number, got {value!r} ({type_name(value)})")
             return None

@@ -14,8 +14,8 @@ Defaults are schema.DEFAULTS["executor"]; nothing here imports submitit (amp_ben
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
 
 from amp_bench.errors import SuiteError
 from amp_bench.suite import checks

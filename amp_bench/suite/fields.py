@@ -10,8 +10,8 @@ references are checked through amp_bench.measure.models, imported at call time b
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from amp_bench import modes
 from amp_bench.errors import SuiteError

@@ -25,8 +25,8 @@ import functools
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 TRANSFORMERS_TASKS = ("masked-lm", "causal-lm", "sequence-classification")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")

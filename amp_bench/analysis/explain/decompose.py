@@ -230,7 +230,7 @@ def _cases(results: pd.DataFrame):
     machines = ok["device_name"].nunique() if "device_name" in ok else 1
     numeric = [c for c in EXPLAIN_COLUMNS + ["step_time_ms_median", "peak_tflops", "peak_tflops_bf16"]
                if c in ok and pd.api.types.is_numeric_dtype(ok[c])]
-    for key, case in ok.groupby(keys, dropna=False, sort=False) if keys else [((), ok)]:
+    for _, case in ok.groupby(keys, dropna=False, sort=False) if keys else [((), ok)]:
         first = case.iloc[0]
         label = identity.case_label(first) if "batch_size" in case else str(first.get("model_label", "case"))
         if machines > 1:  # results merged from several machines: never one bar for two of them

@@ -163,7 +163,7 @@ class EventNode:
     event: dict
     start: float
     end: float
-    parent: "EventNode | None" = None
+    parent: EventNode | None = None
     children: list = field(default_factory=list)
 
     @property

@@ -212,10 +212,10 @@ def predict_all(labels: pd.DataFrame, e2e: pd.DataFrame, phase: str) -> pd.DataF
 def _with_e2e(ops: pd.DataFrame, workload: str, src: str, dst: str, rows: pd.DataFrame, e2e: pd.DataFrame):
     measured = rows[rows["gpu"] == dst].set_index("idx")
     ops["measured_ms"] = [float(measured.loc[i, f"{p}_ms"]) if i in measured.index else np.nan
-                          for i, p in zip(ops["idx"], ops["phase"])]
+                          for i, p in zip(ops["idx"], ops["phase"], strict=True)]
     e2e_src = float(e2e.loc[(e2e["gpu"] == src) & (e2e["workload"] == workload), "e2e_ms"].iloc[0])
     e2e_dst = float(e2e.loc[(e2e["gpu"] == dst) & (e2e["workload"] == workload), "e2e_ms"].iloc[0])
-    total = lambda col: float((ops[col].fillna(0) * ops["repeat"]).sum())  # noqa: E731
+    total = lambda col: float((ops[col].fillna(0) * ops["repeat"]).sum())
     whole = {"idx": -1, "name": "<e2e>", "phase": "e2e", "category": "step", "source_ms": e2e_src,
              "model_ms": e2e_src * total("model_ms") / total("source_ms"), "rule": "sum of the ops' ratios",
              "roofline_ms": total("roofline_ms"), "inventory_ms": total("inventory_ms"), "same_ms": e2e_src,

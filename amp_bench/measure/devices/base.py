@@ -33,7 +33,7 @@ class DeviceOps(ABC):
         """DistributedDataParallel's device arguments."""
         return {}
 
-    def make_current(self) -> None:
+    def make_current(self) -> None:  # noqa: B027 - a hook with nothing to do by default, not an abstract one
         """Make the device this process's current one (before any tensor goes to it)."""
 
     @abstractmethod
@@ -91,7 +91,7 @@ class DeviceOps(ABC):
         Under DDP every rank calls it after the process group exists."""
         return None, None
 
-    def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:
+    def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:  # noqa: B027 - a hook, as above
         """Between warmup (`steps_taken` steps) and the window, what the device needs so that the window's
         steps and memory readings are the step's own (the FP32 math re-check is every device's, in case.py)."""
 
