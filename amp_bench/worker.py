@@ -88,7 +88,7 @@ def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> in
         record = job(spec, events, rank, phases)
     except UnsupportedCase as exc:  # decided alike on every rank, before any collective
         record = {"status": "unsupported", "reason": str(exc)}
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes a status, never a crash
+    except BaseException as exc:  # every failure becomes a status, never a crash
         traceback.print_exc()
         kind = "oom" if is_oom(exc) else "error"
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nightly_targets import detection_rates  # noqa: E402
+from nightly_targets import detection_rates
 
-import amp_bench.analysis.gate.changepoints as cp  # noqa: E402
+import amp_bench.analysis.gate.changepoints as cp
 
 CANDIDATES = [  # (Z_TAIL, T_DF, TEST_FLOOR)
     ((4.3, 4.3, 3.9), 2.0, 0.25),

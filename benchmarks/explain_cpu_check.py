@@ -18,19 +18,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from amp_bench import modes  # noqa: E402
-from amp_bench.analysis.explain.categories import CATEGORIES  # noqa: E402
-from amp_bench.analysis.explain.ceiling import cpu_unit, ideal_factors  # noqa: E402
-from amp_bench.analysis.explain.decompose import decompose, times_from_row  # noqa: E402
-from amp_bench.analysis.explain.judge import explain_row  # noqa: E402
-from amp_bench.analysis.explain.sentence import sentence  # noqa: E402
-from amp_bench.measure.models import build_workload  # noqa: E402
-from amp_bench.measure.step import TrainStep, build_optimizer  # noqa: E402
-from amp_bench.measure.telemetry.profile import capture  # noqa: E402
-from amp_bench.platform.device import effective_cpu_flags, read_cpu_info  # noqa: E402
-from amp_bench.suite import OptimizerSpec  # noqa: E402
+from amp_bench import modes
+from amp_bench.analysis.explain.categories import CATEGORIES
+from amp_bench.analysis.explain.ceiling import cpu_unit, ideal_factors
+from amp_bench.analysis.explain.decompose import decompose, times_from_row
+from amp_bench.analysis.explain.judge import explain_row
+from amp_bench.analysis.explain.sentence import sentence
+from amp_bench.measure.models import build_workload
+from amp_bench.measure.step import TrainStep, build_optimizer
+from amp_bench.measure.telemetry.profile import capture
+from amp_bench.platform.device import effective_cpu_flags, read_cpu_info
+from amp_bench.suite import OptimizerSpec
 
 SGD = OptimizerSpec(name="sgd", impl="foreach", lr=0.1, momentum=0.9, weight_decay=1e-4)
 ADAMW = OptimizerSpec(name="adamw", impl="foreach", lr=1e-4, weight_decay=0.01)

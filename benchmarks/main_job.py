@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from timings_page import machine, write_row  # noqa: E402  (benchmarks/, this script's folder)
+from timings_page import machine, write_row  # benchmarks/, this script's folder
 
 HEADLINE = re.compile(r"^\S+ bs \d+ .* on [^:]+: ")
 

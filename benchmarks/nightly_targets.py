@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amp_bench.analysis.gate.changepoints import state  # noqa: E402
+from amp_bench.analysis.gate.changepoints import state
 
 NIGHTS, AT = 30, 20
 

@@ -144,7 +144,7 @@ def build(model: str, batch: int, channels_last: bool):
         return net, (ids,), lambda out: _pretrain_loss(out, labels, nsp), torch.optim.AdamW, {"foreach": True}
     net = BertForQuestionAnswering(config)
     start, end = torch.randint(0, seq, (batch,)), torch.randint(0, seq, (batch,))
-    loss = lambda out: (torch.nn.functional.cross_entropy(out.start_logits, start)  # noqa: E731
+    loss = lambda out: (torch.nn.functional.cross_entropy(out.start_logits, start)
                         + torch.nn.functional.cross_entropy(out.end_logits, end)) / 2
     return net, (ids,), loss, torch.optim.AdamW, {"foreach": True}
 

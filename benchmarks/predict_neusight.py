@@ -28,7 +28,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from amp_bench.analysis.predict import neusight  # noqa: E402
+from amp_bench.analysis.predict import neusight
 
 DATA = ROOT / "tests" / "data" / "predict"
 LABELS, E2E = DATA / "neusight_labels.csv.gz", DATA / "neusight_e2e.csv"

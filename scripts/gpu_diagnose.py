@@ -38,8 +38,8 @@ out["import_torch_s"] = round(time.perf_counter() - t, 2)
 out["after_import_torch"] = {"mapped": mapped(), "threads": threads(),
                              "cuda_initialized": torch.cuda.is_initialized()}
 t = time.perf_counter()
-import torchvision.models  # noqa: F401 - imported to see what the model libraries map and start
-import transformers  # noqa: F401 - the same
+import torchvision.models  # the model libraries, timed, to see what they map and start
+import transformers  # noqa: F401 - imported for that alone
 
 out["import_models_s"] = round(time.perf_counter() - t, 2)
 out["after_import_models"] = {"mapped": mapped(), "threads": threads(),

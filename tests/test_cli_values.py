@@ -149,7 +149,7 @@ def _refused_in_one_line(command: str, name: str, garbage: str, tmp: Path) -> st
     argv = _argv(command, name, garbage, tmp)
     try:
         code, out, err = _run(argv)
-    except Exception as exc:  # noqa: BLE001 a traceback is what this test is for
+    except Exception as exc:  # a traceback is what this test is for
         return f"{argv}: {type(exc).__name__}: {exc}"
     lines = [line for line in err.splitlines() if line.strip()]
     if code != 2 or len(lines) != 1 or out.strip():

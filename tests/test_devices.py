@@ -56,7 +56,7 @@ class FakeCuda:
         self.peak_reserved = max(self.peak_reserved, self.reserved)
         self.allocated -= free
 
-    def Event(self, enable_timing=False):  # noqa: N802 (torch's name)
+    def Event(self, enable_timing=False):  # torch's name
         assert enable_timing
         return FakeEvent(self)
 

@@ -47,8 +47,8 @@ def test_an_older_table_reads_back_typed_with_the_defaults(tree):
     assert rows["world_size"].tolist() == [1, 1, 1] and str(rows["world_size"].dtype) == "Int64"
     assert rows["channels_last"].tolist() == [False] * 3 and str(rows["channels_last"].dtype) == "boolean"
     assert str(rows["contended"].dtype) == "boolean"
-    assert rows["contended"].iloc[0] is np.False_ or rows["contended"].iloc[0] == False  # noqa: E712
-    assert rows["contended"].iloc[1] == True and rows["contended"].isna().iloc[2]  # noqa: E712  empty: unknown
+    assert rows["contended"].iloc[0] is np.False_ or rows["contended"].iloc[0] == False
+    assert rows["contended"].iloc[1] == True and rows["contended"].isna().iloc[2]  # empty: unknown
     assert rows["emulated"].iloc[:2].tolist() == [False, True] and rows["emulated"].isna().iloc[2]
     assert rows["cuda_version"].tolist() == ["12.10"] * 3  # text stays text, not 12.1
     assert rows["fingerprint"].iloc[0] == "012345678901" and rows["slurm_job_id"].iloc[0] == "123_4"
@@ -58,8 +58,7 @@ def test_an_older_table_reads_back_typed_with_the_defaults(tree):
 def test_a_merged_tree_where_runs_lack_columns_reads_back_typed(tree):
     rows = load_results(tree).set_index("run_id")
     assert rows.loc["new", "compile_mode"] == "default" and rows.loc["old", "compile_mode"].tolist() == ["eager"] * 3
-    assert rows.loc["new", "world_size"] == 2 and rows.loc["new", "channels_last"] == True  # noqa: E712
-    # noqa: E712
+    assert rows.loc["new", "world_size"] == 2 and rows.loc["new", "channels_last"] == True
     assert rows.loc["new", "compile_fullgraph"] == True and rows.loc["old", "compile_fullgraph"].isna().all()
     assert rows.loc["new", "cudnn_version"] == "92400"
     for name in ("batch_size", "repeat", "world_size", "nnodes"):

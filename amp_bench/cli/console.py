@@ -164,7 +164,7 @@ def print_fidelity(runs, console) -> None:
                  if isinstance(v["verdict_also"], str) else "-"] if has_also else []
         table.add_row(*cells, verdict, *extra)
     console.print(table)
-    if (runs["scaler_scale_below_one"] == True).any():  # noqa: E712 - NaN for runs without a scaler
+    if (runs["scaler_scale_below_one"] == True).any():  # == True: NaN for runs without a scaler
         console.print("[red]warning[/]: the loss scale fell below 1: gradients overflow fp16 even unscaled",
                       highlight=False)
 

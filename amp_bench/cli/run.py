@@ -322,7 +322,7 @@ def auto_report(run_dir, reports_dir: Path, console) -> None:
     except UserError as exc:
         console.print(f"report skipped: {exc.lines[0]}", highlight=False)
         return
-    except Exception as exc:  # noqa: BLE001 - the results are saved; a report bug must not end in a traceback
+    except Exception as exc:  # the results are saved; a report bug must not end in a traceback
         first = str(exc).splitlines()[0] if str(exc) else ""
         console.print(f"report failed ({type(exc).__name__}: {first}); the results are saved: "
                       f"`python -m amp_bench report {run_dir}` retries", highlight=False, soft_wrap=True)

@@ -92,7 +92,7 @@ def _study(args, console, run, overrides: dict, progress, show, failed_rows, kep
 
 def _study_on_cluster(args, console, spec, kind: str, overrides: dict, failed_rows) -> int:
     from amp_bench.studies.cluster_study import run_study_on_cluster
-    say = lambda line: console.print(escape(line), highlight=False, soft_wrap=True)  # noqa: E731
+    say = lambda line: console.print(escape(line), highlight=False, soft_wrap=True)
     try:
         done = run_study_on_cluster(kind, args.suite, spec, device=args.device, results_dir=args.results_dir,
                                     detach=args.detach, say=say, **overrides)

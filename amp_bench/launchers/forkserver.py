@@ -333,7 +333,7 @@ def _preload(names: list[str], search_dirs: list[str]) -> tuple[list[str], dict[
         try:
             importlib.import_module(name)
             imported.append(name)
-        except Exception as exc:  # noqa: BLE001 - a worker that needs it will fail in its own row
+        except Exception as exc:  # a worker that needs it will fail in its own row
             failed[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return imported, failed
 
@@ -369,7 +369,7 @@ def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - as an interpreter would: the traceback in the log, exit 1
+    except BaseException:  # as an interpreter would: the traceback in the log, exit 1
         import traceback
         traceback.print_exc()
     from amp_bench.measure.ending import exit_without_teardown
@@ -493,7 +493,7 @@ def _session_process(conn: socket.socket, zygote_pid: int, same: dict) -> None:
     code = 1
     try:
         code = _run_session(conn, zygote_pid, same)
-    except BaseException:  # noqa: BLE001 - a run that hung up mid-handshake, a malformed request
+    except BaseException:  # a run that hung up mid-handshake, a malformed request
         import traceback
         traceback.print_exc()
     finally:

@@ -110,7 +110,7 @@ def _launch(argv: list[str]) -> int:
         main(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
-    except Exception as exc:  # noqa: BLE001 - ChildFailedError: its text is the per-rank failure summary
+    except Exception as exc:  # ChildFailedError: its text is the per-rank failure summary
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)  # the parent reads the root cause from it
         return 1
     return 0

@@ -158,6 +158,6 @@ def _member(place: int, spec: dict, baton_fds: tuple[int, int], event_fd: int | 
         die_with_parent()  # a conductor killed at its deadline takes its members with it
         events = EventChannel(os.dup(event_fd) if event_fd is not None else None, member=place)
         code = run_member(spec["spec"], spec["result"], events)
-    except BaseException:  # noqa: BLE001 - as a worker would: the traceback in its log, exit 1
+    except BaseException:  # as a worker would: the traceback in its log, exit 1
         traceback.print_exc()
     exit_without_teardown(code)

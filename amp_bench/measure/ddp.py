@@ -139,7 +139,7 @@ def synced_steps(rank: Rank, profile, steps: int, median_ms: float | None) -> di
             return {"explain_status": "unavailable", "explain_trace": "",
                     "explain_reason": "a rank was not ready for the profiled steps"}
         dist.set_timeout(datetime.timedelta(seconds=guard_s))
-    except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the row
+    except Exception as exc:  # the profile is an explanation, never a reason to lose the row
         return {"explain_status": "unavailable", "explain_trace": "",
                 "explain_reason": f"the ranks did not agree to profile: {type(exc).__name__}: {exc}"[:300]}
     try:

@@ -214,7 +214,7 @@ def cpu_fp16_autocast_works() -> bool:
         try:
             with torch.autocast("cpu", dtype=torch.float16):
                 out = torch.nn.functional.linear(torch.ones(2, 2), torch.ones(2, 2))
-        except Exception:  # noqa: BLE001 - an unsupported combination may raise instead
+        except Exception:  # an unsupported combination may raise instead
             return False
     return out.dtype == torch.float16
 

@@ -110,7 +110,7 @@ def _add_saved_files(evidence: Evidence, trace: Path) -> None:
     """The layers and oneDNN's verbose step saved beside a trace, where the worker left them."""
     try:
         evidence.layers = read_layers(layers_path(trace))
-    except Exception:  # noqa: BLE001 - no layers: the rules that need them stay silent
+    except Exception:  # no layers: the rules that need them stay silent
         evidence.layers = []
     onednn = records_path(trace)
     if onednn.is_file():

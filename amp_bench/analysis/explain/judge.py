@@ -37,7 +37,7 @@ def layer_rows(results, run_dirs) -> list[dict]:
         device_type = "cuda" if str(row.get("device", "cpu")).startswith("cuda") else "cpu"
         try:
             layers = read_layers(layers_path(run_dir / trace))
-        except Exception:  # noqa: BLE001 a lost file drops its layers from the table, nothing else
+        except Exception:  # a lost file drops its layers from the table, nothing else
             continue
         multiple = 16 if modes.get(str(row.get("precision"))).float8_linear else 8
         for layer in alignment_table(layers, int(positive(row.get("flops_per_step")) or 0) or None, device_type):
@@ -68,5 +68,5 @@ def explain_row(row: dict, run_dir) -> dict:
                                misaligned_flop_share(table, multiple), misaligned_summary(table, multiple), units)
     except NoGpuActivity as exc:  # never "ok, idle 100%" for a trace CUPTI recorded nothing in
         return unavailable_columns(str(exc), trace)
-    except Exception as exc:  # noqa: BLE001 the breakdown is an explanation, never a reason to lose the row
+    except Exception as exc:  # the breakdown is an explanation, never a reason to lose the row
         return unavailable_columns(f"reading the profile failed: {type(exc).__name__}: {exc}"[:300], trace)

@@ -245,7 +245,7 @@ def capture(step, inputs, target, device_type: str, trace_path: str | None, medi
     explain_trace / explain_status / explain_reason. Never raises. Without `trace_path` (a DDP rank
     other than 0) it runs the same steps unprofiled when `fixed_steps` says how many, so every rank
     takes part in every gradient all-reduce."""
-    run = lambda marks=None: step(inputs, target, marks=marks)  # noqa: E731
+    run = lambda marks=None: step(inputs, target, marks=marks)
     try:
         if not trace_path:
             for _ in range(fixed_steps or 0):
@@ -275,6 +275,6 @@ def capture(step, inputs, target, device_type: str, trace_path: str | None, medi
         if for_device(device_type).onednn_kernels and not fixed_steps:  # under DDP: one more collective step
             onednn_kernels(run, onednn_path(trace_path))
         return {"explain_status": "captured", "explain_trace": str(trace_path), "explain_reason": ""}
-    except Exception as exc:  # noqa: BLE001 the profile is an explanation, never a reason to lose the measurement
+    except Exception as exc:  # the profile is an explanation, never a reason to lose the measurement
         return {"explain_status": "unavailable", "explain_trace": "",
                 "explain_reason": f"profiling failed: {type(exc).__name__}: {exc}"[:300]}

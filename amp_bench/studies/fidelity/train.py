@@ -205,7 +205,7 @@ def train_precision(spec, precision: str, device, events, support) -> dict:
         events.emit(event="phase", phase=f"seed {seed}", total=0)
         try:
             record = train_one(spec, precision, seed, device.type, torch_device, split, events.emit)
-        except Exception as exc:  # noqa: BLE001 - one failed seed must not lose the others
+        except Exception as exc:  # one failed seed must not lose the others
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             record = {"precision": precision, "seed": seed, "status": "oom" if is_oom(exc) else "error",
                       "reason": f"{type(exc).__name__}: {message}"[:500]}
