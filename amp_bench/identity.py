@@ -43,7 +43,7 @@ def case_keys() -> list[str]:
 
 def _nodes_by_processes(row) -> str:
     procs = _int(row.get("nproc_per_node"))
-    nodes = max(1, int(float(row.get("world_size") or procs)) // int(procs)) if _positive(procs) else 1
+    nodes = max(1, int(float(row.get("world_size") or procs)) // int(procs)) if positive(procs) else 1
     return f"np{procs}" if nodes == 1 else f"{nodes}x{procs}"
 
 
@@ -51,14 +51,14 @@ def _nodes_by_processes(row) -> str:
 ID_WORDS = {
     "model_label": lambda row: str(row.get("model_label")),
     "batch_size": lambda row: f"bs{_int(row.get('batch_size'))}",
-    "image_size": lambda row: f"{_int(row.get('image_size'))}px" if _positive(row.get("image_size")) else "",
-    "seq_len": lambda row: f"seq{_int(row.get('seq_len'))}" if _positive(row.get("seq_len")) else "",
+    "image_size": lambda row: f"{_int(row.get('image_size'))}px" if positive(row.get("image_size")) else "",
+    "seq_len": lambda row: f"seq{_int(row.get('seq_len'))}" if positive(row.get("seq_len")) else "",
     "channels_last": lambda row: "cl" if is_true(row.get("channels_last")) else "",
     # keeps DDP cases apart from plain ones (and np1 from np2); nodes x processes on several nodes
-    "nproc_per_node": lambda row: _nodes_by_processes(row) if _positive(row.get("nproc_per_node")) else "",
+    "nproc_per_node": lambda row: _nodes_by_processes(row) if positive(row.get("nproc_per_node")) else "",
     "world_size": lambda row: "",  # in nproc_per_node's word
     "compile_mode": lambda row: "",  # compile_suffix, after the precision
-    "variant": lambda row: f"try-{_slug(row.get('variant'))}" if _text(row.get("variant")) else "",
+    "variant": lambda row: f"try-{_slug(row.get('variant'))}" if text(row.get("variant")) else "",
 }
 
 
@@ -117,7 +117,7 @@ def unkeyed(frame):
 # --------------------------------------------------------------------------- the label
 
 def _processes(value, row) -> str:
-    more = _positive(value) and (float(value) > 1 or _positive(row.get("nproc_per_node")))
+    more = positive(value) and (float(value) > 1 or positive(row.get("nproc_per_node")))
     return f"{_int(value)} process{'es' if float(value) > 1 else ''}" if more else ""
 
 
@@ -125,13 +125,13 @@ def _processes(value, row) -> str:
 LABEL_WORDS = {
     "model_label": lambda v, row: str(v),
     "batch_size": lambda v, row: f"bs {_int(v)}",
-    "image_size": lambda v, row: f"{_int(v)}px" if _positive(v) else "",
-    "seq_len": lambda v, row: f"seq {_int(v)}" if _positive(v) else "",
+    "image_size": lambda v, row: f"{_int(v)}px" if positive(v) else "",
+    "seq_len": lambda v, row: f"seq {_int(v)}" if positive(v) else "",
     "channels_last": lambda v, row: "channels_last" if is_true(v) else "",
-    "nproc_per_node": lambda v, row: "DDP" if _positive(v) else "",  # a plain process says nothing
+    "nproc_per_node": lambda v, row: "DDP" if positive(v) else "",  # a plain process says nothing
     "world_size": _processes,
     "compile_mode": lambda v, row: ("compiled" if v == "default" else f"compiled ({v})") if _compiled(v) else "",
-    "variant": lambda v, row: f"try {v}" if _text(v) else "",
+    "variant": lambda v, row: f"try {v}" if text(v) else "",
 }
 
 
@@ -151,24 +151,26 @@ def case_labels(frame, model: bool = True, without: tuple[str, ...] = ()):
 
 
 # --------------------------------------------------------------------------- cells
+# is_true, text and positive read one cell, for ids and labels here and, through store/flags.py, for every
+# reader of results: one reader each
 
 def _other(axis: str, value, sep: str) -> str:
     """An axis without words of its own: its name and value; nothing when empty."""
     return "" if value is None or value != value else f"{axis}{sep}{value}"
 
 
-def _text(value) -> str:
+def text(value) -> str:
+    """One text cell: "" where it is empty (a typed text column's blank is NaN)."""
     return value if isinstance(value, str) else ""
 
 
 def _slug(value) -> str:
     """A text value as an id word: what is not a letter, digit, `_` or `.` becomes `-`."""
-    return re.sub(r"[^A-Za-z0-9_.]+", "-", _text(value)).strip("-")
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text(value)).strip("-")
 
 
 def is_true(value) -> bool:
-    """A yes/no cell (a bool, numpy's, or text a CSV left: TRUE_TEXT); empty, NaN or None is no. The one reader:
-    store/flags.py hands it to every reader of results."""
+    """A yes/no cell (a bool, numpy's, or text a CSV left: TRUE_TEXT); empty, NaN or None is no."""
     return str(value).strip().lower() in TRUE_TEXT
 
 
@@ -176,11 +178,13 @@ def _compiled(value) -> bool:
     return isinstance(value, str) and value not in (EAGER, "")
 
 
-def _positive(value) -> bool:
+def positive(value) -> float | None:
+    """One figure that is known: a number above 0; None for NaN, 0, empty or not a number."""
     try:
-        return float(value) > 0
+        number = float(value)
     except (TypeError, ValueError):
-        return False
+        return None
+    return number if number == number and number > 0 else None
 
 
 def _int(value) -> str:

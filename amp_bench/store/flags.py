@@ -8,21 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from amp_bench.identity import is_true  # one value (a row's cell): the base's reader, which ids and labels use too
-
-
-def text(value) -> str:
-    """One text cell: "" where it is empty (a typed text column's blank is NaN)."""
-    return value if isinstance(value, str) else ""
-
-
-def positive(value) -> float | None:
-    """One figure that is known: a number above 0; None for NaN, 0, empty or not a number."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number == number and number > 0 else None
+# one cell's readers live in the base, which ids and labels read with too: store's readers ask them here
+from amp_bench.identity import is_true, positive, text  # noqa: F401 - positive and text are re-exported
 
 
 def true_rows(column: pd.Series | None, index=None) -> pd.Series:
