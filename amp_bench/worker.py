@@ -3,6 +3,7 @@
     python -m amp_bench.worker case     SPEC.json RESULT.json
     python -m amp_bench.worker fidelity SPEC.json RESULT.json
     python -m amp_bench.worker lockstep SPEC.json RESULT.json   (the members' specs: measure/conductor.py)
+    python -m amp_bench.worker inventory SPEC.json RESULT.json  (GPU cases' steps on fake tensors: predict)
     python -m amp_bench.worker probe DEVICE    RESULT.json
 
 Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON lines, so whatever
@@ -70,7 +71,23 @@ def _fidelity_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # on
                            DeviceInfo.from_json(spec["device"]), events, support)
 
 
-JOBS = {"case": _case_job, "fidelity": _fidelity_job, "lockstep": _lockstep_job}
+def _inventory_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # one process, never under torchrun
+    """Record each item's training step on fake tensors (measure/fake_step.py) where the spec says; a case
+    that cannot be recorded is named with its reason, the others are recorded."""
+    from amp_bench.measure.fake_step import record_case, save
+    from amp_bench.suite import Case
+    failed = {}
+    for item in spec["items"]:
+        try:
+            trace, memory, details = record_case(Case.from_json(item["case"]))
+        except Exception as exc:  # one model that fakes badly must not lose the others
+            failed[item["key"]] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+            continue
+        save(trace, {**memory, "details": details}, item["trace"], item["memory"])
+    return {"status": "ok", "failed": failed}
+
+
+JOBS = {"case": _case_job, "fidelity": _fidelity_job, "lockstep": _lockstep_job, "inventory": _inventory_job}
 
 
 def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:

@@ -124,6 +124,20 @@ def probe_cache(tmp_path_factory):
         yield folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def inventory_cache(tmp_path_factory):
+    """Steps recorded on fake tensors for predictions (amp_bench/store/inventories.py) are kept for this test
+    command, shared by its xdist processes (each file is written under a temporary name and renamed), and
+    never in the user's cache."""
+    session = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent / f"inventory-cache-{session}" if session else base / "inventory-cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AMP_BENCH_CACHE", str(folder))
+        yield folder
+
+
 @pytest.fixture
 def write_suite(tmp_path):
     """Write a suite file next to the toy models and return its path."""

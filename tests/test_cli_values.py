@@ -52,7 +52,8 @@ KEYS = ("--device", "--precision", "--compile", "--compile-backend", "--compile-
 TEXTS = ("--slurm-partition", "--slurm-gres", "--slurm-constraint", "--slurm-account", "--slurm-qos",
          "--slurm-setup", "--reference", "--machine", "--suite", "--note", "--history")
 IN_FILES = ("--trace", "--prices", "--annotations", "suite", "files", "suites")
-IN_DIRS = ("--resume", "run_dir")
+IN_DIRS = ("--resume",)
+SOURCES = ("run_dir",)  # predict's: a suite file or a run directory
 RESULTS = ("results", "baseline", "candidate")
 OUT_DIRS = ("--results-dir", "--reports-dir")
 OUT_FILES = ("--csv", "--dashboard", "--output")
@@ -62,7 +63,8 @@ def kind_of(command: str, name: str) -> str:
     if command == "nightly" and name == "results":
         return "in_dir"  # one results tree, not a glob
     for kind, names in (("count", COUNTS), ("zero_or_more", ZERO_OR_MORE), ("number", NUMBERS), ("key", KEYS),
-                        ("text", TEXTS), ("in_file", IN_FILES), ("in_dir", IN_DIRS), ("results", RESULTS),
+                        ("text", TEXTS), ("in_file", IN_FILES), ("in_dir", IN_DIRS), ("source", SOURCES),
+                        ("results", RESULTS),
                         ("out_dir", OUT_DIRS), ("out_file", OUT_FILES)):
         if name in names:
             return kind
@@ -77,6 +79,7 @@ GARBAGE = {  # representatives; the hypothesis test below draws more of each
     "text": ["", "two\nlines"],
     "in_file": ["", str(MISSING), str(A_DIR)],
     "in_dir": ["", str(MISSING), str(A_FILE)],
+    "source": ["", str(MISSING)],
     "results": ["", str(MISSING)],
     "out_dir": ["", str(A_FILE)],
     "out_file": ["", str(A_DIR)],
@@ -188,6 +191,7 @@ def _garbage(kind: str) -> st.SearchStrategy[str]:
             "key": unknown, "text": word.map(lambda w: f"{w}\n{w}"),
             "in_file": word.map(lambda w: str(MISSING.parent / w)),
             "in_dir": word.map(lambda w: str(MISSING.parent / w)),
+            "source": word.map(lambda w: str(MISSING.parent / w)),
             "results": word.map(lambda w: str(MISSING.parent / w)), "out_dir": st.just(str(A_FILE)),
             "out_file": st.just(str(A_DIR))}[kind]
 
@@ -215,6 +219,8 @@ def test_the_cli_errors_of_issue_47_are_refused():
                  ["predict", str(RUN_DIR), "--target", ""]):
         code, _, err = _run(argv)
         assert code == 2 and argv[-2] in err
+    from amp_bench.studies.gpu_predictions import predict_source
+    predict_source(RUN_DIR, ["l4"])  # its suite's GPU cases recorded (cached): no worker starts below
     code, out, _ = _run(["predict", str(RUN_DIR), "--target", "l4", "--source-gpu", "a100-40gb"])
     assert code == 0 and "--source-gpu a100-40gb: not used: this is a CPU run" in " ".join(out.split())
 

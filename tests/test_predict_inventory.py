@@ -3,7 +3,6 @@ its op takes only tensor lists), every op that launches work either priced or na
 left out; which achievable fractions are measured, said per GPU; NeuSight's extract naming what it skips."""
 import gzip
 import json
-import shutil
 
 import pytest
 
@@ -68,27 +67,37 @@ def test_no_op_of_a_real_step_goes_unpriced_without_being_named(path):
     assert _unpriced_by_hand(path) == set(priced_inventory(path)[1])
 
 
-def test_without_the_fused_rule_the_fused_step_would_name_its_optimizer_unpriced(monkeypatch):
+def _fused_op_bytes(path) -> float:
+    return sum(w.bytes for w in priced_inventory(path)[0] if "_fused_adamw_" in w.label)
+
+
+def test_without_the_fused_rule_the_fused_step_is_still_priced_by_its_tensor_lists_bytes(monkeypatch):
+    """Every op is priced: an op whose inputs are tensor lists (no FLOPs) by the bytes of its tensors; the
+    fused rule prices the one pass (each state read and written once, the gradients read)."""
+    one_pass = _fused_op_bytes(STEPS / "adamw-fused.json.gz")
     monkeypatch.setattr(ops, "FUSED_OPTIMIZERS", set())
-    assert priced_inventory(STEPS / "adamw-fused.json.gz")[1] == {"aten::_fused_adamw_": 1}
+    assert priced_inventory(STEPS / "adamw-fused.json.gz")[1] == {}
+    assert 0 < _fused_op_bytes(STEPS / "adamw-fused.json.gz") != pytest.approx(one_pass, rel=0.05)
 
 
-def test_the_output_names_ops_it_left_out(tmp_path, capsys):
-    """An op the inventory cannot price (here an optimizer fused op it does not know) is said under the
+def test_the_output_names_ops_it_left_out(tmp_path):
+    """An op the inventory cannot price (here an op whose tensors the trace did not record) is said under the
     tables, with the case, the mode and the count."""
-    run = tmp_path / "run"
-    shutil.copytree(DATA / "cpu_run", run)
-    trace = run / "traces" / "resnet18-bs4-32px-fp32-r0.json.gz"
-    events = json.loads(gzip.decompress(trace.read_bytes()))
+    from amp_bench.analysis.predict.model import predict_cases
+    from amp_bench.analysis.predict.settings import notes
+    from amp_bench.analysis.predict.source import recorded_source
+    events = json.loads(gzip.decompress((STEPS / "adamw-fused.json.gz").read_bytes()))
     step = next(e for e in events["traceEvents"] if e["name"] == "amp_bench::step")
     events["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::_fused_lamb_", "pid": step["pid"],
                                   "tid": step["tid"] + 1, "ts": step["ts"] + 1, "dur": 5,
-                                  "args": {"Input Dims": [[[8, 8]], [[8, 8]]], "Input type": ["TensorList"] * 2}})
+                                  "args": {"Input Dims": [[], []], "Input type": ["TensorList"] * 2}})
+    trace = tmp_path / "step.json.gz"
     with gzip.open(trace, "wt") as fh:
         json.dump(events, fh)
-    assert main(["predict", str(run), "--target", "h100-sxm"]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "resnet18 bs 4 32px fp32: 1 op calls had no FLOPs or bytes" in out and "aten::_fused_lamb_ (1)" in out
+    source = recorded_source("mlp bs 32", {"model_label": "mlp", "batch_size": 32}, 32, {"fp32": (trace, {})}, {})
+    result = predict_cases([source], ["h100-sxm"])
+    text = " ".join(notes(result, ["h100-sxm"], None))
+    assert "mlp bs 32 fp32: 1 op calls had no FLOPs or bytes" in text and "aten::_fused_lamb_ (1)" in text
 
 
 def test_each_gpus_fractions_say_which_are_measured():
@@ -103,8 +112,9 @@ def test_each_gpus_fractions_say_which_are_measured():
 
 
 def test_the_notes_never_call_a_measured_fraction_unmeasured(capsys, monkeypatch):
+    """The fractions scale a GPU profile: a GPU run's notes name the ones assumed."""
     monkeypatch.setenv("COLUMNS", "1000")  # a narrow COLUMNS left in the process would cut the notes column
-    assert main(["predict", str(DATA / "cpu_run"), "--target", "h100-sxm,h200"]) == 0
+    assert main(["predict", str(DATA / "gpu_run"), "--target", "h100-sxm,h200", "--source-gpu", "a100-40gb"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "H100 SXM 80GB (tf32, fp16, bf16, fp8, bandwidth)" in out and "H200 SXM 141GB (fp32, tf32, fp16, fp8)" in out
     assert "not measured for H200" not in out

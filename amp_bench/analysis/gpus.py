@@ -22,12 +22,14 @@ import yaml
 from amp_bench import identity, modes
 from amp_bench.analysis.speedups import speedup_text
 from amp_bench.errors import UserError
-from amp_bench.store.flags import text_column
+from amp_bench.platform.gpu_specs import architecture, by_key
+from amp_bench.store.flags import is_true, text_column
 
 ARCH_ORDER = ["Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell", "CPU"]
 _FIGURES = ["gpu", "architecture", "compute_capability", "precision", "status", "reason", "throughput",
             "speedup_vs_reference_mode", "speedup_ci_low", "speedup_ci_high", "speedup_pairs_dropped",
-            "samples_per_watt", "mfu", "price_per_gpu_hour", "samples_per_dollar", "run_id"]
+            "samples_per_watt", "mfu", "price_per_gpu_hour", "samples_per_dollar", "run_id", "predicted"]
+PREDICTED = " (predicted)"  # a predicted GPU's label ends so: it never reads as a measured one
 
 
 def columns() -> list[str]:
@@ -115,7 +117,25 @@ def compare_gpus(summary: pd.DataFrame, results: pd.DataFrame, prices: dict[str,
     rank = out["architecture"].map({a: i for i, a in enumerate(ARCH_ORDER)}).fillna(len(ARCH_ORDER))
     out = out.assign(_rank=rank, _mode=out["precision"].map(modes.order_key))
     out = out.sort_values(["case", "_rank", "gpu", "_mode"], kind="stable").drop(columns=["_rank", "_mode"])
-    return out.reindex(columns=columns()).reset_index(drop=True)
+    return out.assign(predicted=False).reindex(columns=columns()).reset_index(drop=True)
+
+
+def with_predictions(table: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """The measured GPUs and, after them, the GPUs a run predicted (its predicted.csv), each labelled
+    PREDICTED and marked `predicted`: the report draws them apart, and no gate or export reads them."""
+    if predicted.empty:
+        return table
+    specs = [by_key()[target] for target in predicted["target"]]
+    rows = pd.DataFrame({
+        "case": predicted["case"], "gpu": predicted["target_label"] + PREDICTED,
+        "architecture": [architecture(spec.capability) for spec in specs],
+        "compute_capability": [".".join(map(str, spec.capability)) for spec in specs],
+        "precision": predicted["precision"], "status": predicted["status"],
+        "reason": predicted["reason"].fillna(""), "throughput": predicted["throughput"],
+        "speedup_vs_reference_mode": predicted["speedup"], "speedup_ci_low": predicted["speedup_low"],
+        "speedup_ci_high": predicted["speedup_high"], "predicted": True})
+    return pd.concat([table, rows.reindex(columns=columns())], ignore_index=True)
+
 
 
 def find_gpu(table: pd.DataFrame, name: str) -> str:
@@ -173,6 +193,8 @@ def _si(value: float) -> str:
 def cell_text(row) -> str:
     if row is None:
         return "not run"
+    if is_true(row.get("predicted")):
+        return _predicted_text(row)
     if row["status"] == "unsupported":
         return f"not supported here: {row['reason']}" if row["reason"] else "not supported here"
     if row["status"] != "ok" or not np.isfinite(row["throughput"] if row["throughput"] is not None else np.nan):
@@ -188,3 +210,13 @@ def cell_text(row) -> str:
     if pd.notna(row["samples_per_dollar"]):
         parts.append(f"{_si(row['samples_per_dollar'])} samples per $")
     return " · ".join(parts)
+
+
+def _predicted_text(row) -> str:
+    if row["status"] != "ok":
+        return f"predicted {row['status']}: {row['reason']}" if row["reason"] else f"predicted {row['status']}"
+    text = f"predicted: ~{row['throughput']:,.0f} samples/s"
+    if pd.notna(row["speedup_vs_reference_mode"]):
+        text += " · " + speedup_text(row["speedup_vs_reference_mode"], row.get("speedup_ci_low"),
+                                     row.get("speedup_ci_high")) + f" vs {modes.reference()}"
+    return text

@@ -188,6 +188,7 @@ def _finish(results, args, console) -> None:
         _print_advice(results, console)
         _print_wall_time(results, console)
         _print_advice_scores(results, console)
+        _print_predicted_gpus(results, console)
     if not args.no_report and not results.empty:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
 
@@ -293,6 +294,21 @@ def _print_advice(results, console) -> None:
     from amp_bench.analysis.advice.for_run import advice_lines
     for line in advice_lines(results, results.attrs["run_dir"]):
         console.print(f"advice: {escape(line)}", highlight=False, soft_wrap=True)
+
+
+def _print_predicted_gpus(results, console) -> None:
+    """On a machine without a GPU the run ends with what its suite's GPU cases would give on GPUs
+    (studies/gpu_predictions.py): predicted, said as such, never a measured row."""
+    from amp_bench.cli.predict import predicted_gpus_table
+    from amp_bench.studies.gpu_predictions import after_cpu_run
+    run_dir = results.attrs["run_dir"]
+    try:
+        result = after_cpu_run(run_dir)
+    except UserError as exc:
+        console.print(f"On GPUs: not predicted: {exc.lines[0]}", highlight=False, soft_wrap=True)
+        return
+    if result is not None:
+        predicted_gpus_table(result, run_dir, console)
 
 
 def _print_wall_time(results, console) -> None:

@@ -200,6 +200,15 @@ def existing_dir(value: str) -> Path:
     return path
 
 
+def suite_or_run(value: str) -> Path:
+    """A suite file or a run directory (predict's source)."""
+    if Path(text(value)).is_dir():
+        return Path(text(value))
+    if not Path(text(value)).exists():
+        _fail(f"{value}: no such suite file or run directory")
+    return existing_file(value)
+
+
 def output_dir(value: str) -> Path:
     path = Path(text(value))
     if path.exists() and not path.is_dir():
@@ -265,7 +274,7 @@ SEED = integer(0, 2**32 - 1, "a seed")
 COMMAND_TYPES: dict[tuple[str, str], Callable] = {
     **{(command, "suite"): suite_file for command in ("run", "explain", "fidelity", "headroom")},
     ("validate", "suites"): suite_file,
-    ("predict", "run_dir"): existing_dir, ("nightly", "results"): existing_dir,
+    ("predict", "run_dir"): suite_or_run, ("nightly", "results"): existing_dir,
     ("ingest", "files"): existing_file,
     **{(command, "results"): text for command in ("status", "report", "export", "history")},
     ("compare", "baseline"): text, ("compare", "candidate"): text,

@@ -11,11 +11,7 @@ import platform
 from dataclasses import asdict, dataclass, field
 
 from amp_bench import modes
-
-# Compute capability -> architecture family (first match wins on major.minor, then major).
-_ARCH_BY_CC = {(7, 0): "Volta", (7, 2): "Volta", (7, 5): "Turing", (8, 0): "Ampere", (8, 6): "Ampere",
-               (8, 7): "Ampere", (8, 9): "Ada", (9, 0): "Hopper"}
-_ARCH_BY_MAJOR = {6: "Pascal", 10: "Blackwell", 12: "Blackwell"}
+from amp_bench.platform.gpu_specs import architecture
 
 
 @dataclass(frozen=True)
@@ -38,8 +34,7 @@ class DeviceInfo:
     def architecture(self) -> str:
         if self.type == "cpu":
             return "CPU"
-        cc = self.capability or (0, 0)
-        return _ARCH_BY_CC.get(cc) or _ARCH_BY_MAJOR.get(cc[0], f"sm_{cc[0]}{cc[1]}")
+        return architecture(self.capability or (0, 0))
 
     @property
     def label(self) -> str:

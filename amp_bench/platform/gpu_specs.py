@@ -17,6 +17,15 @@ from dataclasses import dataclass, field
 
 from amp_bench.platform.peaks import PEAKS
 
+# Compute capability -> architecture family (first match wins on major.minor, then major).
+_ARCH_BY_CC = {(7, 0): "Volta", (7, 2): "Volta", (7, 5): "Turing", (8, 0): "Ampere", (8, 6): "Ampere",
+               (8, 7): "Ampere", (8, 9): "Ada", (9, 0): "Hopper"}
+_ARCH_BY_MAJOR = {6: "Pascal", 10: "Blackwell", 12: "Blackwell"}
+
+
+def architecture(capability: tuple[int, int]) -> str:
+    return _ARCH_BY_CC.get(tuple(capability)) or _ARCH_BY_MAJOR.get(capability[0], f"sm_{capability[0]}{capability[1]}")
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -31,6 +40,7 @@ class GpuSpec:
     source: str  # where bandwidth, SMs, clock and power come from
     own_peaks: dict = field(default_factory=dict)  # only for GPUs peaks.PEAKS leaves out
     own_peaks_source: str = ""
+    chip: str = ""  # the silicon (GV100, GA100, ...): boards of one chip share its measured fractions
 
     def peaks(self) -> tuple[dict[str, float], str]:
         """{math unit: dense peak TFLOP/s} and their source."""
@@ -53,42 +63,44 @@ _H100 = "NVIDIA H100 datasheet (2023) and Hopper whitepaper"
 
 SPECS: list[GpuSpec] = [
     GpuSpec("v100-sxm2", "V100 SXM2", "Tesla V100-SXM2-16GB", (7, 0), 80, 1530, 900, 300,
-            _V100 + ", SXM2 boost 1530 MHz, 300 W"),
+            _V100 + ", SXM2 boost 1530 MHz, 300 W", chip="GV100"),
     GpuSpec("v100-pcie", "V100 PCIe", "Tesla V100-PCIE-32GB", (7, 0), 80, 1380, 900, 250,
             _V100 + ", PCIe boost 1380 MHz, 250 W",
-            {"fp32": 14.0, "fp16": 112.0}, "NVIDIA Tesla V100 datasheet (PCIe): 14 FP32, 112 tensor FP16"),
+            {"fp32": 14.0, "fp16": 112.0}, "NVIDIA Tesla V100 datasheet (PCIe): 14 FP32, 112 tensor FP16",
+            chip="GV100"),
     GpuSpec("t4", "T4", "Tesla T4", (7, 5), 40, 1590, 320, 70,
-            "NVIDIA T4 datasheet and Turing whitepaper: 40 SMs, boost 1590 MHz, GDDR6 320 GB/s, 70 W"),
+            "NVIDIA T4 datasheet and Turing whitepaper: 40 SMs, boost 1590 MHz, GDDR6 320 GB/s, 70 W", chip="TU104"),
     GpuSpec("a100-40gb", "A100 SXM 40GB", "NVIDIA A100-SXM4-40GB", (8, 0), 108, 1410, 1555, 400,
-            _A100 + ", SXM 40GB HBM2 1555 GB/s, 400 W"),
+            _A100 + ", SXM 40GB HBM2 1555 GB/s, 400 W", chip="GA100"),
     GpuSpec("a100-80gb", "A100 SXM 80GB", "NVIDIA A100-SXM4-80GB", (8, 0), 108, 1410, 2039, 400,
-            _A100 + ", SXM 80GB HBM2e 2039 GB/s, 400 W"),
+            _A100 + ", SXM 80GB HBM2e 2039 GB/s, 400 W", chip="GA100"),
     GpuSpec("a100-pcie-40gb", "A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", (8, 0), 108, 1410, 1555, 250,
             _A100 + ", PCIe 40GB HBM2 1555 GB/s, 250 W",
             {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-            "NVIDIA A100 datasheet (PCIe): 19.5 FP32, 156 TF32, 312 FP16/BF16 dense"),
+            "NVIDIA A100 datasheet (PCIe): 19.5 FP32, 156 TF32, 312 FP16/BF16 dense", chip="GA100"),
     GpuSpec("a100-pcie-80gb", "A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", (8, 0), 108, 1410, 1935, 300,
             _A100 + ", PCIe 80GB HBM2e 1935 GB/s, 300 W",
             {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-            "NVIDIA A100 datasheet (PCIe): 19.5 FP32, 156 TF32, 312 FP16/BF16 dense"),
+            "NVIDIA A100 datasheet (PCIe): 19.5 FP32, 156 TF32, 312 FP16/BF16 dense", chip="GA100"),
     GpuSpec("a10", "A10", "NVIDIA A10", (8, 6), 72, 1695, 600, 150,
-            "NVIDIA A10 datasheet and Ampere GA102 whitepaper: 72 SMs, boost 1695 MHz, GDDR6 600 GB/s, 150 W"),
+            "NVIDIA A10 datasheet and Ampere GA102 whitepaper: 72 SMs, boost 1695 MHz, GDDR6 600 GB/s, 150 W",
+            chip="GA102"),
     GpuSpec("l4", "L4", "NVIDIA L4", (8, 9), 58, 2040, 300, 72,
-            _ADA + ": L4, 58 SMs, boost 2040 MHz, GDDR6 300 GB/s, 72 W"),
+            _ADA + ": L4, 58 SMs, boost 2040 MHz, GDDR6 300 GB/s, 72 W", chip="AD104"),
     GpuSpec("l40s", "L40S", "NVIDIA L40S", (8, 9), 142, 2520, 864, 350,
-            _ADA + ": L40S, 142 SMs, boost 2520 MHz, GDDR6 864 GB/s, 350 W"),
+            _ADA + ": L40S, 142 SMs, boost 2520 MHz, GDDR6 864 GB/s, 350 W", chip="AD102"),
     GpuSpec("rtx-4090", "RTX 4090", "NVIDIA GeForce RTX 4090", (8, 9), 128, 2520, 1008, 450,
-            _ADA + ": RTX 4090, 128 SMs, boost 2520 MHz, GDDR6X 1008 GB/s, 450 W"),
+            _ADA + ": RTX 4090, 128 SMs, boost 2520 MHz, GDDR6X 1008 GB/s, 450 W", chip="AD102"),
     GpuSpec("h100-sxm", "H100 SXM 80GB", "NVIDIA H100 80GB HBM3", (9, 0), 132, 1980, 3350, 700,
-            _H100 + ": SXM5, 132 SMs, boost 1980 MHz, HBM3 3350 GB/s, 700 W"),
+            _H100 + ": SXM5, 132 SMs, boost 1980 MHz, HBM3 3350 GB/s, 700 W", chip="GH100"),
     GpuSpec("h100-pcie", "H100 PCIe 80GB", "NVIDIA H100 PCIe", (9, 0), 114, 1755, 2000, 350,
             _H100 + ": PCIe, 114 SMs, boost 1755 MHz, HBM2e 2000 GB/s, 350 W",
             {"fp32": 51.2, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0, "fp8": 1513.0},
             "NVIDIA H100 datasheet (PCIe): 51 FP32; 756 TF32, 1513 FP16/BF16, 3026 FP8 with sparsity "
-            "(378, 756, 1513 dense)"),
+            "(378, 756, 1513 dense)", chip="GH100"),
     GpuSpec("h200", "H200 SXM 141GB", "NVIDIA H200", (9, 0), 132, 1980, 4800, 700,
             "NVIDIA H200 datasheet (2024): SXM, HBM3e 4800 GB/s, 700 W; SMs and clock as H100 SXM5 "
-            "(Hopper whitepaper)"),
+            "(Hopper whitepaper)", chip="GH100"),
 ]
 
 # Achievable fractions of the datasheet peaks. The default is what this project measured on an H200
@@ -111,6 +123,17 @@ MEASURED_FRACTIONS = {
     "t4": {"fp32": 0.52, "bandwidth": 0.77},
 }
 MEASURED_SOURCE = "NeuSight's operator microbenchmarks (90th percentile over the datasheet figure)"
+
+
+def measured_fraction(spec: GpuSpec, resource: str) -> float | None:
+    """The measured achievable fraction of a resource on this GPU or, failing that, on a board of its chip
+    (an A100 SXM takes its PCIe sibling's: the same GA100 at other clocks and power); None when neither."""
+    own = MEASURED_FRACTIONS.get(spec.key, {}).get(resource)
+    if own is not None or not spec.chip:
+        return own
+    siblings = [MEASURED_FRACTIONS[s.key][resource] for s in SPECS
+                if s.chip == spec.chip and resource in MEASURED_FRACTIONS.get(s.key, {})]
+    return siblings[0] if siblings else None
 
 
 def achievable(spec: GpuSpec, resource: str) -> tuple[float, str]:

@@ -68,8 +68,10 @@ class ReportData:
         """analysis/gpus.compare_gpus of these results (with the prices): the figure, the HTML, markdown and
         CSV sections and the --reference check all read it."""
         if self._gpus is None:
-            from amp_bench.analysis.gpus import compare_gpus
-            self._gpus = compare_gpus(self.summary, self.results, self.prices)
+            from amp_bench.analysis.gpus import compare_gpus, with_predictions
+            from amp_bench.store.results import read_table
+            self._gpus = with_predictions(compare_gpus(self.summary, self.results, self.prices),
+                                          read_table(self.run_dirs, "predicted"))
         return self._gpus.copy()
 
     _summary = None  # computed once: every section reads it

@@ -1,7 +1,8 @@
 """The report's "GPUs compared" section: per model and batch, a table with GPUs as rows and precision
 modes as columns (samples/s, speedup over fp32 on that GPU, samples/s per watt, MFU, samples per $
 with a price file), the same as a grouped bar chart, and with --reference GPU a table of each GPU's
-samples/s over that GPU's. Modes a GPU lacks are drawn as labelled crosses, never as zero bars.
+samples/s over that GPU's. Modes a GPU lacks are drawn as labelled crosses, never as zero bars; GPUs a run
+predicted (labelled "(predicted)") are hatched bars and "predicted: ~..." cells.
 The figures are analysis/gpus.py's; this only draws them."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 
 from amp_bench import modes
 from amp_bench.analysis.gpus import pivot_cells, reference_view
+from amp_bench.store.flags import is_true
 
 TITLE = "GPUs compared"
 ABSENT = ("Only one GPU (or CPU) in these results: run the suite on several (`run --executor slurm "
@@ -43,10 +45,14 @@ def figure(long: pd.DataFrame):
         for mode in sorted(part["precision"].unique(), key=lambda m: order.index(m) if m in order else 99):
             rows = part[part["precision"] == mode].set_index("gpu").reindex(gpus)
             measured = rows["throughput"].notna()
+            predicted = [is_true(v) for v in rows.loc[measured, "predicted"]]  # hatched: never read as measured
             fig.add_trace(go.Bar(
                 x=[g for g, m in zip(gpus, measured, strict=True) if m], y=rows.loc[measured, "throughput"], name=mode,
-                offsetgroup=mode, legendgroup=mode, showlegend=mode not in shown, marker_color=colours.get(mode),
-                hovertext=[f"{mode} on {g}: {t:,.1f} samples/s" for g, t in rows.loc[measured, "throughput"].items()],
+                offsetgroup=mode, legendgroup=mode, showlegend=mode not in shown,
+                marker=dict(color=colours.get(mode), pattern=dict(shape=["/" if p else "" for p in predicted]),
+                            opacity=[0.55 if p else 1.0 for p in predicted]),
+                hovertext=[f"{mode} on {g}: {t:,.1f} samples/s" + (" (predicted, not measured)" if p else "")
+                           for (g, t), p in zip(rows.loc[measured, "throughput"].items(), predicted, strict=True)],
                 hoverinfo="text"), row=row, col=1)
             shown.add(mode)
             missing = rows[~measured & rows["status"].notna()]
@@ -64,7 +70,8 @@ def figure(long: pd.DataFrame):
                 shown.add("missing")
         fig.update_yaxes(title_text="samples / s", row=row, col=1)
     fig.update_layout(barmode="group", template="plotly_white", height=max(380, 330 * len(cases) + 80),
-                      title="GPUs compared: samples/s per mode (crosses: the GPU cannot run that mode)",
+                      title="GPUs compared: samples/s per mode (crosses: the GPU cannot run that mode; hatched: "
+                            "predicted, not measured)",
                       legend_title_text="", margin=dict(t=80, r=20))
     return fig
 

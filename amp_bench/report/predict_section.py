@@ -1,7 +1,9 @@
-"""The report's "What other GPUs would give" section: for the runs whose suite has a `predict:` block,
-each case's predicted step time, throughput and speedup over fp32 on the named GPUs, with intervals,
-and 'unsupported' with the reason. The numbers are analysis/predict/'s; this module lays them out
-(plotly imported when the figure is drawn). A run that cannot be predicted says why in one line."""
+"""The report's "On GPUs (predicted, nothing measured here)" section: each case's predicted step time,
+throughput, speedup over fp32 and peak memory on GPUs, with intervals, and 'unsupported' with the reason.
+A run made without a GPU brings its own (predicted.csv: its suite's GPU cases, recorded on fake tensors
+when it ran: studies/gpu_predictions.py); a GPU run whose suite has a `predict:` block is scaled from its
+profiled kernels here. The numbers are analysis/predict/'s; this module lays them out (plotly imported when
+the figure is drawn). A run that cannot be predicted says why in one line."""
 from __future__ import annotations
 
 import html
@@ -10,27 +12,34 @@ import pandas as pd
 
 from amp_bench.errors import UserError
 
-SECTION = ("predict", "What other GPUs would give")
-ABSENT = ("No run here asked for predictions: add `predict: {targets: [h100-sxm, a100-80gb, l4, v100-sxm2]}` to the "
-          "suite (explain on), or run `python -m amp_bench predict RUN_DIR --target ...`.")
-HOW_TO = ("Each profiled step is scaled to the target GPU: from a GPU run, every kernel keeps the efficiency it "
-          "reached and takes the target's peak for its math unit (FP32, TF32, 16-bit or FP8 tensor cores) or its "
-          "memory bandwidth, whichever bounds it; tiny kernels and host time stay as measured. From a CPU run, the "
-          "ops are priced at the target's derated roofline: a much wider interval. Intervals are the spread of the "
-          "same rules' errors on public per-op measurements (docs/predict.md); a speedup is over the target's own "
-          "predicted fp32 step.")
+SECTION = ("predict", "On GPUs (predicted, nothing measured here)")
+ABSENT = ("Nothing predicted: a run on a machine without a GPU predicts its suite's GPU cases when it ends; a GPU "
+          "run predicts other GPUs with `predict: {targets: [h100-sxm, a100-80gb, l4, v100-sxm2]}` in the suite "
+          "(explain on), or `python -m amp_bench predict SUITE|RUN_DIR --target ...`.")
+HOW_TO = ("Predictions, not measurements: they never enter compare, nightly or an export. From a GPU run, every "
+          "profiled kernel keeps the efficiency it reached and takes the target's peak for its math unit (FP32, "
+          "TF32, 16-bit or FP8 tensor cores) or its memory bandwidth, whichever bounds it; tiny kernels and host "
+          "time stay as measured. From a run without a GPU, the suite's GPU cases are recorded on fake tensors "
+          "and every op is priced by a model fitted on published AMP pairs and this project's H200 reading; its "
+          "peak memory is the tensors alive at the step's peak. A speedup is over the target's own predicted fp32 "
+          "step (docs/predict.md).")
 _CACHE: dict[tuple, tuple] = {}
 
 
 def predictions(data) -> tuple[pd.DataFrame, list[str]]:
     """(every prediction of the runs that asked for them, one line per run that could not be predicted)."""
     from amp_bench.analysis.predict.model import predict_run
-    from amp_bench.analysis.predict.settings import notes, suite_settings
+    from amp_bench.analysis.predict.settings import notes, recorded_line, suite_settings
+    from amp_bench.store.results import read_table
     key = tuple((str(d), _mtime(d)) for d in data.run_dirs)
     if key in _CACHE:
         return _CACHE[key]
     frames, lines = [], []
     for run_dir in data.run_dirs:
+        if (run_dir / "predicted.csv").is_file():  # a run without a GPU: what it predicted when it ended
+            frames.append(read_table([run_dir], "predicted").assign(run=run_dir.name))
+            lines.append(recorded_line())
+            continue
         try:
             settings = suite_settings(run_dir)
             if not settings.get("targets"):
@@ -87,10 +96,13 @@ def reading_table(table: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, row in table.iterrows():
         ok = row["status"] == "ok"
+        memory, saved = row.get("peak_memory_bytes"), row.get("memory_saving")
         rows.append({"case": row["case"], "GPU": row["target_label"], "mode": row["precision"],
                      "step ms": _cell(row, "step_ms", 1) if ok else "-",
                      "samples/s": _cell(row, "throughput", 0) if ok else "-",
                      "speedup vs fp32": _cell(row, "speedup", 2, "x") if ok else "-",
+                     "peak memory": f"{memory / 2**30:.1f} GiB" if ok and memory == memory and memory else "-",
+                     "saved": f"{saved:.0%}" if ok and saved == saved and saved is not None else "-",
                      "note": "" if ok else f"{row['status']}: {row['reason']}", "source": row["source"]})
     return pd.DataFrame(rows)
 

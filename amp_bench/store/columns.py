@@ -348,9 +348,10 @@ def _table(spec: str) -> dict[str, str]:
     return {name: marks[mark] for name, _, mark in (word.partition(":") for word in spec.split())}
 
 
-# The study tables (docs/fidelity-and-headroom.md, docs/advice.md): each column's kind, in the file's order. The
-# studies write them (studies/fidelity/, studies/headroom_search.py, studies/try_advice.py); analysis/fidelity.py,
-# analysis/headroom.py and benchmarks/advice_scores.py read them. overhead.csv is benchmarks/overhead.py's rounds,
+# The study tables (docs/fidelity-and-headroom.md, docs/advice.md, docs/predict.md): each column's kind, in the
+# file's order. The studies write them (studies/fidelity/, studies/headroom_search.py, studies/try_advice.py,
+# studies/gpu_predictions.py); analysis/fidelity.py, analysis/headroom.py, benchmarks/advice_scores.py and the
+# report read them. overhead.csv is benchmarks/overhead.py's rounds,
 # harness against a plain loop, which the GPU check reads back.
 STUDY_TABLES: dict[str, dict[str, str]] = {
     "fidelity": _table(
@@ -383,6 +384,12 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
         "run_id tried_run rule case_id variant_case_id precision device_name change predicted_speedup:f "
         "predicted_low:f predicted_high:f measured_speedup:f measured_low:f measured_high:f pairs:i contended:b "
         "error:f evidence how source"),
+    # what a run on a machine without a GPU predicts for its suite's GPU cases (studies/gpu_predictions.py): a
+    # prediction, never a measurement; compare, nightly and the exports read results.csv only
+    "predicted": _table(
+        "case precision target target_label status reason step_ms:f step_ms_low:f step_ms_high:f throughput:f "
+        "throughput_low:f throughput_high:f speedup:f speedup_low:f speedup_high:f baseline peak_memory_bytes:f "
+        "memory_saving:f source interval_from"),
     "overhead": _table(
         "round:i device model image_size:i batch:i channels_last:b optimizer impl device_name precision warmup:i "
         "steps:i harness_throughput:f plain_throughput:f ratio:f harness_ms:f plain_ms:f harness_gap_fraction:f "

@@ -221,10 +221,7 @@ class RunStore:
         return sorted(self._parts)
 
     def write_table(self, name: str, rows: list[dict]) -> None:
-        """Another tidy table of this run (fidelity.csv, headroom.csv, advice.csv, ...), rewritten atomically: the
-        columns store/columns.py declares for it, in their order."""
-        frame = pd.DataFrame(rows, columns=list(TABLE_KINDS[name]))
-        write_text_atomic(self.dir / f"{name}.csv", frame.to_csv(index=False))
+        write_table(self.dir, name, rows)
 
     def flush(self) -> None:
         with self.locked():
@@ -329,6 +326,13 @@ def dirs_with_table(folder: str | os.PathLike, name: str) -> list[Path]:
     none when the folder is absent: for callers that read what a stage may not have written."""
     folder = Path(folder)
     return sorted(p.parent for p in folder.rglob(f"{name}.csv")) if folder.is_dir() else []
+
+
+def write_table(run_dir: Path, name: str, rows: list[dict]) -> None:
+    """Another tidy table of a run (fidelity.csv, headroom.csv, advice.csv, predicted.csv, ...), rewritten
+    atomically: the columns store/columns.py declares for it, in their order."""
+    frame = pd.DataFrame(rows, columns=list(TABLE_KINDS[name]))
+    write_text_atomic(Path(run_dir) / f"{name}.csv", frame.to_csv(index=False))
 
 
 def read_table(run_dirs: list[Path], name: str, columns: list[str] | None = None,

@@ -29,7 +29,7 @@ def _cost(node: EventNode) -> OpCost | None:
     if not is_costed(node.name):
         return None
     return op_cost(node.name, args.get("Input Dims"), args.get("Input type"), args.get("Concrete Inputs"),
-                   args.get("Input Strides"))
+                   args.get("Input Strides"), args.get("TensorList type"))
 
 
 def _costed_roots(nodes: list[EventNode]) -> dict[int, tuple[EventNode, OpCost]]:
@@ -101,7 +101,7 @@ def priced_inventory(source) -> tuple[list[Work], Counter]:
         group = next((a for a in node.ancestors() if a.name.startswith(("aten::_foreach_", "aten::_fused_"))), None)
         if group is None:
             works.append(Work(node.name, _category(node), None, cost.flops, cost.bytes, cost.math,
-                              nchw_bytes=cost.nchw_bytes))
+                              nchw_bytes=cost.nchw_bytes, misaligned=cost.misaligned))
         elif id(group) in foreach:
             foreach[id(group)].bytes += cost.bytes
         else:  # a CPU runs a _foreach_ op tensor by tensor; a GPU's multi_tensor_apply is one launch

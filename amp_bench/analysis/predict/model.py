@@ -1,21 +1,22 @@
-"""Predicted step time, throughput and speedup of every case and mode of a run on other GPUs, each with
-an interval, or 'unsupported' with the reason; torch-free (pandas).
+"""Predicted step time, throughput, speedup and peak memory of every case and mode on other GPUs, each
+with an interval, or 'unsupported' with the reason; torch-free (pandas).
 
 A GPU source: each piece of the profiled step is scaled (scaling.scale); the device's busy time
 moves by the ratio of the scaled pieces' sum to the measured pieces' sum (kernels on concurrent
 streams overlap as they did), the idle (host) time stays, and the measured median step moves by the
 ratio of the predicted profiled step to the profiled step (so the profiler's own cost cancels).
-A CPU source: the op inventory at the target's derated roofline, at least KERNEL_MIN_MS a kernel, and the
-step is the larger of that and the host's dispatch time (DISPATCH_MS an op): eager PyTorch launches
-asynchronously, so the slower of the two sets the pace.
+A recorded source (a suite's GPU case on fake tensors): every op priced by the fitted model (pricing.py,
+eager PyTorch), and the step is the larger of that and the host's dispatch time (DISPATCH_MS an op): eager
+PyTorch launches asynchronously, so the slower of the two sets the pace. Its peak memory is what the
+recorder counted (tensors alive at the CUDA allocator's granularity); AMP's saving is over fp32's peak.
 Intervals (INTERVALS, true/predicted): "gpu" is the 10th-90th percentile of measured/predicted end-to-end
 time on the development set (NeuSight's inference labels, 134 GPU pairs; never the scored training
 labels), where every math unit and the bandwidth have measured achievable fractions on both GPUs;
 "gpu-unmeasured" widens it by the spread of the measured fractions around the default one (0.33-0.99 of
 the FP32 peak against 0.80 assumed: x0.81 to x2.42), since a GPU whose fraction was not measured may
-sit anywhere in it; "cpu" is the op inventory's dev-set spread (0.88-1.06) widened the same way (its
-16-bit tensor-core fractions are measured on no GPU but the H200). A speedup takes its modes' wider
-interval: no AMP data was there to narrow it.
+sit anywhere in it; "recorded" is the 5th-95th percentile of the fitted model's errors on throughput
+when a GPU or a model is left out of its fit (fitted.INTERVALS, docs/predict.md), and a recorded case's
+speedup takes the same for speedups; a GPU source's speedup takes its modes' wider interval.
 """
 from __future__ import annotations
 
@@ -25,11 +26,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from amp_bench import modes
+from amp_bench.analysis.predict import fitted, pricing
 from amp_bench.analysis.predict.scaling import FLOOR_MS, HOST, math_unit, scale
 from amp_bench.analysis.predict.settings import fractions
 from amp_bench.analysis.predict.source import CaseSource, ModeSource, load_works, read_sources, target_tf32
 from amp_bench.errors import UserError
 from amp_bench.platform.gpu_specs import GpuSpec, by_key
+from amp_bench.store.columns import STUDY_TABLES
 
 # Host time to launch one op in eager PyTorch: ~10 us, rounded up from the 7-9 us (median) cudaLaunchKernel
 # alone took in Holistic Trace Analysis's public A100 traces (tests/data/hta).
@@ -37,11 +40,10 @@ DISPATCH_MS = FLOOR_MS
 # (low, high) factors around a predicted step time and a predicted speedup; the 10th and 90th
 # percentiles of measured/predicted on NeuSight's inference labels (the development set, never the
 # scored training labels): benchmarks/predict_neusight.py --dev prints them.
-INTERVALS = {"gpu": (0.88, 1.14), "gpu-unmeasured": (0.71, 2.76), "cpu": (0.71, 2.57)}
-WIDER = ("gpu", "gpu-unmeasured", "cpu")  # from the narrowest
-COLUMNS = ["case", "precision", "target", "target_label", "status", "reason", "step_ms", "step_ms_low",
-           "step_ms_high", "throughput", "throughput_low", "throughput_high", "speedup", "speedup_low",
-           "speedup_high", "baseline", "source", "interval_from"]
+THROUGHPUT_LOW, THROUGHPUT_HIGH = fitted.INTERVALS["throughput"]  # measured / predicted samples/s
+INTERVALS = {"gpu": (0.88, 1.14), "gpu-unmeasured": (0.71, 2.76), "recorded": (1 / THROUGHPUT_HIGH, 1 / THROUGHPUT_LOW)}
+WIDER = ("gpu", "gpu-unmeasured", "recorded")  # from the narrowest
+COLUMNS = list(STUDY_TABLES["predicted"])  # a run's predicted.csv holds these (store/columns.py)
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Predicted:
     interval: str = "gpu"  # the INTERVALS key
     rules: Counter = field(default_factory=Counter)  # rule -> ms on the target
     categories: dict = field(default_factory=dict)  # category -> (source ms, target ms)
+    peak_memory_bytes: float | None = None  # a recorded step's: the tensors alive at its peak
 
 
 def _unsupported(precision: str, spec: GpuSpec) -> str | None:
@@ -92,13 +95,15 @@ def _from_gpu(mode: ModeSource, source: GpuSpec, target: GpuSpec, tf32_dst) -> P
 
 
 def price_inventory(works, target: GpuSpec, tf32: tuple[bool, bool], batch: int) -> Predicted:
-    """An op inventory's step on `target`: the larger of the ops at the target's roofline and the host's
-    dispatch time; `tf32` is what FP32 matmul and convolutions run as there."""
-    pieces = [(w, scale(w, target, target, tf32, tf32)) for w in works]
-    gpu = sum(s.ms for _, s in pieces)
-    host = DISPATCH_MS * sum(w.kernels for w in works)
-    step = max(gpu, host)
-    predicted = _tally(pieces, Predicted(step, batch * 1e3 / step if step else None))
+    """A recorded step on `target`: the larger of its ops at the fitted prices (pricing.py, eager PyTorch)
+    and the host's dispatch time; `tf32` is what FP32 matmul and convolutions run as there."""
+    ops = pricing.Ops.of(works)
+    times = pricing.op_ms(ops, target, tf32, fitted.PARAMETERS)
+    gpu, host = float(times.sum()), DISPATCH_MS * sum(w.kernels for w in works)
+    predicted = Predicted(max(gpu, host), batch * 1e3 / max(gpu, host) if gpu else None)
+    for category in dict.fromkeys(ops.category):
+        predicted.categories[category] = (0.0, float(times[ops.category == category].sum()))
+    predicted.rules["fitted price (recorded step)"] = gpu
     if host > gpu:
         predicted.rules["host dispatch (bounds the step)"] += host - gpu
         predicted.categories[HOST] = (0.0, host - gpu)
@@ -121,6 +126,8 @@ def predict_mode(case: CaseSource, precision: str, target: GpuSpec, fp32_as: str
     why = _unsupported(precision, target)
     if why:
         return None, "unsupported", why
+    if precision in case.not_recorded:
+        return None, "no prediction", case.not_recorded[precision]
     mode = load_works(case, precision)
     if mode is None:
         return None, "no prediction", f"{precision} was not profiled on the source"
@@ -129,8 +136,8 @@ def predict_mode(case: CaseSource, precision: str, target: GpuSpec, fp32_as: str
         return None, "no prediction", why
     tf32_dst = target_tf32(precision, fp32_as)
     if not case.is_gpu:
-        predicted = price_inventory(mode.works, target, tf32_dst, int(case.keys.get("batch_size", 1)))
-        predicted.interval = "cpu"
+        predicted = price_inventory(mode.works, target, tf32_dst, case.batch)
+        predicted.interval, predicted.peak_memory_bytes = "recorded", mode.memory.get("peak")
         return predicted, "ok", ""
     predicted = _from_gpu(mode, case.spec, target, tf32_dst)
     measured = _measured(mode.works, [case.spec, target], [mode.tf32, tf32_dst])
@@ -138,21 +145,19 @@ def predict_mode(case: CaseSource, precision: str, target: GpuSpec, fp32_as: str
     return predicted, "ok", ""
 
 
-def _source_text(case: CaseSource, mode: ModeSource | None) -> str:
+def _source_text(case: CaseSource) -> str:
     if case.is_gpu:
         return f"{case.spec.label} profile (kernel times kept, rescaled)"
-    text = f"op inventory from a CPU run ({case.device_name}): roofline-priced, wide interval"
-    return text + (f"; from the {mode.borrowed_from} inventory" if mode is not None and mode.borrowed_from else "")
+    return "the suite's GPU case recorded on fake tensors (no GPU), every op at fitted prices"
 
 
 def _row(case, precision, target, predicted: Predicted | None, status: str, why: str) -> dict:
-    mode = case.modes.get(precision) or case.borrowed.get(precision)
     row = {"case": case.label, "precision": precision, "target": target.key, "target_label": target.label,
-           "status": status, "reason": why, "source": _source_text(case, mode)}
+           "status": status, "reason": why, "source": _source_text(case)}
     if predicted:
         lo, hi = INTERVALS[predicted.interval]
         row.update(step_ms=predicted.step_ms, step_ms_low=predicted.step_ms * lo, step_ms_high=predicted.step_ms * hi,
-                   interval_from=predicted.interval)
+                   interval_from=predicted.interval, peak_memory_bytes=predicted.peak_memory_bytes)
         if predicted.throughput:
             row.update(throughput=predicted.throughput, throughput_low=predicted.throughput / hi,
                        throughput_high=predicted.throughput / lo)
@@ -168,9 +173,12 @@ def _speedups(rows: list[dict]) -> list[dict]:
         ref = base.get((row["case"], row["target"]))
         if row["status"] != "ok" or ref is None or row["precision"] == baseline:
             continue
-        lo, hi = INTERVALS[max(row["interval_from"], ref["interval_from"], key=WIDER.index)]
+        wider = max(row["interval_from"], ref["interval_from"], key=WIDER.index)
+        lo, hi = fitted.INTERVALS["speedup"] if wider == "recorded" else INTERVALS[wider]
         speedup = ref["step_ms"] / row["step_ms"]
         row.update(speedup=speedup, speedup_low=speedup * lo, speedup_high=speedup * hi, baseline=baseline)
+        if row.get("peak_memory_bytes") and ref.get("peak_memory_bytes"):
+            row["memory_saving"] = 1 - row["peak_memory_bytes"] / ref["peak_memory_bytes"]
     return rows
 
 
@@ -190,20 +198,14 @@ class RunPrediction:
 
 
 def _wanted(case: CaseSource) -> list[str]:
-    """The modes to predict: those the source ran; a CPU source also the 16-bit AMP and TF32 modes it
-    can price from the inventories it has."""
+    """The modes to predict: those the source ran or recorded, or could not record (said why)."""
     order = list(modes.names())
-    extra = set() if case.is_gpu else {m for m in order if not modes.get(m).float8_linear}
-    return sorted(set(case.modes) | extra, key=order.index)
+    return sorted(set(case.modes) | set(case.not_recorded), key=order.index)
 
 
-def predict_run(run_dir, targets: list[str], fp32_as: str | None = None,
-                source_gpu: str | None = None) -> RunPrediction:
-    """Every profiled case and mode of `run_dir` on every target."""
+def predict_cases(cases: list[CaseSource], targets: list[str], fp32_as: str | None = None) -> RunPrediction:
+    """Every case and mode on every target."""
     specs = resolve_targets(targets)
-    cases = read_sources(run_dir, source_gpu)
-    if not cases:
-        raise UserError(f"{run_dir}: no case with a profiled step (run with explain on: `run --explain`)")
     rows, parts = [], []
     for case in cases:
         for target in specs:
@@ -214,3 +216,14 @@ def predict_run(run_dir, targets: list[str], fp32_as: str | None = None,
                     parts += [{"case": case.label, "precision": precision, "target": target.key, "category": c,
                                "source_ms": s, "target_ms": t} for c, (s, t) in predicted.categories.items()]
     return RunPrediction(pd.DataFrame(_speedups(rows)).reindex(columns=COLUMNS), pd.DataFrame(parts), cases)
+
+
+def predict_run(run_dir, targets: list[str], fp32_as: str | None = None,
+                source_gpu: str | None = None) -> RunPrediction:
+    """Every profiled case and mode of a GPU run on every target (a CPU run is predicted from its suite's GPU
+    cases: studies/gpu_predictions.py)."""
+    cases = read_sources(run_dir, source_gpu)
+    if not cases:
+        raise UserError(f"{run_dir}: no GPU case with a profiled step (run on a GPU with explain on; a CPU run "
+                        f"is predicted from its suite's GPU cases: `amp_bench predict {run_dir}`)")
+    return predict_cases(cases, targets, fp32_as)

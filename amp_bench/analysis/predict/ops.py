@@ -41,6 +41,12 @@ REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vecto
               "argmax", "argmin", "all", "any", "prod", "nll_loss_forward", "nll_loss", "nll_loss_nd",
               "_foreach_norm", "batch_norm_stats", "logsumexp"}
 FUSED_OPTIMIZERS = {"_fused_adam_", "_fused_adamw_", "_fused_sgd_", "_fused_adagrad_"}
+SCALARS = {"Scalar", "ScalarList", ""}  # what a factory op's recorded inputs are
+CONCATS = {"cat", "_cat", "stack", "hstack", "vstack", "concat", "concatenate"}  # they write all they read
+# A GEMM's operands must start every row on a 16-byte boundary for the vectorised Tensor Core kernels
+# (NVIDIA's Matrix Multiplication Background guide: multiples of 8 in 16-bit, 16 in fp8, 4 in TF32);
+# otherwise CUTLASS's align1/align2 kernels run (GPT-2's 50257-wide lm_head on this project's H200 reading)
+ALIGN_ELEMENTS = {"fp32": 4, "fp16": 8, "bf16": 8, "fp8": 16}
 
 
 @dataclass(frozen=True)
@@ -49,17 +55,27 @@ class OpCost:
     bytes: float  # read + written
     math: str | None  # "fp32", "fp16", "bf16", "fp8": the compute's input type (None when flops is 0)
     nchw_bytes: float = 0.0  # a convolution on NCHW tensors: what an NCHW<->NHWC transform of them moves
+    misaligned: bool = False  # a GEMM whose inner or output dimension breaks ALIGN_ELEMENTS
 
 
 def base_name(name: str) -> str:
     return name.split("::", 1)[1] if name.startswith("aten::") else name
 
 
-def _tensors(dims, types) -> list[tuple[list[int], str]]:
-    """(shape, dtype) of the recorded tensor inputs (scalars, lists and absent tensors dropped; a
-    0-d tensor has shape [])."""
-    return [([int(d) for d in shape], dtype) for shape, dtype in zip(dims or [], types or [], strict=False)
-            if dtype in DTYPE_BYTES and isinstance(shape, list)]
+def _tensors(dims, types, list_types=None) -> list[tuple[list[int], str]]:
+    """(shape, dtype) of the recorded tensor inputs (scalars and absent tensors dropped; a 0-d tensor has
+    shape []). A TensorList's tensors count one by one, in the dtype recorded beside it (amp_bench's fake
+    step records it; torch.profiler does not: the op's first plain tensor's dtype then, else FP32)."""
+    plain = [t for t in types or [] if t in DTYPE_BYTES]
+    out = []
+    for i, (shape, dtype) in enumerate(zip(dims or [], types or [], strict=False)):
+        if dtype in DTYPE_BYTES and isinstance(shape, list):
+            out.append(([int(d) for d in shape], dtype))
+        elif dtype == "TensorList" and isinstance(shape, list) and all(isinstance(s, list) for s in shape):
+            given = (list_types or [])[i] if i < len(list_types or []) else ""
+            element = given if given in DTYPE_BYTES else (plain[0] if plain else "float")
+            out += [([int(d) for d in s], element) for s in shape]
+    return out
 
 
 def _nbytes(shape: list[int], dtype: str) -> float:
@@ -105,7 +121,8 @@ def _gemm(name: str, tensors) -> OpCost | None:
         math = MATH.get(tensors[1][1])
     flops = 2.0 * batch * m * k * n
     moved = sum(_nbytes(s, d) for s, d in tensors) + batch * m * n * DTYPE_BYTES.get(tensors[0][1], 4)
-    return OpCost(flops, moved, math)
+    align = ALIGN_ELEMENTS.get(math or "", 1)
+    return OpCost(flops, moved, math, misaligned=bool(k % align or n % align))
 
 
 def _conv_out(spatial, kernel, stride, padding, dilation) -> list[int]:
@@ -164,14 +181,14 @@ def _nchw(strides) -> bool:
     return isinstance(first, list) and len(first) == 4 and first[1] != 1 and first[3] == 1
 
 
-def op_cost(name: str, dims, types, concrete=None, strides=None) -> OpCost | None:
+def op_cost(name: str, dims, types, concrete=None, strides=None, list_types=None) -> OpCost | None:
     """The cost of one recorded op; None when it launches no kernel (a view, an allocation) or its
     tensors were not recorded (a TensorList: its per-tensor children are costed instead; a fused
     optimizer's tensor lists are costed from their shapes). `strides`
     (Input Strides) tell an NCHW convolution: cuDNN's tensor-core kernels are NHWC, so on TF32, 16-bit
     or FP8 math its activations are transformed there and back (Holistic Trace Analysis's public A100
     trace shows nchwToNhwcKernel launched beside the sm80 TF32 fprop kernels), which nchw_bytes prices."""
-    cost = _op_cost(base_name(name), dims, types, concrete)
+    cost = _op_cost(base_name(name), dims, types, concrete, list_types)
     if cost is None or not cost.nchw_bytes or _nchw(strides):
         return cost
     return OpCost(cost.flops, cost.bytes, cost.math)  # NHWC already: nothing to transform
@@ -192,14 +209,17 @@ def _fused_optimizer(dims) -> OpCost | None:
     return OpCost(0.0, float(elements) * 4 * (2 * len(like_params) - 1), None)
 
 
-def _op_cost(base: str, dims, types, concrete) -> OpCost | None:
+def _op_cost(base: str, dims, types, concrete, list_types=None) -> OpCost | None:
     if base in NO_KERNEL:
         return None
     if base in FUSED_OPTIMIZERS:
         return _fused_optimizer(dims)
-    tensors = _tensors(dims, types)
+    if base.startswith("_foreach_"):
+        return None  # its per-tensor children are costed (a CPU trace shows them), and grouped as one launch
+    tensors = _tensors(dims, types, list_types)
     if not tensors:
-        return None
+        # a factory op (arange, randint, scalar_tensor): one kernel; what it writes the trace does not say
+        return OpCost(0.0, 0.0, None) if types and all(t in SCALARS for t in types) else None
     if base in GEMM_OPS:
         return _gemm(base, tensors)
     if base in CONV_OPS:
@@ -212,7 +232,8 @@ def _op_cost(base: str, dims, types, concrete) -> OpCost | None:
     if base in REDUCTIONS:
         return OpCost(0.0, read, None)
     largest = max(tensors, key=lambda t: prod(t[0]))
-    written = 2 * prod(largest[0]) if base in ("_to_copy", "to") else _nbytes(*largest)
+    whole_list = base in CONCATS or "foreach" in base  # a concat writes all it read; _amp_foreach_* works in place
+    written = 2 * prod(largest[0]) if base in ("_to_copy", "to") else read if whole_list else _nbytes(*largest)
     return OpCost(0.0, read + written, None)
 
 

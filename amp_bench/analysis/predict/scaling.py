@@ -53,6 +53,7 @@ class Work:
     blocks: int | None = None  # grid size of the kernel, when the trace gives it
     kernels: int = 1
     nchw_bytes: float = 0.0  # an inventory's NCHW convolution: the layout transforms tensor cores add (ops.py)
+    misaligned: bool = False  # an inventory's GEMM with dimensions the vectorised Tensor Core kernels refuse (ops.py)
 
 
 @dataclass(frozen=True)

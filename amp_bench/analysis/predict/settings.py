@@ -22,9 +22,10 @@ RESOURCES = ("fp32", "tf32", "fp16", "bf16", "fp8", "bandwidth")
 DEFAULT_MEASURED_ON = {"h200": ("bf16", "bandwidth")}
 
 
-def suite_settings(run_dir) -> dict:
-    """{targets, fp32_as} of the run's suite's `predict:` block ({} when it has none)."""
-    path = Path(run_dir) / SUITE_FILE
+def suite_settings(source) -> dict:
+    """{targets, fp32_as} of the `predict:` block of a suite file, or of the suite a run directory kept ({} when
+    it has none)."""
+    path = Path(source) if Path(source).is_file() else Path(source) / SUITE_FILE
     if not path.is_file():
         return {}
     try:
@@ -76,12 +77,25 @@ def unpriced_lines(result) -> list[str]:
     """One line per case and mode whose op inventory holds ops it could not price (left out of its step)."""
     lines = []
     for case in result.cases:
-        for precision, mode in {**case.modes, **case.borrowed}.items():
-            if mode.unpriced and not mode.borrowed_from:
+        for precision, mode in case.modes.items():
+            if mode.unpriced:
                 named = ", ".join(f"{name} ({n})" for name, n in mode.unpriced.most_common(5))
                 lines.append(f"{case.label} {precision}: {sum(mode.unpriced.values())} op calls had no FLOPs or "
                              f"bytes from their recorded inputs and are left out of its predicted step: {named}")
     return lines
+
+
+def recorded_line() -> str:
+    """How a prediction of a recorded step was made and how far it held when scored (fitted.SCORES)."""
+    from amp_bench.analysis.predict.fitted import SCORES
+    gpu, model = SCORES["gpu"], SCORES["model"]
+    return (f"Predicted, nothing measured on a GPU: each case's GPU step (the suite's cuda: block) was recorded on "
+            f"fake tensors under CUDA's autocast policy and priced op by op by a model fitted on published AMP "
+            f"pairs and this project's H200 reading. Scored with a GPU left out of the fit, its AMP speedups missed "
+            f"by {gpu['speedup_median']:.2f}x at the median (worst {gpu['speedup_worst']:.2f}x); with a model left "
+            f"out, {model['speedup_median']:.2f}x (worst {model['speedup_worst']:.2f}x); samples/s by "
+            f"{gpu['throughput_median']:.2f}x; intervals are the 5th-95th percentile of those errors "
+            f"(docs/predict.md)")
 
 
 def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
@@ -90,10 +104,7 @@ def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
     specs = [by_key()[t] for t in targets]
     lines = []
     if any(not case.is_gpu for case in result.cases):
-        lines.append("No GPU profile: this run is a CPU run, so the GPU steps are priced from its op inventory "
-                     "(shapes, FLOPs, bytes) at each target's derated roofline, not from measured kernel times; "
-                     "intervals are wide. CPU autocast keeps layer_norm and softmax in 16-bit where CUDA's runs them "
-                     "in FP32. No GPU-sourced AMP prediction has been scored yet (docs/predict.md).")
+        lines.append(recorded_line())
     if any(case.is_gpu for case in result.cases):
         lines.append("Intervals are the 10th-90th percentile of the rules' errors on a development set; on the scored "
                      "held-out set the errors spread wider than that, so read them as the least uncertainty "
@@ -102,7 +113,7 @@ def notes(result, targets: list[str], fp32_as: str | None) -> list[str]:
         "amp_bench's fp32 mode: strict IEEE FP32 (TF32 off); --fp32-as pytorch-default predicts a plain script's"
     lines.append(f"fp32 is {meaning}: " + "; ".join(fp32_line(s, fp32_as) for s in specs))
     assumed = [f"{s.label} ({', '.join(fractions(s)[1])})" for s in specs if fractions(s)[1]]
-    if assumed:
+    if assumed and any(case.is_gpu for case in result.cases):  # the fractions scale a GPU profile
         lines.append("Achievable fractions assumed, not measured on the GPU itself: " + "; ".join(assumed)
                      + f". {ACHIEVABLE['compute']:.2f} of a compute peak and {ACHIEVABLE['bandwidth']:.2f} of the "
                      "bandwidth stand in (this project's H200 bf16 matmul and device copy); intervals that lean on "

@@ -1,12 +1,10 @@
-"""What a run offers as the source of a prediction: per case and mode, the measured step time and the
-profiled step's pieces (scaling.Work), from results.csv and the traces `explain` kept; torch-free.
+"""What a prediction starts from, per case and mode; torch-free.
 
-A GPU run is the good source: each kernel's measured time is kept and only rescaled. A CPU run gives
-an op inventory (shapes, FLOPs, bytes, types, no GPU time), priced at the target's roofline: a wider
-interval, and the output says so. On a CPU, fp16 autocast is usually not run (no AMX-FP16), so an AMP
-mode is priced from whichever 16-bit inventory the run has (the same ops with 16-bit inputs); and
-CPU autocast keeps layer_norm and softmax in the input's 16-bit type where CUDA's runs them in FP32,
-so a transformer's memory-bound share comes out smaller than a GPU's.
+A GPU run: the measured step time and the profiled step's pieces (scaling.Work), from results.csv and the
+traces `explain` kept; each kernel's measured time is kept and only rescaled. Anything else (a suite, or a
+run on a CPU, whose time says nothing of a GPU's): the suite's GPU cases, each mode's step recorded on fake
+tensors under CUDA's autocast policy (measure/fake_step.py, cached by store/inventories.py), priced op by
+op (pricing.py); its memory record beside it.
 """
 from __future__ import annotations
 
@@ -24,8 +22,6 @@ from amp_bench.platform.gpu_specs import GpuSpec, find
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import read_table
 
-SIXTEEN_BIT = ("fp16", "bf16")
-
 
 @dataclass
 class ModeSource:
@@ -38,8 +34,8 @@ class ModeSource:
     works: list[Work] = field(default_factory=list)
     busy_ms: float = 0.0
     wall_ms: float = 0.0
-    borrowed_from: str = ""  # a CPU AMP mode priced from another 16-bit mode's inventory
-    unpriced: Counter = field(default_factory=Counter)  # a CPU inventory's ops with no cost: name -> calls
+    unpriced: Counter = field(default_factory=Counter)  # an inventory's ops with no cost: name -> calls
+    memory: dict = field(default_factory=dict)  # an inventory's memory record (measure/fake_step.py), bytes
 
 
 @dataclass
@@ -47,9 +43,10 @@ class CaseSource:
     label: str
     keys: dict
     device_name: str
-    spec: GpuSpec | None  # None: a CPU source (op inventory)
+    spec: GpuSpec | None  # None: recorded on fake tensors (an op inventory of the suite's GPU case)
     modes: dict[str, ModeSource]
-    borrowed: dict[str, ModeSource] = field(default_factory=dict)  # CPU: modes priced from another's inventory
+    batch: int = 1
+    not_recorded: dict[str, str] = field(default_factory=dict)  # mode -> why its step could not be recorded
 
     @property
     def is_gpu(self) -> bool:
@@ -87,7 +84,8 @@ def _spec_for(device_name: str, source_gpu: str | None, run_dir: Path) -> GpuSpe
 
 
 def read_sources(run_dir, source_gpu: str | None = None) -> list[CaseSource]:
-    """Every case of the run that has a profiled step, with its modes."""
+    """Every case of a GPU run that has a profiled step, with its modes (a CPU run's cases: none; its
+    predictions come from its suite's GPU cases instead)."""
     run_dir = Path(run_dir)
     if not (run_dir / "results.csv").is_file():
         raise UserError(f"{run_dir}: no results.csv (expected a run directory written by `amp_bench run`)")
@@ -96,51 +94,42 @@ def read_sources(run_dir, source_gpu: str | None = None) -> list[CaseSource]:
         if column not in results:
             raise UserError(f"{run_dir / 'results.csv'}: no {column!r} column")
     usable = _usable(results)
+    usable = usable[usable["device"].astype(str).str.startswith("cuda")]
     keys = [k for k in identity.case_axes() if k in usable]  # what makes one case (amp_bench/identity.py)
     cases = []
     for _, rows in usable.groupby(keys, dropna=False, sort=False) if keys else []:
         first = rows.iloc[0]
         device_name = str(first.get("device_name", ""))
-        spec = _spec_for(device_name, source_gpu, run_dir) if str(first["device"]).startswith("cuda") else None
         by_mode = {str(p): _mode_source(r, run_dir) for p, r in rows.groupby("precision", sort=False)}
-        cases.append(CaseSource(identity.case_label(first), {k: first[k] for k in keys}, device_name, spec, by_mode))
+        cases.append(CaseSource(identity.case_label(first), {k: first[k] for k in keys}, device_name,
+                                _spec_for(device_name, source_gpu, run_dir), by_mode))
     return cases
 
 
+def is_gpu_run(run_dir) -> bool:
+    """Whether the run measured on a GPU (its rows' device), read from results.csv."""
+    results = read_table([Path(run_dir)], "results")
+    return "device" in results and results["device"].astype(str).str.startswith("cuda").any()
+
+
+def recorded_source(label: str, keys: dict, batch: int, recorded: dict, not_recorded: dict) -> CaseSource:
+    """A GPU case of a suite from its recorded steps: {mode: (trace path, memory record)}, and {mode: why
+    not} for the modes whose step could not be recorded on fake tensors."""
+    modes_ = {precision: ModeSource(precision, 0.0, None, Path(trace), target_tf32(precision, None),
+                                    memory=dict(memory)) for precision, (trace, memory) in recorded.items()}
+    return CaseSource(label, keys, "", None, modes_, batch, dict(not_recorded))
+
+
 def load_works(case: CaseSource, precision: str) -> ModeSource | None:
-    """The mode's pieces, read from its trace once. A CPU source prices an AMP mode it did not run from
-    another 16-bit mode's inventory (None when it has none)."""
-    mode = case.modes.get(precision) or case.borrowed.get(precision)
-    if mode is None and not case.is_gpu:
-        mode = _borrowed(case, precision)
-        if mode is not None:
-            case.borrowed[precision] = mode
+    """The mode's pieces, read from its trace once (None when the source has no such mode)."""
+    mode = case.modes.get(precision)
     if mode is None or mode.works:
         return mode
     if case.is_gpu:
         mode.works, mode.busy_ms, mode.wall_ms = inventory.gpu_works(mode.trace)
     else:
         mode.works, mode.unpriced = inventory.priced_inventory(mode.trace)
-        dtype = modes.get(precision).autocast_dtype
-        wanted = {"float16": "fp16", "bfloat16": "bf16"}.get(dtype or "")
-        if mode.borrowed_from and wanted:
-            for work in mode.works:
-                work.math = wanted if work.math in SIXTEEN_BIT else work.math
     return mode
-
-
-def _borrowed(case: CaseSource, precision: str) -> ModeSource | None:
-    spec = modes.get(precision)
-    if spec.autocast_dtype not in ("float16", "bfloat16") or spec.float8_linear:
-        donors = [m for m in case.modes if modes.get(m).family == spec.family and not modes.get(m).is_amp]
-    else:
-        donors = [m for m in case.modes if modes.get(m).autocast_dtype in ("float16", "bfloat16")
-                  and not modes.get(m).float8_linear]
-    if not donors:
-        return None
-    donor = case.modes[donors[0]]
-    return ModeSource(precision, donor.measured_ms, donor.throughput, donor.trace, donor.tf32,
-                      borrowed_from=donor.precision)
 
 
 def target_tf32(precision: str, fp32_as: str | None) -> tuple[bool, bool]:
