@@ -80,13 +80,12 @@ register(Mode("amp_fp16", "amp", "float16", True, "ieee", "fp16", "#ef553b", lab
               # torch 2.14's fp16 conv backward ran 38x slower than fp32 and a ResNet-18 step 22x
               # (a ResNet-50 step would outlast the main job's case deadline); only AMX-FP16 counts
               cpu="isa", cpu_isa_flags=("amx_fp16",),
-              cpu_requirement="CPU has no AMX-FP16: fp16 autocast runs emulated or on slow paths (with AVX512-FP16 "
-                              "alone a conv's backward ran 38x slower than fp32), often 10x slower than fp32"))
+              cpu_requirement="CPU has no AMX-FP16: fp16 autocast runs emulated or on slow paths"))
 register(Mode("amp_bf16", "amp", "bfloat16", False, "ieee", "bf16", "#ab63fa", label="bf16 autocast",
               cuda_min_capability=(8, 0), cuda_below="emulated",
               cuda_requirement="bf16 needs compute capability >= 8.0 (emulated and slow below)",
               cpu="isa", cpu_isa_flags=("amx_bf16", "avx512_bf16"),
-              cpu_requirement="CPU has no AVX512-BF16/AMX-BF16: bf16 runs emulated, often 10x slower than fp32"))
+              cpu_requirement="CPU has no AVX512-BF16/AMX-BF16: bf16 autocast runs emulated"))
 # torchao's float8 training on the linear layers, bf16 autocast for the rest (fp8.py); torchao 0.18 is
 # the release built against torch 2.11 and imports on 2.14 (its float8 training is pure Python).
 register(Mode("fp8", "amp", "bfloat16", False, "ieee", "fp8", "#ffa15a", label="fp8 (float8 linears)",

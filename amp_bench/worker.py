@@ -4,6 +4,7 @@
     python -m amp_bench.worker fidelity SPEC.json RESULT.json
     python -m amp_bench.worker lockstep SPEC.json RESULT.json   (the members' specs: measure/conductor.py)
     python -m amp_bench.worker inventory SPEC.json RESULT.json  (GPU cases' steps on fake tensors: predict)
+    python -m amp_bench.worker emulation SPEC.json RESULT.json  (an emulated mode's slowdown, on one layer)
     python -m amp_bench.worker probe DEVICE    RESULT.json
 
 Progress events go to the file descriptor named by AMP_BENCH_EVENT_FD as JSON lines, so whatever
@@ -87,7 +88,25 @@ def _inventory_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # o
     return {"status": "ok", "failed": failed}
 
 
-JOBS = {"case": _case_job, "fidelity": _fidelity_job, "lockstep": _lockstep_job, "inventory": _inventory_job}
+def _emulation_job(spec: dict, events: EventChannel, rank, phases) -> dict:  # one process, never under torchrun
+    """Per group (a model at a batch and layout), its largest layer timed in fp32 and in each mode the CPU
+    only emulates (measure/emulation_probe.py); a group that cannot be probed says why."""
+    from amp_bench.measure.emulation_probe import largest_layer, slowdowns
+    from amp_bench.suite import Case
+    measured = {}
+    for group in spec["groups"]:
+        try:
+            case = Case.from_json(group["case"])
+            found = largest_layer(case)
+            measured[group["key"]] = {"error": "no convolution or linear layer to time"} if found is None else \
+                slowdowns(found, group["precisions"], group["budget_s"], case.channels_last)
+        except Exception as exc:  # a model the probe cannot take keeps the gate's own reason
+            measured[group["key"]] = {"error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
+    return {"status": "ok", "measured": measured}
+
+
+JOBS = {"case": _case_job, "fidelity": _fidelity_job, "lockstep": _lockstep_job, "inventory": _inventory_job,
+        "emulation": _emulation_job}
 
 
 def _main_job(job, spec_path: str, result_path: str, events: EventChannel) -> int:

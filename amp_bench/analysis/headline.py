@@ -9,6 +9,7 @@ Printed at the end of `run` and at the top of the report. Plotting-free and torc
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -45,12 +46,18 @@ def _pairs_text(row: pd.Series, ref: str) -> str:
     return f"{used:.0f} of {used + dropped:.0f} pairs, {dropped:.0f} dropped: contended"
 
 
+# the measured slowdown an emulated mode's reason carries (studies/emulation.sentence writes it)
+MEASURED_EMULATION = re.compile(r"its largest (\w+(?: layer)?) \([^)]*\) ran (\d+x) slower")
+
+
 def _clause(row: pd.Series, base: pd.Series | None) -> str:
     name = modes.label(row["precision"])
     if row["status"] != "ok":
         reason = str(row.get("reason") or "").split(" (not run:")[0]
         if row["status"] == "unsupported":  # the full reason is said once elsewhere (the run's notes, the report)
             short = reason.split(":")[0]
+            slower = MEASURED_EMULATION.search(reason)
+            short += f"; its largest {slower.group(1)} ran {slower.group(2)} slower here, measured" if slower else ""
             return f"{name} not run ({short}" + ("; allow_emulated: true measures it)" if is_true(row.get("emulated"))
                                                  else ")")
         return f"{name} {row['status']}" + (f" ({reason})" if reason else "")

@@ -20,6 +20,7 @@ from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table
 from amp_bench.store.run_state import Heartbeat
+from amp_bench.studies.emulation import measured_support
 from amp_bench.studies.flop_counts import FlopCounts
 from amp_bench.studies.retry import pairs_to_retry, retry_disturbed
 from amp_bench.studies.run_plan import BudgetPlanner, launch_units, make_plan, part_key, schedule
@@ -63,6 +64,8 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     info = machine.device
     # the hardware gate, decided once per planned case; the worker is handed the decision
     supports = {index: precision_support(case.precision, info) for index, case, _ in order}
+    if info.type == "cpu":  # an emulated mode's row says by how much, measured on one layer here
+        supports = measured_support(supports, order, machine.server, store.dir / "logs")
     runnable = {index for index, case, _ in order if may_run(supports[index], case.allow_emulated)}
     budget_s = order[0][1].budget_s if order else None
     run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(budget_s, len(runnable)), stop, heartbeat,
