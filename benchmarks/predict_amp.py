@@ -1,15 +1,14 @@
-"""AMP speedups predicted from op inventories (no GPU profile exists here), scored against the public tables.
+"""The public AMP pairs and their steps on fake tensors, for fitting and scoring predict's pricing
+(benchmarks/predict_fit.py fits, cross-validates and scores).
 
     python benchmarks/predict_amp.py extract --dle DLE.git --lambda LAMBDA.git  # tests/data/predict/amp_pairs.csv
     python benchmarks/predict_amp.py inventories     # fake-tensor step traces at every published batch (torch)
-    python benchmarks/predict_amp.py predict         # freezes docs/predict/amp_predictions.csv
-    python benchmarks/predict_amp.py score           # the scored tables (markdown) for docs/predict.md
 
 Sources: NVIDIA DeepLearningExamples at 729963dd (PyTorch ResNet-50 v1.5 README and configs.yml; BERT
 README), Lambda's deeplearning-benchmark at aa5addb6 (pytorch/pytorch-train-throughput-{fp32,fp16}.csv,
 pytorch-train-bs-{fp32,fp16}.csv: the one-GPU rows). Each pair keeps its batch per arm, layout per arm and
-baseline (FP32 or TF32). Protocol: predictions are written and committed before any scoring; nothing in
-amp_bench was tuned on these tables.
+baseline (FP32 or TF32). These are the only published AMP tables the project fits on (benchmarks/
+predict_fit.py); every other one is kept for scoring outside it.
 """
 from __future__ import annotations
 
@@ -19,13 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 PAIRS = ROOT / "tests" / "data" / "predict" / "amp_pairs.csv"
-PREDICTIONS = ROOT / "docs" / "predict" / "amp_predictions.csv"
 INVENTORIES = ROOT / "results" / "predict_inventories"
 BUILT = ("resnet50", "bert_base_squad", "bert_large_squad", "bert_large_pretrain_128", "bert_large_pretrain_512")
 
@@ -151,74 +148,9 @@ def inventories() -> None:
         print(path.name)
 
 
-def predict() -> None:
-    """Every scored pair's predicted speedup from its two inventories, written to docs/predict/ (frozen)."""
-    from amp_bench.analysis.predict.inventory import inventory
-    from amp_bench.analysis.predict.model import INTERVALS, price_inventory
-    from amp_bench.platform.gpu_specs import by_key
-    specs, rows = by_key(), []
-    for pair, base, amp in _arms(pd.read_csv(PAIRS)):
-        target, tf32 = specs[pair["target"]], (True, True) if pair["baseline"] == "tf32" else (False, False)
-        base_step = price_inventory(inventory(_inventory_path(*base)), target, tf32, base[1])
-        amp_step = price_inventory(inventory(_inventory_path(*amp)), target, (False, False), amp[1])
-        speedup = base_step.step_ms * amp[1] / (amp_step.step_ms * base[1])  # throughput ratio, batches differ
-        lo, hi = INTERVALS["cpu"]
-        rows.append({"pair": pair["pair"], "predicted_baseline_ms": base_step.step_ms,
-                     "predicted_amp_ms": amp_step.step_ms,
-                     "predicted_speedup": speedup, "predicted_speedup_low": speedup * lo,
-                     "predicted_speedup_high": speedup * hi})
-    PREDICTIONS.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(PREDICTIONS, index=False, float_format="%.6g")
-    print(f"{PREDICTIONS}: {len(rows)} predictions frozen")
-
-
-def _why_not(row) -> str:
-    if row["scored"]:
-        return ""
-    if pd.isna(row["target"]):
-        return "no spec entry"
-    return "repeat machine" if "repeat machine" in str(row["note"]) else "no inventory"
-
-
-def _compact(scored: pd.DataFrame) -> pd.DataFrame:
-    """Every pair, scored or not, as docs/predict.md lists them."""
-    def arm(row):
-        layouts = f" {row['baseline_layout']}->{row['amp_layout']}" if isinstance(row["baseline_layout"], str) else ""
-        return f"{row['baseline']} bs {row['baseline_batch']} -> fp16 bs {row['amp_batch']}{layouts}"
-    out = pd.DataFrame({"pair": scored["pair"], "table": scored["table"], "GPU": scored["gpu"],
-                        "model": scored["model"],
-                        "arms": scored.apply(arm, axis=1), "measured speedup": scored["measured_speedup"]})
-    out["amp_bench speedup (interval)"] = [f"{p:.2f}x ({lo:.2f}-{hi:.2f})" if p == p else "-" for p, lo, hi in zip(
-        scored["predicted_speedup"], scored["predicted_speedup_low"], scored["predicted_speedup_high"], strict=True)]
-    out["peak ratio"] = scored["peak_ratio"]
-    out["amp_bench error x"] = (scored["model_log_error"]).map(lambda e: f"{np.exp(e):.2f}" if e == e else "-")
-    out["source-GPU guess, median error x"] = scored["source_gpu_median_log_error"].map(
-        lambda e: f"{np.exp(e):.2f}" if e == e else "-")
-    out["not scored"] = scored.apply(_why_not, axis=1)
-    return out
-
-
-def score() -> None:
-    """The scored tables, in markdown: the summary (all, and per table), GPU rankings, every pair."""
-    from amp_bench.analysis.predict.amp_tables import kendall, summary
-    from amp_bench.analysis.predict.amp_tables import score as score_pairs
-    from amp_bench.report.render import markdown_table
-    scored = score_pairs(pd.read_csv(PAIRS), pd.read_csv(PREDICTIONS))
-    print(markdown_table(summary(scored)))
-    for table, group in scored[scored["scored"]].groupby("table"):
-        print(f"\n{table}\n\n" + markdown_table(summary(group)))
-    ranks = [{"table": t, "model": m, "GPUs": len(g), "amp_bench tau": kendall(g, "predicted_speedup"),
-              "peak ratio tau": kendall(g, "peak_ratio")}
-             for (t, m), g in scored[scored["scored"]].groupby(["table", "model"])]
-    print("\n" + markdown_table(pd.DataFrame(ranks)))
-    inside = scored.loc[scored["scored"], "inside_interval"]
-    print(f"\nmeasured speedup inside the predicted interval: {inside.mean():.0%} of {len(inside)}\n")
-    print(markdown_table(_compact(scored)))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["extract", "inventories", "predict", "score"])
+    parser.add_argument("command", choices=["extract", "inventories"])
     parser.add_argument("--dle", help="DeepLearningExamples git directory (extract)")
     parser.add_argument("--lambda", dest="lam", help="deeplearning-benchmark git directory (extract)")
     args = parser.parse_args()
@@ -226,7 +158,7 @@ def main() -> None:
         extract(args.dle, args.lam)
     else:
         sys.path.insert(0, str(Path(__file__).parent))
-        {"inventories": inventories, "predict": predict, "score": score}[args.command]()
+        inventories()
 
 
 if __name__ == "__main__":

@@ -44,17 +44,21 @@ def test_only_pairs_with_a_spec_a_model_and_a_first_machine_are_scored():
 
 
 def test_the_naive_baselines_on_hand_made_pairs():
-    pairs = pd.DataFrame({"table": "t", "model": "m", "gpu": ["a", "b", "c"], "target": ["v100-sxm2", "a100-80gb", "x"],
-                          "baseline": ["fp32", "tf32", "fp32"], "measured_speedup": [3.0, 1.5, 2.0]})
+    """Three GPUs of one table, two models: the peak ratio from the spec table; another GPU's speedup is the
+    median of the same model's on the other GPUs; another model's, the same GPU's other model."""
+    pairs = pd.DataFrame({"pair": range(6), "table": "t", "scored": True, "model": ["m"] * 3 + ["n"] * 3,
+                          "target": ["v100-sxm2", "a100-80gb", "h100-sxm"] * 2,
+                          "baseline": ["fp32", "tf32", "tf32"] * 2,
+                          "baseline_throughput": 100.0, "amp_throughput": [300.0, 150.0, 200.0, 400.0, 200.0, 100.0]})
     ratio = amp_tables.peak_ratio(pairs)
-    assert ratio.iloc[0] == pytest.approx(125 / 15.7)
-    assert ratio.iloc[1] == pytest.approx(2.0) and np.isnan(ratio.iloc[2])
-    guesses = amp_tables.source_gpu_errors(pairs)
-    assert len(guesses) == 6
-    a_from_b = guesses[(guesses["gpu"] == "a") & (guesses["from"] == "b")]["log_error"].iloc[0]
-    assert a_from_b == pytest.approx(np.log(2.0))
-    assert amp_tables.kendall(pairs.assign(p=[9, 1, 5]), "p") == pytest.approx(1.0)
-    assert amp_tables.kendall(pairs.assign(p=[1, 9, 5]), "p") == pytest.approx(-1.0)
+    assert ratio.iloc[0] == pytest.approx(125 / 15.7) and ratio.iloc[1] == pytest.approx(2.0)
+    errors = amp_tables.guesses(pairs).set_index("pair")
+    assert errors.loc[0, "other_gpus_error"] == pytest.approx(abs(np.log(1.75 / 3.0)))  # median of 1.5 and 2.0
+    assert errors.loc[0, "other_models_error"] == pytest.approx(abs(np.log(4.0 / 3.0)))
+    assert errors.loc[1, "peak_ratio_error"] == pytest.approx(abs(np.log(2.0 / 1.5)))
+    measured = pairs.assign(measured_speedup=amp_tables.measured_speedup(pairs))
+    assert amp_tables.kendall(measured.iloc[:3].assign(p=[9, 1, 5]), "p") == pytest.approx(1.0)
+    assert amp_tables.kendall(measured.iloc[:3].assign(p=[1, 9, 5]), "p") == pytest.approx(-1.0)
 
 
 def test_neusight_rows_replicate_the_layer_and_a_gpu_predicts_itself():
@@ -81,8 +85,8 @@ def test_the_frozen_predictions_score_every_pair():
     assert scored["rows"]["measured_ms"].notna().all()
     pairs = scored["e2e"]
     assert (pairs["n"] > 0).all() and ("all", "all") in set(zip(pairs["source"], pairs["target"], strict=True))
-    amp = ROOT / "docs" / "predict" / "amp_predictions.csv"
-    if amp.is_file():
-        table = amp_tables.score(PAIRS, pd.read_csv(amp))
-        assert table.loc[table["scored"], "predicted_speedup"].notna().all()
-        assert len(amp_tables.summary(table)) == 3
+    crossval = pd.read_csv(ROOT / "docs" / "predict" / "amp_crossval.csv")
+    for scheme, rows in crossval.groupby("scheme"):  # every scored pair predicted once per scheme
+        assert sorted(rows["pair"]) == sorted(PAIRS.loc[PAIRS["scored"], "pair"]), scheme
+    summary = amp_tables.summary(crossval, PAIRS)
+    assert list(summary["held out"]) == ["one GPU", "one model", "one network"]
