@@ -60,6 +60,7 @@ PARAMETERS = {
     "fused_optimizer": (1.0, (0.05, 5.0), "on a fusing stack: time per byte of the optimizer's update"),
     "kernel_us": (4.0, (1.0, 10.0), "a kernel's fixed time, microseconds (launch tail, under one wave)"),
 }
+EFFICIENCY_CAP = 0.95  # however its factors combine, no op runs above this share of its unit's datasheet peak
 FP8_GEMM = "gemm_16bit"  # no FP8 measurement is in the project: an FP8 GEMM is taken as efficient as a 16-bit one
 
 
@@ -124,9 +125,11 @@ def _compute_rate(ops: Ops, unit: np.ndarray, spec: GpuSpec, p: dict) -> np.ndar
     rate = np.where(conv & (unit == "bf16"), rate * p["conv_bf16"], rate)
     rate = np.where(ops.misaligned & tensor_core, rate * p["misaligned"], rate)
     if spec.capability >= (9, 0):
-        return np.where(unit == "tf32", rate * p["hopper_tf32"], np.where(tensor_core, rate * p["hopper_16bit"], rate))
-    generation = {(7, 0): "volta_tensor", (8, 9): "ada_tensor"}.get(spec.capability)
-    return np.where(tensor_core, rate * p[generation], rate) if generation else rate
+        rate = np.where(unit == "tf32", rate * p["hopper_tf32"], np.where(tensor_core, rate * p["hopper_16bit"], rate))
+    elif spec.capability in ((7, 0), (8, 9)):
+        rate = np.where(tensor_core, rate * p["volta_tensor" if spec.capability == (7, 0) else "ada_tensor"], rate)
+    peaks = np.array([(spec.peak(u) or np.nan) * 1e12 if u else np.inf for u in unit])
+    return np.minimum(rate, peaks * EFFICIENCY_CAP)
 
 
 def op_ms(ops: Ops, spec: GpuSpec, tf32: tuple[bool, bool], p: dict, stack: str = "eager") -> np.ndarray:
