@@ -35,8 +35,9 @@ def test_smoke_suite_end_to_end_on_cpu(smoke_run):
     if bf16:
         assert gpt2.model_attn_implementation == "sdpa" and gpt2.model_task == "causal-lm"
         assert gpt2.output_dtype == "bfloat16"
-    else:
+    else:  # not run, and how much slower it would be here, measured on the model's largest layer
         assert "emulated" in gpt2.reason and "allow_emulated" in gpt2.reason and gpt2.emulated
+        assert "slower than fp32, forward and backward (measured)" in gpt2.reason
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["suite"]["sha256"] and manifest["versions"]["torch_version"]
     assert (run_dir / "suite.yaml").read_text() == (ROOT / "suites" / "smoke.yaml").read_text()
@@ -49,6 +50,10 @@ def test_smoke_suite_end_to_end_on_cpu(smoke_run):
         assert "bf16 autocast is" in proc.stdout  # the headline
     else:
         assert "bf16 autocast not run" in proc.stdout
+    # on a machine without a GPU, the run ends with what its suite's GPU cases would give on GPUs, predicted
+    ending = proc.stdout.split("On GPUs (predicted, nothing measured here)", 1)[1]
+    assert all(gpu in ending for gpu in ("V100 SXM2", "A100 SXM 80GB", "L4", "H100 SXM 80GB"))
+    assert "Predicted, nothing measured on a GPU" in " ".join(ending.split()) and (run_dir / "predicted.csv").is_file()
     # the run wrote its report and said where
     report = out / "reports" / f"{run_dir.name}.html"
     assert f"report: {report}" in proc.stdout.replace("\n", "")
