@@ -17,15 +17,49 @@ def test_run_id_is_utc_time_host_device():
 
 
 def test_store_writes_atomically_and_never_collides(tmp_path):
+    """A column this version does not declare (a newer writer's part) is kept after the declared ones."""
+    import json
     a, b = RunStore(tmp_path, "run"), RunStore(tmp_path, "run")
     assert a.dir != b.dir and b.run_id == "run-2"
     a.write_manifest(status="running")
-    a.add({"run_id": "run", "case_id": "x", "status": "ok", "extra_column": 1}, [{"step": 0}])
-    a.add({"run_id": "run", "case_id": "y", "status": "oom"}, [])
+    (a.dir / "parts" / "00000.json").write_text(json.dumps(
+        {"row": {"run_id": "run", "case_id": "x", "status": "ok", "extra_column": 1}, "samples": [{"step": 0}]}))
+    a.add({"run_id": "run", "case_id": "y", "status": "oom"}, [], key="00001")
     table = load_results(a.dir)
     assert list(table.columns) == RESULT_COLUMNS + ["extra_column"]
     assert list(table.case_id) == ["x", "y"]
     assert not [p for p in a.dir.iterdir() if "tmp" in p.name]
+
+
+@pytest.mark.parametrize(("columns", "says"), [
+    ({"extra_column": 1}, "extra_column: not a declared results column"),
+    ({"batch_size": "8"}, "batch_size: str '8' where int is declared"),
+    ({"batch_size": 2.5}, "batch_size: float 2.5 where int is declared"),
+    ({"contended": "yes"}, "contended: str 'yes' where bool is declared"),
+    ({"throughput": True}, "throughput: bool True where float is declared"),
+    ({"status": 0}, "status: int 0 where text is declared"),
+])
+def test_the_store_writes_no_column_the_declaration_does_not_have_as_it_has_it(tmp_path, columns, says):
+    from amp_bench.store.row import RowError
+    store = RunStore(tmp_path, "run")
+    with pytest.raises(RowError, match=says):
+        store.add({"run_id": "run", "case_id": "x", **columns}, [])
+    assert not list((store.dir / "parts").iterdir())
+    store.add({"run_id": "run", "case_id": "x", "batch_size": 8.0, "contended": None, "throughput": float("nan"),
+               "window_s": 2, "status": "ok"}, [])  # empty cells, a count read back as float, an int as a float
+
+
+def test_a_row_takes_each_column_from_one_writer_and_keeps_its_warnings_in_order():
+    from amp_bench.store.row import Row, RowError
+    row = Row("the launcher", {"world_size": 2, "warnings": "the worker's"})
+    with pytest.raises(RowError, match="world_size: written twice, by the launcher and by the worker"):
+        row.put("the worker", {"step_time_ms_median": 1.0, "world_size": 2})
+    assert "step_time_ms_median" not in row  # nothing of a refused record is put
+    row.warn("")
+    row.warn("the run loop's")
+    assert dict(row) == {"world_size": 2, "warnings": "the worker's | the run loop's"}
+    with pytest.raises(RowError, match="warnings: written twice"):
+        row.put("the worker", {"warnings": "again"})
 
 
 def test_a_writer_killed_between_its_part_and_the_tables_loses_no_row(tmp_path):

@@ -334,6 +334,11 @@ COLUMNS: list[Column] = [
         *((phase_column(name), FLOAT, meaning) for name, meaning in WORKER_PHASES.items()),
     ]),
     *_EXPLAIN,
+    *_cols("case", [
+        ("model_vocab_size", INT, "the vocabulary's size (transformers)"),
+        ("pytest_benchmark_name", TEXT, "the pytest-benchmark test an ingested row comes from (`ingest`)"),
+        ("headroom_max_batch", BOOL, "the row measures a headroom search's largest batch (`headroom`)"),
+    ]),
 ]
 SAMPLE_DECLARED: list[Column] = _cols("samples", [
     ("run_id", TEXT, "the run"), ("case_id", TEXT, "the case"), ("precision", TEXT, "its precision"),

@@ -29,6 +29,7 @@ from amp_bench.store.columns import (  # noqa: F401 (re-exported)
     order_columns,
 )
 from amp_bench.store.flags import text_column, true_rows
+from amp_bench.store.row import Row
 from amp_bench.store.typed import text_dtypes, typed
 
 RESULTS_FILE = "results.csv"
@@ -175,14 +176,16 @@ class RunStore:
         except (OSError, ValueError) as exc:
             raise UserError(f"{path}: unreadable plan ({exc})") from None
 
-    def add(self, row: dict, samples: list[dict], key: str | None = None) -> None:
-        """Save one row with its samples. `key` names its part (and orders it); the same key again
-        replaces the row (a case run again)."""
+    def add(self, row: Row | dict, samples: list[dict], key: str | None = None) -> None:
+        """Save one row with its samples, every column checked against its declaration (store/row.py: a row
+        given as a dict is one writer's). `key` names its part (and orders it); the same key again replaces the
+        row (a case run again)."""
+        row = row if isinstance(row, Row) else Row(f"the writer of {self.run_id}'s row", row)
         if key is None:
             key = f"{self._next:05d}"
             self._next += 1
         path = self.dir / PARTS_DIR / f"{key}.json"
-        text = json.dumps({"row": row, "samples": samples}, default=_json_default)
+        text = json.dumps({"row": dict(row), "samples": samples}, default=_json_default)
         write_text_atomic(path, text)
         stat = path.stat()  # kept as read back (what _load_parts compares), so rows is current without a flush
         self._parts[key] = ((stat.st_mtime_ns, stat.st_size), json.loads(text))
