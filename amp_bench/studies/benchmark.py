@@ -68,131 +68,82 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
         supports = measured_support(supports, order, machine.server, store.dir / "logs")
     runnable = {index for index, case, _ in order if may_run(supports[index], case.allow_emulated)}
     budget_s = order[0][1].budget_s if order else None
-    run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(budget_s, len(runnable)), stop, heartbeat,
-               len(order), time_left=TimeLeft([(c, r) for i, c, r in order if i in runnable], budget_s))
+    run = _Run(store, machine, reporter, supports, runnable, BudgetPlanner(budget_s, len(runnable)),
+               TimeLeft([(c, r) for i, c, r in order if i in runnable], budget_s), len(order), stop, heartbeat)
     measured, streak, position = [], 0, 0
     for unit in units or launch_units(order, machine, reporter):  # `units`: a caller's own (run --try's pairs)
-        if stop is not None and stop.requested:
+        if run.stopping():
             save_died(store, order[position:], machine, stop)
             return
-        live = [item for item in unit if item[0] in runnable]
-        evidence = still_busy(live[0][1], info) if streak >= BUSY_STREAK and live else ""
-        rows = run.unit(unit, live, position, evidence, streak)
+        rows = run.unit(unit, position, streak)
         if rows is None:  # a stop cut it short: what it had not saved, and the rest, are saved as died
-            save_died(store, [item for item in order[position:] if item[0] not in run.saved], machine, stop,
+            save_died(store, [item for item in order[position:] if item[0] not in run.rows], machine, stop,
                        running=run.running)
             return
         for (index, case, repeat), row in zip(unit, rows, strict=True):
-            if index in runnable:
+            if index in run.runnable:
                 measured.append(((index, case, repeat), row))
                 streak = streak + 1 if row["status"] == "contended" or is_true(row.get("contended")) else 0
         position += len(unit)
-    if not (stop is not None and stop.requested):
+    if not run.stopping():
         retry_disturbed(run, pairs_to_retry(measured, stops_on_contention))
 
 
 @dataclass
 class _Run:
-    """What every unit of a run shares: where rows go, the machine, the gate's decisions, the budget."""
+    """What every launch of a run shares: where rows go, the machine, the gate's decisions, the budget, the
+    FLOPs ledger, the progress display, a job's stop and heartbeat, and what is running and saved."""
     store: RunStore
     machine: Machine
     reporter: Reporter
-    supports: dict
-    runnable: set
+    supports: dict  # plan index -> the hardware gate's decision, made once per planned case
+    runnable: set  # the plan indexes the gate lets run
     planner: BudgetPlanner
-    stop: object
-    heartbeat: object
+    time_left: TimeLeft  # the estimate the progress display shows
     total: int
+    stop: object = None
+    heartbeat: object = None
     running: set = field(default_factory=set)  # plan indexes whose workers run now
-    saved: set = field(default_factory=set)  # plan indexes whose rows are saved
-    time_left: TimeLeft | None = None  # the estimate the progress display shows
     flops: FlopCounts = field(default_factory=FlopCounts)  # FLOPs counted once per model, batch and layout
     rows: dict = field(default_factory=dict)  # plan index -> its saved row
     rerun_reasons: dict = field(default_factory=dict)  # plan index -> why it runs again (retry_disturbed)
 
-    def unit(self, unit: list, live: list, position: int, evidence: str, streak: int) -> list[dict] | None:
-        """One unit's rows in plan order (None when a job's stop cut it short): not run while the machine
-        stays busy (`evidence`), a lockstep set, one worker's windows, or its one item."""
-        if evidence:
-            return [save_busy(self.store, item, self.machine, self.reporter, evidence, streak)
-                    if item in live else self.item(item, position + n) for n, item in enumerate(unit)]
-        if len(live) < 2:
-            rows = []
-            for n, item in enumerate(unit):
-                rows.append(self.item(item, position + n))
-                if rows[-1] is None:
+    def stopping(self) -> bool:
+        return self.stop is not None and self.stop.requested
+
+    def unit(self, unit: list, position: int, streak: int | None = None) -> list[dict] | None:
+        """One unit's rows in plan order (None when a job's stop cut it short): its runnable items as one launch
+        where there are several (a lockstep set, one worker's windows), else each item alone, a gated one too (its
+        row says why it does not run here); not run while the machine stays busy after `streak` contended cases
+        (None: not asked, as for a retried pair, whose quiet machine the retry asked for)."""
+        live = [item for item in unit if item[0] in self.runnable]
+        asks = streak is not None and streak >= BUSY_STREAK and live
+        evidence = still_busy(live[0][1], self.machine.device) if asks else ""
+        places = {index: position + n for n, (index, _, _) in enumerate(unit)}
+        found = LaunchUnit(live, places).run(self) if len(live) > 1 and not evidence else {}
+        if found is None:
+            return None
+        rows = []
+        for item in unit:
+            if evidence and item in live:
+                rows.append(save_busy(self.store, item, self.machine, self.reporter, evidence, streak))
+                continue
+            if item[0] not in found:
+                alone = LaunchUnit([item], places, item[0] in self.runnable).run(self)
+                if alone is None:
                     return None
-            return rows
-        one_case = len({case.case_id for _, case, _ in live}) == 1
-        measured = self.one_worker(live, position) if one_case else self.lockstep(unit, live, position)
-        if measured is None:
-            return None
-        return [self.save(item, *measured[item[0]]) if item in live else self.item(item, position + n)
-                for n, item in enumerate(unit)]
+                found.update(alone)
+            rows.append(self.save(item, *found[item[0]]))
+        return rows
 
-    def item(self, item, position: int, note: str = "") -> dict | None:
-        """One planned case in its worker, judged and saved; None when a job's stop cut it short."""
-        index, case, repeat = item
-        runs = index in self.runnable
-        case = self.flops.assign(self.planner.plan(case)) if runs else case
-        self.reporter.case_started(case, repeat, position, self.total)
-        if self.heartbeat is not None:
-            self.heartbeat.set(case=f"{case.case_id} r{repeat}")
-        self.running = {index} if runs else set()
-        measured = self._guarded(runs, lambda: run_one(
-            case, repeat, self.machine.device, self.machine.versions, self.store, self.supports[index],
-            on_event=lambda event, case=case: self.reporter.worker_event(case, event), server=self.machine.server))
-        if measured is None:
-            return None
-        row, samples = measured
-        if self.stop is not None and self.stop.requested and runs and row["status"] != "ok":
-            return None  # the signal reached the worker first (SLURM signals the whole job): its death is the stop's
-        row.setdefault(INTERLEAVE_COLUMN, "repeats" if runs else None)
-        return self.save((index, case, repeat), row, samples, note)
-
-    def lockstep(self, unit: list, live: list, position: int) -> dict | None:
-        """The live items of a unit as one lockstep set: {index: (row, samples)}, None on a job's stop."""
-        planned = [(index, self.flops.assign(self.planner.plan(case)), repeat) for index, case, repeat in live]
-        for index, case, repeat in planned:
-            self.reporter.case_started(case, repeat, position + [i for i, _, _ in unit].index(index), self.total)
-        if self.heartbeat is not None:
-            self.heartbeat.set(case=", ".join(f"{case.case_id} r{repeat}" for _, case, repeat in planned))
-        self.running = {index for index, _, _ in planned}
-        measured = self._guarded(True, lambda: run_lockstep(
-            [(case, repeat, f"{case.case_id}-r{repeat}") for _, case, repeat in planned], self.machine.device,
-            self.machine.versions, self.store, [self.supports[index] for index, _, _ in planned],
-            on_event=self.reporter.worker_event, server=self.machine.server))
-        if measured is None or (self.stop is not None and self.stop.requested and
-                                any(row["status"] != "ok" for row, _ in measured)):
-            return None
-        return {index: found for (index, _, _), found in zip(planned, measured, strict=True)}
-
-    def one_worker(self, live: list, position: int) -> dict | None:
-        """Consecutive repeats of one case as windows of one worker: {index: (row, samples)}, None on a stop."""
-        case = self.flops.assign(self.planner.plan(live[0][1]))
-        self.reporter.case_started(case, live[0][2], position, self.total)
-        if self.heartbeat is not None:
-            self.heartbeat.set(case=f"{case.case_id} r{live[0][2]}-{live[-1][2]}")
-        self.running = {index for index, _, _ in live}
-        measured = self._guarded(True, lambda: run_shared(
-            case, [repeat for _, _, repeat in live], self.machine.device, self.machine.versions, self.store,
-            self.supports[live[0][0]], on_event=lambda event: self.reporter.worker_event(case, event),
-            server=self.machine.server))
-        if measured is None or (self.stop is not None and self.stop.requested and
-                                any(row["status"] != "ok" for row, _ in measured)):
-            return None
-        for row, _ in measured:
-            row.setdefault(INTERLEAVE_COLUMN, "repeats")
-        return {index: found for (index, _, _), found in zip(live, measured, strict=True)}
-
-    def _guarded(self, runs: bool, start):
+    def guarded(self, runs: bool, start):
         """start() with a job's stop armed while it runs; None when the stop's signal interrupted it."""
         try:
             if self.stop is not None:
                 self.stop.armed = runs
             return start()
         except KeyboardInterrupt:
-            if self.stop is None or not self.stop.requested:
+            if not self.stopping():
                 raise  # Ctrl-C on a local run: finished cases are saved, this one has no row
             return None
         finally:
@@ -212,17 +163,58 @@ class _Run:
         self.flops.carry(case, row)
         stamp(row, self.machine)
         self.store.add(row, samples, key=part_key(index, case, repeat))
-        self.saved.add(index)
         self.rows[index] = row
         self.running.discard(index)
         if index in self.runnable:  # a gated case costs nothing: it is not in the budget's count
             self.planner.finished(row)
-            if self.time_left is not None:
-                self.time_left.finished(case, repeat, row)
+            self.time_left.finished(case, repeat, row)
         self.reporter.case_finished(case, row)
-        if self.time_left is not None:
-            self.reporter.time_left(self.time_left.seconds())
+        self.reporter.time_left(self.time_left.seconds())
         return row
+
+
+@dataclass
+class LaunchUnit:
+    """One launch of the plan: an item alone, a repeat's modes as a lockstep set, or a case's consecutive repeats
+    as windows of one worker (run_plan.launch_units cuts the plan into them). run() takes the steps every launch
+    takes, once: the budget's plan and the FLOPs ledger for its cases, the progress display and the heartbeat,
+    the job's stop armed around the launch, and the stop's word on what came back."""
+    items: list  # (plan index, case, repeat), in plan order
+    places: dict  # plan index -> its place in the run, for the progress display
+    runs: bool = True  # False: a gated item, whose row says why it does not run here
+
+    def run(self, run: _Run) -> dict | None:
+        """{plan index: (row, samples)}; None when a job's stop cut the launch short."""
+        items = [(index, run.flops.assign(run.planner.plan(case)) if self.runs else case, repeat)
+                 for index, case, repeat in self.items]
+        windows = len(items) > 1 and len({case.case_id for _, case, _ in items}) == 1  # one worker's
+        for index, case, repeat in items[:1] if windows else items:
+            run.reporter.case_started(case, repeat, self.places[index], run.total)
+        if run.heartbeat is not None:
+            run.heartbeat.set(case=f"{items[0][1].case_id} r{items[0][2]}-{items[-1][2]}" if windows else
+                              ", ".join(f"{case.case_id} r{repeat}" for _, case, repeat in items))
+        run.running = {index for index, _, _ in items} if self.runs else set()
+        found = run.guarded(self.runs, lambda: self._launch(items, windows, run))
+        if found is None or (run.stopping() and self.runs and any(row["status"] != "ok" for row, _ in found)):
+            return None  # the signal reached a worker first (SLURM signals the whole job): its end is the stop's
+        for row, _ in found:
+            row.setdefault(INTERLEAVE_COLUMN, "repeats" if self.runs else None)
+        return {index: each for (index, _, _), each in zip(items, found, strict=True)}
+
+    @staticmethod
+    def _launch(items: list, windows: bool, run: _Run) -> list:
+        """(row, samples) per item, from the launcher of the unit's kind."""
+        (index, case, repeat), machine = items[0], run.machine
+        where = {"device": machine.device, "versions": machine.versions, "store": run.store, "server": machine.server}
+        if windows:
+            return run_shared(case, [r for _, _, r in items], support=run.supports[index],
+                              on_event=lambda event: run.reporter.worker_event(case, event), **where)
+        if len(items) > 1:
+            return run_lockstep([(c, r, f"{c.case_id}-r{r}") for _, c, r in items],
+                                supports=[run.supports[i] for i, _, _ in items], on_event=run.reporter.worker_event,
+                                **where)
+        return [run_one(case, repeat, support=run.supports[index],
+                        on_event=lambda event: run.reporter.worker_event(case, event), **where)]
 
 
 def run_suite(path, *, device: str | None = None, results_dir: str | Path = "results",

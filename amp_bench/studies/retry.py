@@ -79,7 +79,7 @@ def retry_disturbed(run, pairs: list[list[tuple]]) -> None:
     position = 0
     for pair in chosen:
         for unit in launch_units(pair, run.machine):
-            run.unit(unit, unit, position, "", 0)
+            run.unit(unit, position)
             position += len(unit)
 
 
