@@ -141,9 +141,8 @@ def test_the_cpu_times_with_the_host_clock_and_keeps_no_device_counters():
     ops.reset_peak_memory()
     assert ops.peak_memory_columns() == {}
     assert isinstance(ops.step_timer(5), CpuStepTimer)
-    assert ops.open_telemetry(DeviceInfo("cpu", "cpu"), {}) == (None, None)
-    record = {}
-    ops.settle(None, None, None, None, record)  # no allocator tuned: nothing to settle, no extra step
+    assert ops.open_telemetry(DeviceInfo("cpu", "cpu")) == (None, None, {})
+    record = ops.settle(None, None, None, None)  # no allocator tuned: nothing to settle, no extra step
     assert record == {"settle_steps": 0}
     assert ops.for_rank(SimpleNamespace(local_rank=1), DeviceInfo("cpu", "cpu")) is ops
     assert ops.check_ranks(DeviceInfo("cpu", "cpu"), 4) is None and ops.ddp_kwargs() == {}
@@ -254,18 +253,17 @@ def test_cpu_settles_until_two_steps_were_taken_only_where_the_case_keeps_freed_
     keep = SimpleNamespace(cpu_allocator="keep", memory_cap_bytes=None)
     ops = CpuOps("cpu")
     record = ops.tune_allocator(keep)
-    ops.settle(step, "x", "y", None, record, steps_taken=1)  # one warmup step: the second is still faulting
+    record.update(ops.settle(step, "x", "y", None, steps_taken=1))  # one warmup step: the second still faults
     assert steps == [("x", "y")]
     # decided from the case (every DDP rank has it), not from what this node's libc did
     assert record == {"cpu_allocator": "system (not glibc)", "settle_steps": 1, "settle_faulted_bytes": 120 * MiB}
-    record = {}
-    ops.settle(step, "x", "y", None, record, steps_taken=2)  # two warmup steps already: the window opens
+    record = ops.settle(step, "x", "y", None, steps_taken=2)  # two warmup steps already: the window opens
     assert record == {"settle_steps": 0} and len(steps) == 1
     for case in (SimpleNamespace(cpu_allocator="system", memory_cap_bytes=None),
                  SimpleNamespace(cpu_allocator="keep", memory_cap_bytes=GiB)):
-        other, record = CpuOps("cpu"), {}  # every step faults there: the window opens at once, as before
+        other = CpuOps("cpu")  # every step faults there: the window opens at once, as before
         other.tune_allocator(case)
-        other.settle(step, "x", "y", None, record, steps_taken=0)
+        record = other.settle(step, "x", "y", None, steps_taken=0)
         assert record == {"settle_steps": 0} and len(steps) == 1
     assert cpu.settle_memory(lambda: None, 2, faulted=iter([0, 8192, 8192, 12288]).__next__) == {
         "settle_steps": 2, "settle_faulted_bytes": 4096}
@@ -349,12 +347,12 @@ def test_a_gpu_step_is_judged_for_contention_on_the_host_core_it_needs():
 
 
 def test_cuda_settle_drops_the_cache_steps_once_then_resets_the_peaks():
-    fake, record, steps = FakeCuda(), {}, []
+    fake, steps = FakeCuda(), []
     fake.work(1.0, alloc=30 * GiB, free=20 * GiB)  # cudnn.benchmark's search: 30 GiB reserved, 10 in use
     step = SimpleNamespace(untimed_step=lambda inputs,
                            target: steps.append("untimed") or fake.work(1.0, 4 * GiB, 4 * GiB))
     reader = SimpleNamespace(memory_used=lambda: 16 * GiB)
-    CudaOps("cuda:0", cuda=fake).settle(step, None, None, reader, record)
+    record = CudaOps("cuda:0", cuda=fake).settle(step, None, None, reader)
     assert fake.calls == ["synchronize", "empty_cache", "synchronize", "reset_peak_memory_stats"]
     assert steps == ["untimed"]
     assert fake.max_memory_reserved() == 14 * GiB  # the search's 30 GiB is gone from the peak

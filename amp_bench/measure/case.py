@@ -45,7 +45,7 @@ def _settle_after_warmup(case, mode, step, inputs, target, ops, reader, record: 
     step, the peaks reset, NVML `used` read as the window opens)."""
     from amp_bench.measure.precision import check_fp32_math, read_fp32_math_flags
     check_fp32_math(mode.name, mode.fp32_math, read_fp32_math_flags(), ops.fp32_math_env())
-    ops.settle(step, inputs, target, reader, record, steps_taken)
+    record.update(ops.settle(step, inputs, target, reader, steps_taken))
 
 
 def _after_window(case, device, ops, step, inputs, target, median_ms: float, phases: PhaseClock | None = None) -> dict:
@@ -247,7 +247,8 @@ def _set_up(case, device, rank, support, phases: PhaseClock) -> _Setup:
     if rank is not None:
         rank.init(backend, ops.torch_device)
     phases.mark("setup")
-    reader, baseline = ops.open_telemetry(device, record, rank)
+    reader, baseline, notes = ops.open_telemetry(device, rank)
+    record.update(notes)
     phases.mark("idle_baseline")
     step, inputs, target = build_step(case, device.type, ops.torch_device, record, mode=mode,
                                       wrap=None if rank is None else lambda m: rank.wrap(m, ops.torch_device))

@@ -130,13 +130,13 @@ class CpuOps(DeviceOps):
         self._case_keeps_memory = case.cpu_allocator == "keep"
         return {"cpu_allocator": keep_freed_memory(case)}
 
-    def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:
+    def settle(self, step, inputs, target, reader, steps_taken: int = 0) -> dict:
         """With freed memory kept, untimed steps until the worker has taken STEPS_BEFORE_WINDOW (none after
         a warmup of two or more). Decided from the case, never from what mallopt answered: DDP ranks on
         differently set-up nodes still take the same steps (each all-reduces). Under glibc's defaults
         (or a capped case's malloc) every step faults: those windows open at once, as they always did."""
         steps = max(0, STEPS_BEFORE_WINDOW - steps_taken) if self._case_keeps_memory else 0
-        record.update(settle_memory(lambda: step.untimed_step(inputs, target), steps))
+        return settle_memory(lambda: step.untimed_step(inputs, target), steps)
 
     def cap_memory(self, case) -> dict:
         """An address-space limit (RLIMIT_AS) of the process as it stands after a rehearsal step, plus

@@ -119,9 +119,9 @@ class CudaOps(DeviceOps):
 
     # ------------------------------------------------------------------ telemetry and the window
 
-    def open_telemetry(self, device, record: dict, rank=None) -> tuple:
-        """(NVML reader, idle used-memory baseline) for this GPU, or (None, None) with the reason in
-        record["nvml_notes"]. Under DDP every rank takes part (a barrier), NVML or not."""
+    def open_telemetry(self, device, rank=None) -> tuple:
+        """(NVML reader, idle used-memory baseline, {}) for this GPU, or (None, None, the reason as nvml_notes).
+        Under DDP every rank takes part (a barrier), NVML or not."""
         import torch
 
         from amp_bench.platform.nvml import NvmlReader, cuda_identity, device_handle, load_nvml
@@ -129,15 +129,15 @@ class CudaOps(DeviceOps):
         # every device index alike, so that the delta is the model's and the step's memory alone
         torch.zeros(1, device=self.torch_device)
         self.cuda.synchronize(self.torch_device)
-        reader = None
+        reader, notes = None, {}
         try:
             nvml = load_nvml()
             handle, note = device_handle(nvml, *cuda_identity(self.index))
             reader = NvmlReader(nvml, handle, note)
         except Exception as exc:  # no library, no driver, no device: the run goes on without NVML
-            record["nvml_notes"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            notes = {"nvml_notes": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
         baseline = self.nvml_baseline(reader, rank)  # on every rank alike: it holds a collective
-        return (reader, baseline) if reader is not None else (None, None)
+        return (reader, baseline, notes) if reader is not None else (None, None, notes)
 
     def nvml_baseline(self, reader, rank=None) -> int | None:
         """NVML `used` of the idle process, taken at the same point in every mode: after the CUDA
@@ -150,7 +150,7 @@ class CudaOps(DeviceOps):
         self.cuda.empty_cache()  # the warm-up's tensors back to the driver: the baseline holds none
         return reader.memory_used() if reader is not None else None
 
-    def settle(self, step, inputs, target, reader, record: dict, steps_taken: int = 0) -> None:
+    def settle(self, step, inputs, target, reader, steps_taken: int = 0) -> dict:
         """cudnn.benchmark's search left its workspaces cached, so the reserved peak and NVML `used`
         would report the search's high-water mark: synchronize, empty_cache(), one untimed step (the
         allocator reserves what the step itself needs), synchronize, reset the peaks, then NVML
@@ -159,9 +159,7 @@ class CudaOps(DeviceOps):
         self.cuda.empty_cache()
         step.untimed_step(inputs, target)  # under DDP every rank runs it: it all-reduces like any step
         self.reset_peak_memory()
-        record["settle_steps"] = 1
-        if reader is not None:
-            record["nvml_mem_used_settled_bytes"] = reader.memory_used()
+        return {"settle_steps": 1, **({} if reader is None else {"nvml_mem_used_settled_bytes": reader.memory_used()})}
 
     def step_timer(self, max_steps: int):
         """A pair of CUDA events per step, created (not yet recorded) before the window."""
