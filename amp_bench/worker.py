@@ -41,10 +41,9 @@ def _case_job(spec: dict, events: EventChannel, rank, phases) -> dict:
                       windows=int(spec.get("windows", 1)))
     if rank is not None:  # every rank gets every record; each node's local rank 0 writes the row
         more = record.pop("more_windows", [])
-        record = ddp.aggregate(rank.gather(record), case, rank.backend(case, device.type))
+        record = ddp.aggregate(rank.gather(record), case)
         if more:  # a later window's: every rank's gathered too
-            record["more_windows"] = [ddp.aggregate(rank.gather(window), case, rank.backend(case, device.type))
-                                      for window in more]
+            record["more_windows"] = [ddp.aggregate(rank.gather(window), case) for window in more]
     if baton is not None:  # what this case cost: its own turns, not its partners'
         record["worker_seconds"] = baton.holding_s()
     return record

@@ -13,8 +13,10 @@ from amp_bench.analysis.speedups import summarize
 from amp_bench.cli import main as cli_main
 from amp_bench.errors import SuiteError
 from amp_bench.launchers import torchrun
+from amp_bench.launchers.launch import base_row
 from amp_bench.launchers.process import processes_with_token
 from amp_bench.measure import ddp
+from amp_bench.platform.device import DeviceInfo
 from amp_bench.suite import load_suite
 from conftest import processes_with
 
@@ -131,7 +133,7 @@ def test_aggregate_is_the_job_view(write_suite):
     records = [_record([10.0, 30.0, 20.0], 0.065, rss_hwm_bytes=100, energy_j=2.0, sm_clock_mhz_min=1500,
                        warnings="20% of the measured window fell between steps"),
                _record([15.0, 25.0, 20.0], 0.070, rss_hwm_bytes=300, energy_j=3.0, sm_clock_mhz_min=1400)]
-    row = ddp.aggregate(records, case, "gloo")
+    row = ddp.aggregate(records, case)
     measured = [s["step_time_ms"] for s in row["samples"] if s["phase"] == "measure"]
     assert measured == [15.0, 30.0, 20.0]
     assert row["step_time_ms_median"] == 20.0 and row["step_time_ms_max"] == 30.0
@@ -140,11 +142,14 @@ def test_aggregate_is_the_job_view(write_suite):
     assert row["rss_hwm_bytes"] == 300 and row["energy_j"] == 5.0 and row["sm_clock_mhz_min"] == 1400
     assert row["energy_j_per_sample"] == pytest.approx(5.0 / 48)
     assert row["rank_step_time_ms_medians"] == "20 20"
-    assert row["world_size"] == 2 and row["global_batch_size"] == 16 and row["dist_backend"] == "gloo"
-    assert row["scaling"].startswith("weak")
     assert "rank 0: 20% of the measured window" in row["warnings"]
     records[1]["status"], records[1]["reason"] = "nonfinite", "loss is nan at step 2"
-    assert ddp.aggregate(records, case, "gloo")["reason"] == "rank 1: loss is nan at step 2"
+    assert ddp.aggregate(records, case)["reason"] == "rank 1: loss is nan at step 2"
+    # what the job was planned as is the parent's to write, once: the ranks' record leaves it alone
+    assert not {"world_size", "nnodes", "global_batch_size", "dist_backend", "scaling"} & set(row)
+    planned = base_row(case, 0, DeviceInfo("cpu", "cpu"), {}, "run")
+    assert planned["world_size"] == 2 and planned["global_batch_size"] == 16 and planned["dist_backend"] == "gloo"
+    assert planned["scaling"].startswith("weak")
 
 
 TORCHRUN_FAILURE = """

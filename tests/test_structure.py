@@ -378,7 +378,7 @@ def test_one_throughput_formula_for_worker_ddp_ingest_and_compare(tmp_path):
     case = SimpleNamespace(batch_size=batch, steps=len(times_ms), nnodes=1)
     samples = [{"phase": "measure", "step": i, "step_time_ms": t, "loss": 1.0} for i, t in enumerate(times_ms)]
     record = {"status": "ok", "window_s": sum(times_ms) / 1e3, "samples": samples}
-    ddp = distributed.aggregate([record], case, "gloo")["throughput"]
+    ddp = distributed.aggregate([record], case)["throughput"]
 
     bench = {"machine_info": {"node": "h"}, "datetime": "2026-11-30T00:00:00",
              "benchmarks": [{"name": "t", "stats": {"median": 0.010, "mean": 0.010, "stddev": 0.0007,

@@ -157,8 +157,9 @@ def slowest_per_step(per_rank_ms: list[list[float]]) -> list[float]:
     return [max(step) for step in zip(*per_rank_ms, strict=True)]
 
 
-def aggregate(records: list[dict], case, backend: str) -> dict:
-    """One row for the job from every rank's record (index = rank)."""
+def aggregate(records: list[dict], case) -> dict:
+    """One record for the job from every rank's (index = rank). What the job was planned as (world size, nodes,
+    backend, global batch) is the parent's to write (launchers/launch.base_row); each rank's medians are this."""
     from amp_bench.stats import StepStats, Window, achieved_rate, energy_rates, measured
 
     world = len(records)
@@ -194,6 +195,4 @@ def aggregate(records: list[dict], case, backend: str) -> dict:
     bad = next((r for r in records if r.get("status") != "ok"), None)
     if bad is not None:
         out["status"], out["reason"] = bad["status"], f"rank {records.index(bad)}: {bad.get('reason', '')}"
-    out.update(world_size=world, nnodes=case.nnodes, dist_backend=backend, scaling=SCALING,
-               global_batch_size=world * case.batch_size)
     return out
