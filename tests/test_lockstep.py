@@ -261,7 +261,7 @@ def test_a_stop_during_a_set_cuts_short_every_member_and_keeps_saved_rows(write_
         if len(sets) == 2:
             stop.signum = signal.SIGTERM
             raise KeyboardInterrupt
-        return [({**base_row(case, repeat, device, versions, store.run_id), "status": "ok"}, [])
+        return [(base_row(case, repeat, device, versions, store.run_id).put("the worker", {"status": "ok"}), [])
                 for case, repeat, _ in members]
     monkeypatch.setattr(benchmark, "run_lockstep", fake_lockstep)
     store = RunStore(tmp_path, "20261203T000000Z-host-cpu")
@@ -284,13 +284,14 @@ def test_a_refusing_conductor_has_its_members_run_one_after_another(write_suite,
     from amp_bench.launchers.process import WorkerOutcome
     from amp_bench.platform.device import DeviceInfo, Support
     from amp_bench.store.results import RunStore
+    from amp_bench.store.row import Row
     order = _order(write_suite, "allow_emulated: true\nexplain: false")
     refused = WorkerOutcome({"status": "refused", "reason": "lockstep set not conducted: an import initialised CUDA"},
                             0, False, None, 0.1, tmp_path / "c.log", "fork")
     monkeypatch.setattr(lockstep.launch, "run_job", lambda *args, **kwargs: refused)
     alone = []
     monkeypatch.setattr(lockstep.launch, "run_one", lambda case, repeat, *args, stem, **kwargs: (
-        alone.append(stem) or ({"status": "ok", "precision": case.precision}, [])))
+        alone.append(stem) or (Row("the worker", {"status": "ok", "precision": case.precision}), [])))
     store = RunStore(tmp_path, "20261203T000000Z-host-cpu")
     members = [(case, repeat, f"{case.case_id}-r{repeat}") for _, case, repeat in order[:2]]
     rows = lockstep.run_lockstep(members, DeviceInfo(type="cpu", name="cpu"), {}, store,

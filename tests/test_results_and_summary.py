@@ -1,6 +1,7 @@
 """Results store and the pairing of each precision with its baseline."""
 import datetime as dt
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -60,6 +61,49 @@ def test_a_row_takes_each_column_from_one_writer_and_keeps_its_warnings_in_order
     assert dict(row) == {"world_size": 2, "warnings": "the worker's | the run loop's"}
     with pytest.raises(RowError, match="warnings: written twice"):
         row.put("the worker", {"warnings": "again"})
+
+
+def _run_one_faked_case(write_suite, tmp_path, monkeypatch, result: dict | None):
+    """One planned case through the run loop, its worker's outcome `result` (None: it died without one)."""
+    from amp_bench.launchers import launch
+    from amp_bench.launchers.process import WorkerOutcome
+    from amp_bench.platform.device import DeviceInfo
+    from amp_bench.studies import benchmark
+    from amp_bench.studies.session import Machine
+    from amp_bench.suite import load_suite
+    store = RunStore(tmp_path, "run")
+    (case,) = load_suite(write_suite("models: [python:toy_models:mlp]\nbatch_sizes: [4]\nprecisions: [fp32]\n"
+                                     "explain: false\n")).cases("cpu")
+    monkeypatch.setattr(launch, "run_job", lambda *args, **kwargs: WorkerOutcome(
+        result, 0 if result else 1, False, None, 0.1, store.dir / "logs" / "x.log"))
+    benchmark.run_cases(store, [(0, case, 0)], Machine(DeviceInfo("cpu", "cpu"), {}, "host", {}), benchmark.Reporter())
+    return store
+
+
+@pytest.mark.parametrize(("result", "patch", "says"), [
+    ({"world_size": 2}, None, "world_size: written twice, by the plan and by the worker"),
+    ({"log_file": "x.log"}, None, "log_file: written twice, by the launcher and by the worker"),
+    ({"hostname": "h"}, None, "hostname: written twice, by the worker and by the machine"),
+    ({"steps_run": 8}, None, "steps_run: not a declared results column (store/columns.py), written by the worker"),
+    (None, ("amp_bench.launchers.launch._ending", lambda *args: {"status": "error", "exit": 1}),
+     "exit: not a declared results column (store/columns.py), written by the launcher"),
+    ({}, ("amp_bench.studies.flop_counts.FlopCounts.carry", lambda self, case, row: {"mfu": "high"}),
+     "mfu: str 'high' where float is declared, written by the run's FLOPs"),
+])
+def test_a_column_written_twice_or_not_as_declared_fails_the_run_that_writes_it(write_suite, tmp_path, monkeypatch,
+                                                                               result, patch, says):
+    """The worker's record, the launcher's and the run loop's columns meet in one row: a column two of them
+    write, or one the declarations lack or declare of another kind, stops the run, naming it and its writers."""
+    from amp_bench.store.row import RowError
+    if patch:
+        monkeypatch.setattr(*patch)
+    ok = {"status": "ok", "reason": "", "steps": 3, "samples": []}
+    with pytest.raises(RowError, match=re.escape(says)):
+        _run_one_faked_case(write_suite, tmp_path / "bad", monkeypatch, result if result is None else {**ok, **result})
+    monkeypatch.undo()
+    store = _run_one_faked_case(write_suite, tmp_path / "good", monkeypatch, {**ok, "step_time_ms_median": 1.0})
+    (row,) = store.rows
+    assert row["status"] == "ok" and row["world_size"] == 1 and row["hostname"] == "host" and row["steps"] == 3
 
 
 def test_a_writer_killed_between_its_part_and_the_tables_loses_no_row(tmp_path):

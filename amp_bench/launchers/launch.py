@@ -19,8 +19,12 @@ from amp_bench.launchers.process import WorkerOutcome
 from amp_bench.measure.ddp import SCALING
 from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
 from amp_bench.stats import phase_column
+from amp_bench.store.columns import EXPLAIN_COLUMNS
 from amp_bench.store.results import RunStore, utc_now
+from amp_bench.store.row import Row
 from amp_bench.suite import Case
+
+PLAN, WORKER, LAUNCHER = "the plan", "the worker", "the launcher"  # a row's writers, as a refused column names them
 
 
 def stops_on_contention(case: Case) -> bool:
@@ -79,15 +83,15 @@ def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
 
 def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore, support: Support,
             on_event: Callable[[dict], None] | None = None, stem: str | None = None,
-            server: ForkServer | None = None) -> tuple[dict, list[dict]]:
+            server: ForkServer | None = None) -> tuple[Row, list[dict]]:
     """One worker for one case: (result row, per-step samples). `stem` names its log file. `support`
     is the hardware gate's decision for the case, made once by whoever planned it; the worker gets it
     with the case and does not decide again. `server`: the run's fork server, if any."""
     row = base_row(case, repeat, device, versions, store.run_id)
     case = for_repeat(case, repeat)
     if not may_run(support, case.allow_emulated):
-        row.update(status="unsupported", reason=not_run_reason(support), emulated=support.emulated)
-        return row, []
+        return row.put(LAUNCHER, {"status": "unsupported", "reason": not_run_reason(support),
+                                  "emulated": support.emulated}), []
     stem = stem or f"{case.case_id}-r{repeat}"
     launcher, extra_env, cache_dir = worker_setting(case, store, stem, row)
     outcome = run_job(store, "case", stem, case_spec(case, device, support), case.timeout_s, on_event=on_event,
@@ -97,33 +101,28 @@ def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: 
 
 def run_shared(case: Case, repeats: list[int], device: DeviceInfo, versions: dict, store: RunStore, support: Support,
                on_event: Callable[[dict], None] | None = None, server: ForkServer | None = None
-               ) -> list[tuple[dict, list[dict]]]:
+               ) -> list[tuple[Row, list[dict]]]:
     """Consecutive repeats of one case as windows of one worker (repeats_per_worker): it starts, builds and
     warms up (cuDNN's autotuning, a compile) once, then measures a window per repeat; (row, samples) per
     repeat. Each row is whole: a later repeat's carries the worker's columns, its own window's, and as
     phases its window alone (its worker_wall_s), so a worker's rows add up to its wall time."""
-    stem = f"{case.case_id}-r{repeats[0]}-{repeats[-1]}"
-    row = base_row(case, repeats[0], device, versions, store.run_id)
-    first = for_repeat(case, repeats[0])
     if not may_run(support, case.allow_emulated):
         return [run_one(case, r, device, versions, store, support) for r in repeats]  # each row: unsupported, why
+    stem, first = f"{case.case_id}-r{repeats[0]}-{repeats[-1]}", for_repeat(case, repeats[0])
+    row = base_row(case, repeats[0], device, versions, store.run_id)
     launcher, extra_env, cache_dir = worker_setting(first, store, stem, row)
     spec = {**case_spec(first, device, support), "windows": len(repeats)}
     outcome = run_job(store, "case", stem, spec, case.timeout_s * len(repeats), on_event=on_event,
                       launcher=launcher, extra_env=extra_env, server=server, contention=contention_watch(case, device))
     later = (outcome.result or {}).pop("more_windows", [])
-    found = [finish(row, outcome, first, repeats[0], store, stem, cache_dir)]
-    for n, repeat in enumerate(repeats[1:]):
-        window = dataclasses.replace(outcome, result=later[n] if n < len(later) else None, ended_at=None,
-                                     wall_s=later[n].get(phase_column("window"), 0.0) if n < len(later) else 0.0)
-        found.append(finish(base_row(case, repeat, device, versions, store.run_id), window,
-                            for_repeat(case, repeat), repeat, store, stem, None))
-    for n, (row, _) in enumerate(found):
-        row["worker_window"] = n
-    if found[0][0].get("worker_wall_s") is not None:  # the later windows' seconds are their rows'
-        found[0][0]["worker_wall_s"] = round(outcome.wall_s - sum(row.get("worker_wall_s") or 0.0
-                                                                  for row, _ in found[1:]), 4)
-    return found
+    windows = [dataclasses.replace(outcome, result=later[n] if n < len(later) else None, ended_at=None,
+                                   wall_s=later[n].get(phase_column("window"), 0.0) if n < len(later) else 0.0)
+               for n in range(len(repeats) - 1)]
+    # the later windows' seconds are their rows': the first row's, the rest of the worker's
+    alone = dataclasses.replace(outcome, wall_s=outcome.wall_s - sum(round(w.wall_s, 4) for w in windows))
+    return [finish(row, alone, first, repeats[0], store, stem, cache_dir, window=0)] + [
+        finish(base_row(case, repeats[n], device, versions, store.run_id), each, for_repeat(case, repeats[n]),
+               repeats[n], store, stem, None, window=n) for n, each in enumerate(windows, 1)]
 
 
 def for_repeat(case: Case, repeat: int) -> Case:
@@ -136,17 +135,23 @@ def case_spec(case: Case, device: DeviceInfo, support: Support) -> dict:
     return {"case": case.to_json(), "device": device.to_json(), "support": dataclasses.asdict(support)}
 
 
-def finish(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, store: RunStore, stem: str,
-           cache_dir) -> tuple[dict, list[dict]]:
-    """The worker's outcome into its row: (row, per-step samples); its result file and a cold compile
-    cache removed."""
+def finish(row: Row, outcome: WorkerOutcome, case: Case, repeat: int, store: RunStore, stem: str,
+           cache_dir, window: int | None = None) -> tuple[Row, list[dict]]:
+    """The worker's outcome into its row: how its process ran as the parent saw it, then the worker's record
+    or how it ended without one; (row, per-step samples). `window`: which of its worker's windows the row is
+    (repeats_per_worker). Its result file and a cold compile cache removed."""
     result_path = store.dir / "work" / f"{stem}.result.json"
-    row.update(log_file=str(outcome.log_path.relative_to(store.dir)), worker_start=outcome.started_by,
-               peak_rss_bytes=outcome.peak_rss_bytes, worker_wall_s=round(outcome.wall_s, 4),
-               peak_rss_lifetime_bytes=outcome.peak_rss_bytes)  # from wait4: the whole worker, all of it
-    samples = _take_result(row, outcome, case, repeat, store) if outcome.result is not None else []
+    record = dict(outcome.result or {})
+    process = {"log_file": str(outcome.log_path.relative_to(store.dir)), "worker_start": outcome.started_by,
+               "worker_wall_s": round(outcome.wall_s, 4),
+               "peak_rss_lifetime_bytes": outcome.peak_rss_bytes,  # from wait4: the whole worker, all of it
+               # peak RSS over the training steps: the worker's high-water mark read right after the
+               # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
+               "peak_rss_bytes": record.get("rss_hwm_bytes") or outcome.peak_rss_bytes}
+    row.put(LAUNCHER, process if window is None else {**process, "worker_window": window})
+    samples = _take_result(row, record, outcome, case, repeat, store) if outcome.result is not None else []
     if outcome.result is None:
-        row.update(_ending(outcome, case, result_path))
+        row.put(LAUNCHER, _ending(outcome, case, result_path))
     if cache_dir is not None and case.compile_cache == "cold":
         shutil.rmtree(cache_dir, ignore_errors=True)  # a cold cache serves one case: nothing reuses it
     result_path.unlink(missing_ok=True)
@@ -155,9 +160,9 @@ def finish(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, store: Ru
     return row, samples
 
 
-def worker_setting(case: Case, store: RunStore, stem: str, row: dict) -> tuple:
+def worker_setting(case: Case, store: RunStore, stem: str, row: Row) -> tuple:
     """(launcher, the case's own environment, compile cache folder): torchrun for a DDP case, the
-    compile cache, where the explain trace goes."""
+    compile cache (named in the row), where the explain trace goes."""
     launcher = extra_env = None
     if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
         launcher = torchrun.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
@@ -165,29 +170,28 @@ def worker_setting(case: Case, store: RunStore, stem: str, row: dict) -> tuple:
     cache_dir = compile_cache_dir(store, case, stem)
     if cache_dir is not None:
         extra_env = {**(extra_env or {}), **compile_cache_env(cache_dir)}
-        row["compile_cache_dir"] = str(cache_dir.relative_to(store.dir))
+        row.put(LAUNCHER, {"compile_cache_dir": str(cache_dir.relative_to(store.dir))})
     if case.explain:  # where the worker saves the profiled step's trace (measure/telemetry/profile.py)
         extra_env = {**(extra_env or {}), "AMP_BENCH_EXPLAIN_TRACE": str(store.dir / "traces" / f"{stem}.json.gz")}
     return launcher, extra_env, cache_dir
 
 
-def _take_result(row: dict, outcome: WorkerOutcome, case: Case, repeat: int, store: RunStore) -> list[dict]:
-    """The worker's record into the row; its per-step samples."""
-    record = dict(outcome.result)
+def _take_result(row: Row, record: dict, outcome: WorkerOutcome, case: Case, repeat: int,
+                 store: RunStore) -> list[dict]:
+    """The worker's record into the row, less what the parent knows better: its exit phase, and the contention
+    the parent saw where the window was too short to judge itself. Its explain capture is held for the run's
+    judge (Row.held), the trace relative to the run directory. Its per-step samples."""
     samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
                 "repeat": repeat, **s} for s in record.pop("samples", [])]
-    ended = record.pop("worker_ended_at", None)  # its phases end here; the result's write and exit follow
+    ended, seen = record.pop("worker_ended_at", None), {}  # its phases end here; the result's write and exit follow
     if ended is not None and outcome.ended_at is not None:
-        record[phase_column("exit")] = round(max(0.0, outcome.ended_at - ended), 4)
-    row.update(record)
-    if row.get("explain_trace"):  # relative to the run directory, as log_file
-        row["explain_trace"] = str(Path(row["explain_trace"]).relative_to(store.dir))
-    # peak RSS over the training steps: the worker's high-water mark read right after the
-    # measured window, before the instrumented FLOP/phase steps (wait4 sees those too)
-    if record.get("rss_hwm_bytes"):
-        row["peak_rss_bytes"] = record["rss_hwm_bytes"]
-    if outcome.contention_seen and row.get("contended") is None:  # the window too short to judge itself
-        row.update(contended=True, contention=outcome.contention_seen)
+        seen[phase_column("exit")] = round(max(0.0, outcome.ended_at - ended), 4)
+    if outcome.contention_seen and record.get("contended") is None:
+        seen.update(contended=True, contention=outcome.contention_seen)
+    row.held = {name: record.pop(name) for name in EXPLAIN_COLUMNS if name in record}
+    if row.held.get("explain_trace"):
+        row.held["explain_trace"] = str(Path(row.held["explain_trace"]).relative_to(store.dir))
+    row.put(WORKER, {name: value for name, value in record.items() if name not in seen}).put(LAUNCHER, seen)
     return samples
 
 
@@ -243,31 +247,32 @@ def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
     return f"worker exited with code {outcome.exit_code} without a result" + (f": {tail}" if tail else "")
 
 
-def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> dict:
-    return {
+def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> Row:
+    """A row's identity and plan, what the parent knows before any worker: the case (its axes and settings, the
+    processes and compile it asks for), the device it is planned for, torch's versions and the time."""
+    return Row(PLAN, {
         "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
         "model": case.model.ref, **case.axes, "precision": case.precision, "device": device.type,
         "device_name": device.name, "architecture": device.architecture, "repeat": repeat,
-        "warmup_steps": case.warmup_steps, "steps": case.steps, "optimizer": case.optimizer.name,
-        "optimizer_impl": case.optimizer.impl, "seed": case.seed, **_distributed_columns(case, device),
-        **_compile_columns(case), "torch_version": versions.get("torch_version", ""),
-        "cuda_version": versions.get("torch_cuda_version", ""), "cudnn_version": versions.get("cudnn_version", ""),
-        "timestamp": utc_now().isoformat(),
-    }
+        "warmup_steps": case.warmup_steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
+        "seed": case.seed, **_distributed_columns(case, device), **_compile_columns(case),
+        "torch_version": versions.get("torch_version", ""), "cuda_version": versions.get("torch_cuda_version", ""),
+        "cudnn_version": versions.get("cudnn_version", ""), "timestamp": utc_now().isoformat(),
+    })
 
 
 def _compile_columns(case: Case) -> dict:
-    compiled = case.compiled
-    return {"compile_mode": case.compile_mode, "compile_note": case.compile_note,
-            "compile_backend": case.compile_backend if compiled else "",
+    compiled = case.compiled  # its mode is an axis
+    return {"compile_note": case.compile_note, "compile_backend": case.compile_backend if compiled else "",
             "compile_fullgraph": case.compile_fullgraph if compiled else None,
             "compile_optimizer": case.compile_optimizer if compiled else None,
             "compile_cache": case.compile_cache if compiled else ""}
 
 
 def _distributed_columns(case: Case, device: DeviceInfo) -> dict:
+    """What the parent plans for a DDP case (its world size and processes per node are axes); the worker says
+    what it ran with (measure/ddp.py): each rank's step times, its threads."""
     backend = "" if not case.distributed else (
         case.dist_backend if case.dist_backend != "auto" else ("nccl" if device.type == "cuda" else "gloo"))
-    return {"world_size": case.world_size, "nnodes": case.nnodes, "nproc_per_node": case.nproc_per_node,
-            "dist_backend": backend, "global_batch_size": case.batch_size * case.world_size,
+    return {"nnodes": case.nnodes, "dist_backend": backend, "global_batch_size": case.batch_size * case.world_size,
             "scaling": SCALING if case.distributed else "single process"}

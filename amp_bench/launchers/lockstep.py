@@ -23,9 +23,11 @@ from amp_bench.launchers import launch, process
 from amp_bench.launchers.forkserver import ForkServer
 from amp_bench.platform.device import DeviceInfo, Support
 from amp_bench.store.results import RunStore
+from amp_bench.store.row import Row
 from amp_bench.suite import Case
 
 INTERLEAVE_COLUMN = "interleave"  # steps: measured in a lockstep set; repeats: one worker after another
+LOCKSTEP = "the lockstep launcher"  # its rows' writer
 # The parent's deadline for the whole set, past its members' timeouts together: the conductor kills a
 # member whose own turns outlast its case's timeout_s, so this one only fires when the conductor hangs.
 SET_SLACK_S = 30.0
@@ -33,7 +35,7 @@ SET_SLACK_S = 30.0
 
 def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versions: dict, store: RunStore,
                  supports: list[Support], on_event: Callable[[Case, dict], None] | None = None,
-                 server: ForkServer | None = None) -> list[tuple[dict, list[dict]]]:
+                 server: ForkServer | None = None) -> list[tuple[Row, list[dict]]]:
     """Run (case, repeat, stem) members, every one of which may run here, as one lockstep set; returns
     each member's (row, per-step samples) in order."""
     prepared, specs = [], []
@@ -78,7 +80,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     rows = []
     for n, (row, case, repeat, member_stem, cache_dir) in enumerate(prepared):
         found = _member_outcome(outcome, ended.get(n), specs[n], started, unreaped, started_at)
-        row[INTERLEAVE_COLUMN] = "steps"
+        row.put(LOCKSTEP, {INTERLEAVE_COLUMN: "steps"})
         rows.append(launch.finish(row, found, case, repeat, store, member_stem, cache_dir))
     return rows
 
@@ -89,8 +91,7 @@ def _one_after_another(members, device, versions, store, supports, on_event, ser
     for (case, repeat, stem), support in zip(members, supports, strict=True):
         row, samples = launch.run_one(case, repeat, device, versions, store, support, stem=stem, server=server,
                                on_event=None if on_event is None else (lambda event, case=case: on_event(case, event)))
-        row[INTERLEAVE_COLUMN] = "repeats"
-        row["warnings"] = " | ".join(w for w in (row.get("warnings"), f"{why}; run alone") if w)
+        row.put(LOCKSTEP, {INTERLEAVE_COLUMN: "repeats"}).warn(f"{why}; run alone")
         rows.append((row, samples))
     return rows
 

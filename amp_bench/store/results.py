@@ -180,7 +180,7 @@ class RunStore:
         """Save one row with its samples, every column checked against its declaration (store/row.py: a row
         given as a dict is one writer's). `key` names its part (and orders it); the same key again replaces the
         row (a case run again)."""
-        row = row if isinstance(row, Row) else Row(f"the writer of {self.run_id}'s row", row)
+        row = (row if isinstance(row, Row) else Row(f"the writer of {self.run_id}'s row", row)).check()
         if key is None:
             key = f"{self._next:05d}"
             self._next += 1

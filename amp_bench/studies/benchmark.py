@@ -19,6 +19,7 @@ from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table
+from amp_bench.store.row import Row
 from amp_bench.store.run_state import Heartbeat
 from amp_bench.studies.emulation import measured_support
 from amp_bench.studies.flop_counts import FlopCounts
@@ -26,7 +27,7 @@ from amp_bench.studies.retry import pairs_to_retry, retry_disturbed
 from amp_bench.studies.run_plan import BudgetPlanner, launch_units, make_plan, part_key, schedule
 from amp_bench.studies.session import Machine, Session, spawn_note, workers_record
 from amp_bench.studies.time_left import TimeLeft
-from amp_bench.studies.unrun import save_busy, save_died, stamp
+from amp_bench.studies.unrun import RUN_LOOP, save_busy, save_died
 from amp_bench.suite import Case
 
 
@@ -36,7 +37,7 @@ class Reporter:
     def run_started(self, store: RunStore, device: DeviceInfo, total: int) -> None: ...
     def case_started(self, case: Case, repeat: int, index: int, total: int) -> None: ...
     def worker_event(self, case: Case, event: dict) -> None: ...
-    def case_finished(self, case: Case, row: dict) -> None: ...
+    def case_finished(self, case: Case, row: Row) -> None: ...
     def time_left(self, seconds: float | None) -> None: ...  # the run's estimate (studies/time_left.py)
     def note(self, text: str) -> None: ...
 
@@ -111,7 +112,7 @@ class _Run:
     def stopping(self) -> bool:
         return self.stop is not None and self.stop.requested
 
-    def unit(self, unit: list, position: int, streak: int | None = None) -> list[dict] | None:
+    def unit(self, unit: list, position: int, streak: int | None = None) -> list[Row] | None:
         """One unit's rows in plan order (None when a job's stop cut it short): its runnable items as one launch
         where there are several (a lockstep set, one worker's windows), else each item alone, a gated one too (its
         row says why it does not run here); not run while the machine stays busy after `streak` contended cases
@@ -150,19 +151,17 @@ class _Run:
             if self.stop is not None:
                 self.stop.armed = False
 
-    def save(self, item, row: dict, samples: list, note: str = "") -> dict:
-        """A measured row judged (explain, carried FLOPs), stamped with the machine and saved."""
+    def save(self, item, row: Row, samples: list) -> Row:
+        """A launched row judged (its explain capture, the run's FLOPs), stamped with the machine and saved."""
         index, case, repeat = item
-        if case.explain and repeat == 0:  # the first repeat's worker saved its profiled steps (launch.run_one):
-            row.update(explain_row(row, self.store.dir))  # judged here, torch-free (analysis/explain/)
+        flops = self.flops.carry(case, row)
+        # the first repeat's worker saved its profiled steps (launch.run_one): judged here, torch-free
+        judged = explain_row({**row, **row.held}, self.store.dir) if case.explain and repeat == 0 else {}
+        row.put("the run's FLOPs", flops).put("the explain judge", judged)
         if index in self.rerun_reasons:  # a disturbed pair's second run: it replaces the first's row
-            row["rerun_reason"] = self.rerun_reasons[index]
-            note = "run again at the end: its pair's first run was disturbed"
-        if note:
-            row["warnings"] = " | ".join(w for w in (row.get("warnings"), note) if isinstance(w, str) and w)
-        self.flops.carry(case, row)
-        stamp(row, self.machine)
-        self.store.add(row, samples, key=part_key(index, case, repeat))
+            row.put(RUN_LOOP, {"rerun_reason": self.rerun_reasons[index]})
+            row.warn("run again at the end: its pair's first run was disturbed")
+        self.store.add(self.machine.stamp(row), samples, key=part_key(index, case, repeat))
         self.rows[index] = row
         self.running.discard(index)
         if index in self.runnable:  # a gated case costs nothing: it is not in the budget's count
@@ -197,8 +196,8 @@ class LaunchUnit:
         found = run.guarded(self.runs, lambda: self._launch(items, windows, run))
         if found is None or (run.stopping() and self.runs and any(row["status"] != "ok" for row, _ in found)):
             return None  # the signal reached a worker first (SLURM signals the whole job): its end is the stop's
-        for row, _ in found:
-            row.setdefault(INTERLEAVE_COLUMN, "repeats" if self.runs else None)
+        for row, _ in found:  # one worker after another, unless the lockstep launcher said otherwise
+            row.put(RUN_LOOP, {} if INTERLEAVE_COLUMN in row else {INTERLEAVE_COLUMN: "repeats" if self.runs else None})
         return {index: each for (index, _, _), each in zip(items, found, strict=True)}
 
     @staticmethod
@@ -232,10 +231,10 @@ def run_suite(path, *, device: str | None = None, results_dir: str | Path = "res
     except BaseException:
         session.close()
         raise
-    workers = workers_record(session.server)
+    plan, workers = make_plan(order, info.type, device or session.suite.device), workers_record(session.server)
     store = session.open_store(results_dir, overrides, kind="benchmark", cases_planned=len(order),
                                executor={"type": "local"}, workers=workers)
-    store.write_plan(make_plan(order, info.type, device or session.suite.device))
+    store.write_plan(plan)
     store.flush_every_s = TABLES_EVERY_S
     reporter.run_started(store, info, len(order))
     if spawn_note(workers):

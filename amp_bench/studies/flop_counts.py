@@ -6,6 +6,7 @@ scaled matmuls, whose count torch keeps separately from the bf16 GEMMs of the la
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 from amp_bench import modes
 from amp_bench.stats import achieved_rate
@@ -38,9 +39,10 @@ class FlopCounts:
         self.claimed.add(key)
         return dataclasses.replace(case, count_flops=True)
 
-    def carry(self, case: Case, row: dict) -> None:
-        """After the worker: keep what it counted (a worker that died without counting frees the key for
-        the next one); give a row without a count the key's, at its own step time and mode's peak."""
+    def carry(self, case: Case, row: Mapping) -> dict:
+        """After the worker: keep what it counted (a worker that died without counting frees the key for the
+        next one); the FLOPs columns of an ok row without a count of its own: the key's, at its own step time
+        and mode's peak (a later repeat: its first repeat's peaks). {} for a row its worker counted for."""
         key = flops_key(case)
         self.claimed.discard(key)
         if row.get("flops_per_step"):
@@ -48,10 +50,8 @@ class FlopCounts:
         if row.get("peak_tflops_source"):
             self.peaks[case.case_id] = {c: row.get(c) for c in PEAK_COLUMNS}
         if row.get("status") != "ok" or row.get("flops_per_step") or key not in self.counted:
-            return
-        if not row.get("peak_tflops_source") and case.case_id in self.peaks:
-            row.update(self.peaks[case.case_id])  # a later repeat: its first repeat's peaks, the same mode's
-        flops, median = self.counted[key], row.get("step_time_ms_median")
-        row["flops_per_step"] = flops
-        row.update(achieved_rate(flops, median, row.get("peak_tflops")))
-        row["mfu_bf16_basis"] = achieved_rate(flops, median, row.get("peak_tflops_bf16"))["mfu"]
+            return {}
+        peaks = {} if row.get("peak_tflops_source") else self.peaks.get(case.case_id, {})
+        flops, median, rates = self.counted[key], row.get("step_time_ms_median"), {**row, **peaks}
+        return {**peaks, "flops_per_step": flops, **achieved_rate(flops, median, rates.get("peak_tflops")),
+                "mfu_bf16_basis": achieved_rate(flops, median, rates.get("peak_tflops_bf16"))["mfu"]}

@@ -204,7 +204,8 @@ class _Search:
         changes how malloc works; the batch is known to fit in less memory than that)."""
         case = dataclasses.replace(template, batch_size=batch, repeats=1)
         measured, samples = self.run(case, f"measure-{case.case_id}", support)
-        measured.update(hostname=self.session.host["hostname"], headroom_max_batch=True, **self.session.fingerprint)
+        measured.put("the worker", measured.held).put("the headroom search", {
+            "hostname": self.session.host["hostname"], "headroom_max_batch": True, **self.session.fingerprint})
         self.store.add(measured, samples)
         return {"measure_status": measured["status"], "throughput_at_max": measured.get("throughput"),
                 "step_time_ms_at_max": measured.get("step_time_ms_median"),
