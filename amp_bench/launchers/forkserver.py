@@ -254,7 +254,7 @@ def server_env(environ) -> dict[str, str]:
 # torch's logs, dynamo's and inductor's config defaults) and where Python finds modules
 READ_AT_IMPORT_ENV = IMPORT_TIME_ENV + ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "PYTHONPATH")
 # set by torch itself as inductor loads (a process that imported torch has it, one that has not does
-# not) and read when a compile uses it; each case sets its own (launch.compile_cache_env)
+# not) and read when a compile uses it; each case sets its own (launch.worker_setting)
 SET_BY_TORCH_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
 
 

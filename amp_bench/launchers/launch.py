@@ -16,7 +16,6 @@ from amp_bench.launchers import busy, torchrun
 from amp_bench.launchers.busy import ContentionWatch, cores_needed
 from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.launchers.process import WorkerOutcome
-from amp_bench.measure.ddp import SCALING
 from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
 from amp_bench.stats import phase_column
 from amp_bench.store.columns import EXPLAIN_COLUMNS
@@ -84,31 +83,23 @@ def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
 def run_one(case: Case, repeat: int, device: DeviceInfo, versions: dict, store: RunStore, support: Support,
             on_event: Callable[[dict], None] | None = None, stem: str | None = None,
             server: ForkServer | None = None) -> tuple[Row, list[dict]]:
-    """One worker for one case: (result row, per-step samples). `stem` names its log file. `support`
-    is the hardware gate's decision for the case, made once by whoever planned it; the worker gets it
-    with the case and does not decide again. `server`: the run's fork server, if any."""
-    row = base_row(case, repeat, device, versions, store.run_id)
-    case = for_repeat(case, repeat)
-    if not may_run(support, case.allow_emulated):
-        return row.put(LAUNCHER, {"status": "unsupported", "reason": not_run_reason(support),
-                                  "emulated": support.emulated}), []
-    stem = stem or f"{case.case_id}-r{repeat}"
-    launcher, extra_env, cache_dir = worker_setting(case, store, stem, row)
-    outcome = run_job(store, "case", stem, case_spec(case, device, support), case.timeout_s, on_event=on_event,
-                      launcher=launcher, extra_env=extra_env, server=server, contention=contention_watch(case, device))
-    return finish(row, outcome, case, repeat, store, stem, cache_dir)
+    """One worker for one case: (result row, per-step samples); run_shared's one window."""
+    return run_shared(case, [repeat], device, versions, store, support, on_event, server, stem)[0]
 
 
 def run_shared(case: Case, repeats: list[int], device: DeviceInfo, versions: dict, store: RunStore, support: Support,
-               on_event: Callable[[dict], None] | None = None, server: ForkServer | None = None
-               ) -> list[tuple[Row, list[dict]]]:
-    """Consecutive repeats of one case as windows of one worker (repeats_per_worker): it starts, builds and
-    warms up (cuDNN's autotuning, a compile) once, then measures a window per repeat; (row, samples) per
-    repeat. Each row is whole: a later repeat's carries the worker's columns, its own window's, and as
-    phases its window alone (its worker_wall_s), so a worker's rows add up to its wall time."""
-    if not may_run(support, case.allow_emulated):
-        return [run_one(case, r, device, versions, store, support) for r in repeats]  # each row: unsupported, why
-    stem, first = f"{case.case_id}-r{repeats[0]}-{repeats[-1]}", for_repeat(case, repeats[0])
+               on_event: Callable[[dict], None] | None = None, server: ForkServer | None = None,
+               stem: str | None = None) -> list[tuple[Row, list[dict]]]:
+    """Consecutive repeats of one case as windows of one worker (repeats_per_worker): it starts, builds and warms up
+    once, then measures a window per repeat; (row, samples) per repeat. Each row is whole: a later repeat's has the
+    worker's columns, its own window's, and its window alone as phases, so a worker's rows add up to its wall time.
+    `support`: the gate's decision, made once by whoever planned the case; `stem` names its log file."""
+    if not may_run(support, case.allow_emulated):  # each row: unsupported, why
+        return [(base_row(case, r, device, versions, store.run_id).put(LAUNCHER, {
+            "status": "unsupported", "reason": not_run_reason(support), "emulated": support.emulated}), [])
+            for r in repeats]
+    first, several = for_repeat(case, repeats[0]), len(repeats) > 1
+    stem = stem or f"{case.case_id}-r{repeats[0]}" + (f"-{repeats[-1]}" if several else "")
     row = base_row(case, repeats[0], device, versions, store.run_id)
     launcher, extra_env, cache_dir = worker_setting(first, store, stem, row)
     spec = {**case_spec(first, device, support), "windows": len(repeats)}
@@ -120,7 +111,7 @@ def run_shared(case: Case, repeats: list[int], device: DeviceInfo, versions: dic
                for n in range(len(repeats) - 1)]
     # the later windows' seconds are their rows': the first row's, the rest of the worker's
     alone = dataclasses.replace(outcome, wall_s=outcome.wall_s - sum(round(w.wall_s, 4) for w in windows))
-    return [finish(row, alone, first, repeats[0], store, stem, cache_dir, window=0)] + [
+    return [finish(row, alone, first, repeats[0], store, stem, cache_dir, window=0 if several else None)] + [
         finish(base_row(case, repeats[n], device, versions, store.run_id), each, for_repeat(case, repeats[n]),
                repeats[n], store, stem, None, window=n) for n, each in enumerate(windows, 1)]
 
@@ -137,9 +128,8 @@ def case_spec(case: Case, device: DeviceInfo, support: Support) -> dict:
 
 def finish(row: Row, outcome: WorkerOutcome, case: Case, repeat: int, store: RunStore, stem: str,
            cache_dir, window: int | None = None) -> tuple[Row, list[dict]]:
-    """The worker's outcome into its row: how its process ran as the parent saw it, then the worker's record
-    or how it ended without one; (row, per-step samples). `window`: which of its worker's windows the row is
-    (repeats_per_worker). Its result file and a cold compile cache removed."""
+    """The worker's outcome into its row, with how its process ran (`window`: which of its windows the row is):
+    (row, per-step samples); its result file and a cold compile cache removed."""
     result_path = store.dir / "work" / f"{stem}.result.json"
     record = dict(outcome.result or {})
     process = {"log_file": str(outcome.log_path.relative_to(store.dir)), "worker_start": outcome.started_by,
@@ -162,14 +152,15 @@ def finish(row: Row, outcome: WorkerOutcome, case: Case, repeat: int, store: Run
 
 def worker_setting(case: Case, store: RunStore, stem: str, row: Row) -> tuple:
     """(launcher, the case's own environment, compile cache folder): torchrun for a DDP case, the
-    compile cache (named in the row), where the explain trace goes."""
+    compile cache, where the explain trace goes."""
     launcher = extra_env = None
     if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
         launcher = torchrun.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
         extra_env = torchrun.launch_env(case)
     cache_dir = compile_cache_dir(store, case, stem)
-    if cache_dir is not None:
-        extra_env = {**(extra_env or {}), **compile_cache_env(cache_dir)}
+    if cache_dir is not None:  # inductor's and triton's
+        extra_env = {**(extra_env or {}), "TORCHINDUCTOR_CACHE_DIR": str(cache_dir),
+                     "TRITON_CACHE_DIR": str(cache_dir / "triton")}
         row.put(LAUNCHER, {"compile_cache_dir": str(cache_dir.relative_to(store.dir))})
     if case.explain:  # where the worker saves the profiled step's trace (measure/telemetry/profile.py)
         extra_env = {**(extra_env or {}), "AMP_BENCH_EXPLAIN_TRACE": str(store.dir / "traces" / f"{stem}.json.gz")}
@@ -178,9 +169,8 @@ def worker_setting(case: Case, store: RunStore, stem: str, row: Row) -> tuple:
 
 def _take_result(row: Row, record: dict, outcome: WorkerOutcome, case: Case, repeat: int,
                  store: RunStore) -> list[dict]:
-    """The worker's record into the row, less what the parent knows better: its exit phase, and the contention
-    the parent saw where the window was too short to judge itself. Its explain capture is held for the run's
-    judge (Row.held), the trace relative to the run directory. Its per-step samples."""
+    """The worker's record into the row (its explain capture held for the run's judge), beside the exit phase and
+    a contention only the parent saw (the window too short to judge itself); its per-step samples."""
     samples = [{"run_id": store.run_id, "case_id": case.case_id, "precision": case.precision,
                 "repeat": repeat, **s} for s in record.pop("samples", [])]
     ended, seen = record.pop("worker_ended_at", None), {}  # its phases end here; the result's write and exit follow
@@ -200,7 +190,8 @@ def _ending(outcome: WorkerOutcome, case: Case, result_path: Path) -> dict:
     if outcome.contention:  # stopped early by the parent (launchers/busy.py): the machine was not its to measure
         return {"status": "contended", "reason": outcome.contention, "contended": True,
                 "contention": outcome.contention}
-    ending = {"status": classify_death(outcome), "reason": death_reason(outcome, case.timeout_s)}
+    status, reason = death(outcome, case.timeout_s)
+    ending = {"status": status, "reason": reason}
     if case.distributed and outcome.timed_out:
         ending["reason"] = (f"no result within timeout_s={case.timeout_s:g} (a rank hung or waited for one); "
                             f"torchrun and its {case.world_size} ranks killed")
@@ -223,56 +214,34 @@ def compile_cache_dir(store: RunStore, case: Case, stem: str) -> Path | None:
     return path
 
 
-def compile_cache_env(path: Path) -> dict[str, str]:
-    return {"TORCHINDUCTOR_CACHE_DIR": str(path), "TRITON_CACHE_DIR": str(path / "triton")}
-
-
-def classify_death(outcome: WorkerOutcome) -> str:
+def death(outcome: WorkerOutcome, timeout_s: float) -> tuple[str, str]:
+    """Status and reason of a worker that left no result: timed out, killed (the OOM killer's SIGKILL), failed."""
     if outcome.timed_out:
-        return "timeout"
+        return "timeout", f"no result within timeout_s={timeout_s:g}; worker killed"
     if outcome.exit_code == -signal.SIGKILL:
-        return "oom"
-    return "error"
-
-
-def death_reason(outcome: WorkerOutcome, timeout_s: float) -> str:
-    if outcome.timed_out:
-        return f"no result within timeout_s={timeout_s:g}; worker killed"
-    if outcome.exit_code == -signal.SIGKILL:
-        return "worker was killed by SIGKILL without a result (usually the kernel's OOM killer)"
-    tail = ""
-    if outcome.log_path.exists():
-        lines = [l for l in outcome.log_path.read_text(errors="replace").splitlines() if l.strip()]
-        tail = lines[-1][:300] if lines else ""
-    return f"worker exited with code {outcome.exit_code} without a result" + (f": {tail}" if tail else "")
+        return "oom", "worker was killed by SIGKILL without a result (usually the kernel's OOM killer)"
+    log = outcome.log_path.read_text(errors="replace").splitlines() if outcome.log_path.exists() else []
+    tail = next((line[:300] for line in reversed(log) if line.strip()), "")
+    return "error", f"worker exited with code {outcome.exit_code} without a result" + (f": {tail}" if tail else "")
 
 
 def base_row(case: Case, repeat: int, device: DeviceInfo, versions: dict, run_id: str) -> Row:
     """A row's identity and plan, what the parent knows before any worker: the case (its axes and settings, the
-    processes and compile it asks for), the device it is planned for, torch's versions and the time."""
+    DDP job and compile it asks for), the device it is planned for, torch's versions and the time."""
+    ddp, compiled = case.distributed, case.compiled
+    backend = case.dist_backend if case.dist_backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
     return Row(PLAN, {
         "run_id": run_id, "suite": case.suite, "case_id": case.case_id, "group_id": case.group_id,
         "model": case.model.ref, **case.axes, "precision": case.precision, "device": device.type,
         "device_name": device.name, "architecture": device.architecture, "repeat": repeat,
         "warmup_steps": case.warmup_steps, "optimizer": case.optimizer.name, "optimizer_impl": case.optimizer.impl,
-        "seed": case.seed, **_distributed_columns(case, device), **_compile_columns(case),
+        "seed": case.seed, "nnodes": case.nnodes, "dist_backend": backend if ddp else "",
+        "scaling": "weak: per-process batch fixed" if ddp else "single process",  # measure/ddp.py's
+        "global_batch_size": case.batch_size * case.world_size, "compile_note": case.compile_note,
+        "compile_backend": case.compile_backend if compiled else "",
+        "compile_cache": case.compile_cache if compiled else "",
+        "compile_fullgraph": case.compile_fullgraph if compiled else None,
+        "compile_optimizer": case.compile_optimizer if compiled else None,
         "torch_version": versions.get("torch_version", ""), "cuda_version": versions.get("torch_cuda_version", ""),
         "cudnn_version": versions.get("cudnn_version", ""), "timestamp": utc_now().isoformat(),
     })
-
-
-def _compile_columns(case: Case) -> dict:
-    compiled = case.compiled  # its mode is an axis
-    return {"compile_note": case.compile_note, "compile_backend": case.compile_backend if compiled else "",
-            "compile_fullgraph": case.compile_fullgraph if compiled else None,
-            "compile_optimizer": case.compile_optimizer if compiled else None,
-            "compile_cache": case.compile_cache if compiled else ""}
-
-
-def _distributed_columns(case: Case, device: DeviceInfo) -> dict:
-    """What the parent plans for a DDP case (its world size and processes per node are axes); the worker says
-    what it ran with (measure/ddp.py): each rank's step times, its threads."""
-    backend = "" if not case.distributed else (
-        case.dist_backend if case.dist_backend != "auto" else ("nccl" if device.type == "cuda" else "gloo"))
-    return {"nnodes": case.nnodes, "dist_backend": backend, "global_batch_size": case.batch_size * case.world_size,
-            "scaling": SCALING if case.distributed else "single process"}

@@ -27,7 +27,6 @@ from amp_bench.store.row import Row
 from amp_bench.suite import Case
 
 INTERLEAVE_COLUMN = "interleave"  # steps: measured in a lockstep set; repeats: one worker after another
-LOCKSTEP = "the lockstep launcher"  # its rows' writer
 # The parent's deadline for the whole set, past its members' timeouts together: the conductor kills a
 # member whose own turns outlast its case's timeout_s, so this one only fires when the conductor hangs.
 SET_SLACK_S = 30.0
@@ -80,7 +79,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     rows = []
     for n, (row, case, repeat, member_stem, cache_dir) in enumerate(prepared):
         found = _member_outcome(outcome, ended.get(n), specs[n], started, unreaped, started_at)
-        row.put(LOCKSTEP, {INTERLEAVE_COLUMN: "steps"})
+        row.put("the lockstep launcher", {INTERLEAVE_COLUMN: "steps"})
         rows.append(launch.finish(row, found, case, repeat, store, member_stem, cache_dir))
     return rows
 
@@ -91,7 +90,7 @@ def _one_after_another(members, device, versions, store, supports, on_event, ser
     for (case, repeat, stem), support in zip(members, supports, strict=True):
         row, samples = launch.run_one(case, repeat, device, versions, store, support, stem=stem, server=server,
                                on_event=None if on_event is None else (lambda event, case=case: on_event(case, event)))
-        row.put(LOCKSTEP, {INTERLEAVE_COLUMN: "repeats"}).warn(f"{why}; run alone")
+        row.put("the lockstep launcher", {INTERLEAVE_COLUMN: "repeats"}).warn(f"{why}; run alone")
         rows.append((row, samples))
     return rows
 
@@ -107,7 +106,7 @@ def _set_ending(conductor: process.WorkerOutcome, stem: str, deadline_s: float, 
                                                f"({deadline_s:g} s: their timeout_s together and {SET_SLACK_S:g}); "
                                                f"killed with its conductor ({log})"}
     failed = conductor.result or {}
-    why = failed.get("reason") or launch.death_reason(conductor, deadline_s).replace("worker", "conductor", 1)
+    why = failed.get("reason") or launch.death(conductor, deadline_s)[1].replace("worker", "conductor", 1)
     return {"status": "error", "reason": f"the lockstep set's conductor failed: {why} ({log})"}
 
 

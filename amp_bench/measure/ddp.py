@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-SCALING = "weak: per-process batch fixed"
-
-
 # columns aggregated as the max across ranks (each rank measures its own process / GPU)
 MAX_COLUMNS = (
     "peak_mem_allocated_bytes", "peak_mem_reserved_bytes", "rss_hwm_bytes", "rss_before_model_bytes",
@@ -158,8 +155,7 @@ def slowest_per_step(per_rank_ms: list[list[float]]) -> list[float]:
 
 
 def aggregate(records: list[dict], case) -> dict:
-    """One record for the job from every rank's (index = rank). What the job was planned as (world size, nodes,
-    backend, global batch) is the parent's to write (launchers/launch.base_row); each rank's medians are this."""
+    """One record for the job from every rank's (index = rank); what it was planned as is launch.base_row's."""
     from amp_bench.stats import StepStats, Window, achieved_rate, energy_rates, measured
 
     world = len(records)

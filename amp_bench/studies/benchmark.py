@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.analysis.explain.judge import explain_row
-from amp_bench.launchers.launch import run_one, run_shared, still_busy, stops_on_contention
+from amp_bench.launchers.launch import run_shared, still_busy, stops_on_contention
 from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.flags import is_true
@@ -202,18 +202,15 @@ class LaunchUnit:
 
     @staticmethod
     def _launch(items: list, windows: bool, run: _Run) -> list:
-        """(row, samples) per item, from the launcher of the unit's kind."""
-        (index, case, repeat), machine = items[0], run.machine
+        """(row, samples) per item: a lockstep set's, or one worker's windows (an item alone: its one)."""
+        machine, case = run.machine, items[0][1]
         where = {"device": machine.device, "versions": machine.versions, "store": run.store, "server": machine.server}
-        if windows:
-            return run_shared(case, [r for _, _, r in items], support=run.supports[index],
-                              on_event=lambda event: run.reporter.worker_event(case, event), **where)
-        if len(items) > 1:
+        if len(items) > 1 and not windows:
             return run_lockstep([(c, r, f"{c.case_id}-r{r}") for _, c, r in items],
                                 supports=[run.supports[i] for i, _, _ in items], on_event=run.reporter.worker_event,
                                 **where)
-        return [run_one(case, repeat, support=run.supports[index],
-                        on_event=lambda event: run.reporter.worker_event(case, event), **where)]
+        return run_shared(case, [r for _, _, r in items], support=run.supports[items[0][0]],
+                          on_event=lambda event: run.reporter.worker_event(case, event), **where)
 
 
 def run_suite(path, *, device: str | None = None, results_dir: str | Path = "results",

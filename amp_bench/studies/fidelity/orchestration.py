@@ -76,7 +76,7 @@ def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tupl
     """One worker trains spec.seeds under one precision; its rows (the per-step, per-epoch and probe
     tables are appended to `tables`), or one row per seed with the status the worker ended in. With
     the study's fork server, the worker is its child, as a run's cases are."""
-    from amp_bench.launchers.launch import classify_death, death_reason, run_job
+    from amp_bench.launchers.launch import death, run_job
     stem = f"fidelity-{precision}-seed{'-'.join(map(str, spec.seeds))}"
     outcome = run_job(store, "fidelity", stem, {"spec": spec.to_json(), "precision": precision,
                                                 "device": info.to_json(), "support": dataclasses.asdict(support)},
@@ -85,8 +85,7 @@ def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tupl
     result = outcome.result or {}
     log_file = str(outcome.log_path.relative_to(store.dir))
     if "runs" not in result:
-        status, reason = (result.get("status"), result.get("reason")) if result else (
-            classify_death(outcome), death_reason(outcome, spec.timeout_s))
+        status, reason = (result.get("status"), result.get("reason")) if result else death(outcome, spec.timeout_s)
         return [{**base, "precision": precision, "seed": seed, "status": status, "reason": reason,
                  "log_file": log_file} for seed in spec.seeds]
     steps, epochs, probes, scales = tables
