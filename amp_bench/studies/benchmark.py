@@ -1,8 +1,8 @@
 """Orchestration of a benchmark run: suite -> cases -> one worker per case and repeat -> results store.
 
 What is measured lives in measure/; where and how one case runs, in launchers/ (launch.py, process.py);
-the opening every study shares, in session.py; the order and its launches in run_plan.py, the rows no worker
-measured in unrun.py, a disturbed pair's second run in retry.py. This module runs cases from the plan
+the opening every study shares, in session.py; the order and its launches in run_plan.py, a disturbed pair's
+second run in retry.py. This module runs cases from the plan
 (run_cases: the local run, each SLURM job of studies/cluster.py, `run --resume` (resume.py) and
 `run --try` alike), keeping the store up to date after every case.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from amp_bench.analysis.explain.judge import explain_row
-from amp_bench.launchers.launch import run_shared, still_busy, stops_on_contention
+from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_shared, still_busy, stops_on_contention
 from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.store.flags import is_true
@@ -27,7 +27,6 @@ from amp_bench.studies.retry import pairs_to_retry, retry_disturbed
 from amp_bench.studies.run_plan import BudgetPlanner, launch_units, make_plan, part_key, schedule
 from amp_bench.studies.session import Machine, Session, spawn_note, workers_record
 from amp_bench.studies.time_left import TimeLeft
-from amp_bench.studies.unrun import RUN_LOOP, save_busy, save_died
 from amp_bench.suite import Case
 
 
@@ -51,6 +50,7 @@ BUSY_STREAK = 4
 # rewrite builds the whole table, which on a 320-row smoke run had grown to ~0.1 s a case. Every row's
 # part is on disk when its case ends; the tables catch up at the run's end and for any reader.
 TABLES_EVERY_S = 2.0
+RUN_LOOP = "the run loop"  # the writer of its rows' verdicts: why no worker measured a case, a rerun's reason
 
 
 def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Machine, reporter: Reporter,
@@ -74,12 +74,11 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
     measured, streak, position = [], 0, 0
     for unit in units or launch_units(order, machine, reporter):  # `units`: a caller's own (run --try's pairs)
         if run.stopping():
-            save_died(store, order[position:], machine, stop)
+            run.died(order[position:])
             return
         rows = run.unit(unit, position, streak)
         if rows is None:  # a stop cut it short: what it had not saved, and the rest, are saved as died
-            save_died(store, [item for item in order[position:] if item[0] not in run.rows], machine, stop,
-                       running=run.running)
+            run.died([item for item in order[position:] if item[0] not in run.rows], run.running)
             return
         for (index, case, repeat), row in zip(unit, rows, strict=True):
             if index in run.runnable:
@@ -92,8 +91,7 @@ def run_cases(store: RunStore, order: list[tuple[int, Case, int]], machine: Mach
 
 @dataclass
 class _Run:
-    """What every launch of a run shares: where rows go, the machine, the gate's decisions, the budget, the
-    FLOPs ledger, the progress display, a job's stop and heartbeat, and what is running and saved."""
+    """What every launch of a run shares: where rows go, the machine, the gate's decisions, the budget."""
     store: RunStore
     machine: Machine
     reporter: Reporter
@@ -113,10 +111,8 @@ class _Run:
         return self.stop is not None and self.stop.requested
 
     def unit(self, unit: list, position: int, streak: int | None = None) -> list[Row] | None:
-        """One unit's rows in plan order (None when a job's stop cut it short): its runnable items as one launch
-        where there are several (a lockstep set, one worker's windows), else each item alone, a gated one too (its
-        row says why it does not run here); not run while the machine stays busy after `streak` contended cases
-        (None: not asked, as for a retried pair, whose quiet machine the retry asked for)."""
+        """One unit's rows in plan order (None when a job's stop cut it short): its runnable items as one launch,
+        or each item alone; not run while the machine stays busy after `streak` contended cases (None: not asked)."""
         live = [item for item in unit if item[0] in self.runnable]
         asks = streak is not None and streak >= BUSY_STREAK and live
         evidence = still_busy(live[0][1], self.machine.device) if asks else ""
@@ -127,7 +123,7 @@ class _Run:
         rows = []
         for item in unit:
             if evidence and item in live:
-                rows.append(save_busy(self.store, item, self.machine, self.reporter, evidence, streak))
+                rows.append(self.busy(item, evidence, streak))
                 continue
             if item[0] not in found:
                 alone = LaunchUnit([item], places, item[0] in self.runnable).run(self)
@@ -150,6 +146,28 @@ class _Run:
         finally:
             if self.stop is not None:
                 self.stop.armed = False
+
+    def died(self, rest, running: set = frozenset()) -> None:
+        """Rows for the cases a job's stop cut short (plan indexes `running`) and for those it never started."""
+        status, reason = self.stop.status_and_reason()
+        for item in rest:
+            before = "while this case ran" if item[0] in running else "before this case started"
+            self.unrun(item, status=status, reason=f"{reason} {before}")
+
+    def busy(self, item, evidence: str, streak: int) -> Row:
+        """The row of a case not run because the machine was still busy after `streak` contended cases."""
+        text = (f"not run: the machine was still busy ({evidence} over {BUSY_LOOK_S:g} s, after {streak} contended "
+                "cases in a row)")
+        row = self.unrun(item, status="contended", reason=text, contended=True, contention=text)
+        self.reporter.case_finished(item[1], row)
+        return row
+
+    def unrun(self, item, **outcome) -> Row:
+        """A planned case's row without a worker's result (stopped, died, not run): its plan, why, the machine's."""
+        index, case, repeat = item
+        row = base_row(case, repeat, self.machine.device, self.machine.versions, self.store.run_id)
+        self.store.add(self.machine.stamp(row.put(RUN_LOOP, outcome)), [], key=part_key(index, case, repeat))
+        return row
 
     def save(self, item, row: Row, samples: list) -> Row:
         """A launched row judged (its explain capture, the run's FLOPs), stamped with the machine and saved."""
@@ -174,10 +192,9 @@ class _Run:
 
 @dataclass
 class LaunchUnit:
-    """One launch of the plan: an item alone, a repeat's modes as a lockstep set, or a case's consecutive repeats
-    as windows of one worker (run_plan.launch_units cuts the plan into them). run() takes the steps every launch
-    takes, once: the budget's plan and the FLOPs ledger for its cases, the progress display and the heartbeat,
-    the job's stop armed around the launch, and the stop's word on what came back."""
+    """One launch: an item alone, a repeat's modes as a lockstep set, or a case's consecutive repeats as windows of
+    one worker. run() takes every launch's steps once: the budget's plan and the FLOPs ledger for its cases, the
+    progress display and the heartbeat, the job's stop armed around it, and the stop's word on what came back."""
     items: list  # (plan index, case, repeat), in plan order
     places: dict  # plan index -> its place in the run, for the progress display
     runs: bool = True  # False: a gated item, whose row says why it does not run here
