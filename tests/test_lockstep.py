@@ -283,8 +283,8 @@ def test_a_refusing_conductor_has_its_members_run_one_after_another(write_suite,
     from amp_bench.launchers import lockstep
     from amp_bench.launchers.process import WorkerOutcome
     from amp_bench.platform.device import DeviceInfo, Support
+    from amp_bench.store.columns import Row
     from amp_bench.store.results import RunStore
-    from amp_bench.store.row import Row
     order = _order(write_suite, "allow_emulated: true\nexplain: false")
     refused = WorkerOutcome({"status": "refused", "reason": "lockstep set not conducted: an import initialised CUDA"},
                             0, False, None, 0.1, tmp_path / "c.log", "fork")

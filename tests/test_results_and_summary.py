@@ -41,7 +41,7 @@ def test_store_writes_atomically_and_never_collides(tmp_path):
     ({"status": 0}, "status: int 0 where text is declared"),
 ])
 def test_the_store_writes_no_column_the_declaration_does_not_have_as_it_has_it(tmp_path, columns, says):
-    from amp_bench.store.row import RowError
+    from amp_bench.store.columns import RowError
     store = RunStore(tmp_path, "run")
     with pytest.raises(RowError, match=says):
         store.add({"run_id": "run", "case_id": "x", **columns}, [])
@@ -51,7 +51,7 @@ def test_the_store_writes_no_column_the_declaration_does_not_have_as_it_has_it(t
 
 
 def test_a_row_takes_each_column_from_one_writer_and_keeps_its_warnings_in_order():
-    from amp_bench.store.row import Row, RowError
+    from amp_bench.store.columns import Row, RowError
     row = Row("the launcher", {"world_size": 2, "warnings": "the worker's"})
     with pytest.raises(RowError, match="world_size: written twice, by the launcher and by the worker"):
         row.put("the worker", {"step_time_ms_median": 1.0, "world_size": 2})
@@ -94,7 +94,7 @@ def test_a_column_written_twice_or_not_as_declared_fails_the_run_that_writes_it(
                                                                                result, patch, says):
     """The worker's record, the launcher's and the run loop's columns meet in one row: a column two of them
     write, or one the declarations lack or declare of another kind, stops the run, naming it and its writers."""
-    from amp_bench.store.row import RowError
+    from amp_bench.store.columns import RowError
     if patch:
         monkeypatch.setattr(*patch)
     ok = {"status": "ok", "reason": "", "steps": 3, "samples": []}

@@ -18,9 +18,8 @@ from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.launchers.process import WorkerOutcome
 from amp_bench.platform.device import DeviceInfo, Support, may_run, not_run_reason
 from amp_bench.stats import phase_column
-from amp_bench.store.columns import EXPLAIN_COLUMNS
+from amp_bench.store.columns import EXPLAIN_COLUMNS, Row
 from amp_bench.store.results import RunStore, utc_now
-from amp_bench.store.row import Row
 from amp_bench.suite import Case
 
 PLAN, WORKER, LAUNCHER = "the plan", "the worker", "the launcher"  # a row's writers, as a refused column names them

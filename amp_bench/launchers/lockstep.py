@@ -22,8 +22,8 @@ from pathlib import Path
 from amp_bench.launchers import launch, process
 from amp_bench.launchers.forkserver import ForkServer
 from amp_bench.platform.device import DeviceInfo, Support
+from amp_bench.store.columns import Row
 from amp_bench.store.results import RunStore
-from amp_bench.store.row import Row
 from amp_bench.suite import Case
 
 INTERLEAVE_COLUMN = "interleave"  # steps: measured in a lockstep set; repeats: one worker after another

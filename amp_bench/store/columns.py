@@ -2,14 +2,17 @@
 `int`, `float`, `text`), its group and its one-line meaning, and the value read for a row written
 before the column existed. results.csv's columns (RESULT_COLUMNS, with the explain and SLURM groups
 inside it and NVML's from platform/nvml.py) and samples.csv's (SAMPLE_COLUMNS) are derived from the
-declarations; results.py writes and reads them and `typed` (store/typed.py) reads them back typed.
-docs/results.md is generated from here (`python -m amp_bench.store.column_docs`)."""
+declarations; results.py writes and reads them, a results row held to them (Row), and `typed` (store/typed.py)
+reads them back typed. docs/results.md is generated from here (`python -m amp_bench.store.column_docs`)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
+from amp_bench.errors import UserError
 from amp_bench.identity import EAGER
 from amp_bench.platform.nvml import NVML_COLUMNS
 from amp_bench.stats import WORKER_PHASES, phase_column
@@ -401,7 +404,7 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
         "target:f"),
 }
 
-# The documented columns, in order; records may carry more (appended after these). Adding columns
+# The documented columns, in order; a file may carry more (a newer writer's, appended after these). Adding columns
 # keeps FORMAT_VERSION: an older reader keeps unknown columns after its own, a newer one reads older
 # files with the new columns empty (or their read default).
 RESULT_COLUMNS = [c.name for c in COLUMNS]
@@ -429,3 +432,58 @@ def read_as_float(name: str, kind: str) -> bool:
 def order_columns(table: pd.DataFrame) -> pd.DataFrame:
     """The documented columns first (present even when empty), then any others a record carried."""
     return table.reindex(columns=RESULT_COLUMNS + [c for c in table.columns if c not in RESULT_COLUMNS])
+
+
+_BOOLS, _INTS = (bool, np.bool_), (int, np.integer)  # a count read back as float (read_as_float) is a whole one
+_FITS = {BOOL: lambda v: isinstance(v, _BOOLS), TEXT: lambda v: isinstance(v, str),
+         INT: lambda v: not isinstance(v, _BOOLS) and (isinstance(v, _INTS) or isinstance(v, float) and v.is_integer()),
+         FLOAT: lambda v: isinstance(v, (*_INTS, float, np.floating)) and not isinstance(v, _BOOLS)}
+
+
+class RowError(UserError):
+    """A column written twice, not declared, or not of its declared kind: the column and its writers named."""
+
+
+class Row(Mapping):
+    """A results row, the union of what its writers know (the plan, the worker, the launcher, the run's FLOPs and
+    explain verdict, the machine): `put(by, columns)` each column once, `warn` a warning more; `check()`, as
+    RunStore.add writes the row, holds every cell to its declaration (declared, of its kind). Read like a dict."""
+
+    def __init__(self, by: str = "", columns: Mapping | None = None):
+        self._cells, self._writers, self.held = {}, {}, {}  # held: columns another judges (an explain capture)
+        self.put(by, columns or {})
+
+    def put(self, by: str, columns: Mapping) -> Row:
+        """RowError, and nothing put, when a column is already written."""
+        twice = next((name for name in columns if name in self._writers), None)
+        if twice is not None:
+            raise RowError(f"{twice}: written twice, by {self._writers[twice]} and by {by}")
+        self._cells.update(columns)
+        self._writers.update(dict.fromkeys(columns, by))
+        return self
+
+    def warn(self, text: str) -> Row:
+        """A warning after those put (the worker's): the one column several writers add to, in the order they came."""
+        said = self._cells.get("warnings")
+        self._cells["warnings"] = " | ".join(w for w in (said, text) if isinstance(w, str) and w)
+        self._writers.setdefault("warnings", "a warning")
+        return self
+
+    def check(self) -> Row:
+        for name, value in self._cells.items():
+            column, by = BY_NAME.get(name), self._writers[name]
+            if column is None:
+                raise RowError(f"{name}: not a declared results column (store/columns.py), written by {by}")
+            if not (value is None or value is pd.NA or value != value or _FITS[column.kind](value)):
+                raise RowError(f"{name}: {type(value).__name__} {value!r} where {column.kind} is declared, "
+                               f"written by {by}")
+        return self
+
+    def __getitem__(self, name: str):
+        return self._cells[name]
+
+    def __iter__(self):
+        return iter(self._cells)
+
+    def __len__(self) -> int:
+        return len(self._cells)

@@ -26,10 +26,10 @@ from amp_bench.store.columns import (  # noqa: F401 (re-exported)
     SAMPLE_COLUMNS,
     SLURM_COLUMNS,
     TABLE_KINDS,
+    Row,
     order_columns,
 )
 from amp_bench.store.flags import text_column, true_rows
-from amp_bench.store.row import Row
 from amp_bench.store.typed import text_dtypes, typed
 
 RESULTS_FILE = "results.csv"
@@ -177,9 +177,8 @@ class RunStore:
             raise UserError(f"{path}: unreadable plan ({exc})") from None
 
     def add(self, row: Row | dict, samples: list[dict], key: str | None = None) -> None:
-        """Save one row with its samples, every column checked against its declaration (store/row.py: a row
-        given as a dict is one writer's). `key` names its part (and orders it); the same key again replaces the
-        row (a case run again)."""
+        """Save one row with its samples, checked against the declarations (Row.check). `key` names its part
+        (and orders it); the same key again replaces the row (a case run again)."""
         row = (row if isinstance(row, Row) else Row(f"the writer of {self.run_id}'s row", row)).check()
         if key is None:
             key = f"{self._next:05d}"

@@ -17,9 +17,9 @@ from amp_bench.analysis.explain.judge import explain_row
 from amp_bench.launchers.launch import BUSY_LOOK_S, base_row, run_shared, still_busy, stops_on_contention
 from amp_bench.launchers.lockstep import INTERLEAVE_COLUMN, run_lockstep
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
+from amp_bench.store.columns import Row
 from amp_bench.store.flags import is_true
 from amp_bench.store.results import RESULT_COLUMNS, RunStore, order_columns, read_table
-from amp_bench.store.row import Row
 from amp_bench.store.run_state import Heartbeat
 from amp_bench.studies.emulation import measured_support
 from amp_bench.studies.flop_counts import FlopCounts

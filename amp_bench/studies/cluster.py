@@ -35,7 +35,6 @@ from amp_bench.suite import Case, ExecutorSpec, load_suite, validate_overrides
 PROBE_MARGIN_S = 600  # a job's time limit: its cases' timeouts, plus this for start-up and the probe
 MAX_TIME_MIN = 24 * 60
 CANCEL_GRACE_S = 45.0  # after scancel: time for the jobs to write their rows (SLURM's KillWait is 30 s)
-JOB = "the job's end"  # the writer of a row for a case a job did not measure
 
 
 @dataclass
@@ -214,7 +213,7 @@ def _error_rows(store: RunStore, order, columns: dict, reason: str) -> None:
     device = DeviceInfo("unknown", "unknown")
     for index, case, repeat in order:
         row = base_row(case, repeat, device, {}, store.run_id)
-        store.add(row.put(JOB, {"status": "error", "reason": reason, **columns}), [],
+        store.add(row.put("the job", {"status": "error", "reason": reason, **columns}), [],
                   key=planning.part_key(index, case, repeat))
 
 
@@ -261,14 +260,14 @@ def reconcile(store: RunStore, states: dict[str, job_states.JobState], cancelled
                 continue
             case, repeat = cases[index]
             when = "before this case finished" if job_id in started else "before it started"
+            row = base_row(case, repeat, _device_seen(store.manifest, job), {}, store.run_id)
             status, why = state.died_status, ""
             if status == "lost":  # the job itself ended (an exception, a kill): its log says why
                 why = f" (its log: slurm/{job_id}_0_log.err)"
             if cancelled and state.state in ("CANCELLED", "COMPLETED", "UNKNOWN"):
                 status, why = "cancelled", " (cancelled by amp_bench's parent: Ctrl-C)"
-            row = base_row(case, repeat, _device_seen(store.manifest, job), {}, store.run_id).put(JOB, {
-                "status": status, "reason": f"{state.describe()} {when}{why}", "slurm_job_id": job_id,
-                "slurm_partition": job.get("partition", "")})
+            row.put("SLURM's word on the job", {"status": status, "reason": f"{state.describe()} {when}{why}",
+                                                "slurm_job_id": job_id, "slurm_partition": job.get("partition", "")})
             store.add(row, [], key=planning.part_key(index, case, repeat))
             written += 1
     return written

@@ -19,7 +19,6 @@ from amp_bench.platform.device import DeviceInfo, DeviceUnavailable, check_devic
 from amp_bench.platform.provenance import host_facts, software_record
 from amp_bench.store.fingerprint import fingerprint_columns
 from amp_bench.store.results import RunStore, make_run_id, utc_now
-from amp_bench.store.row import Row
 from amp_bench.studies import probe_cache
 from amp_bench.suite import Suite, load_suite, validate_overrides
 
@@ -205,7 +204,7 @@ class Machine:
     columns: dict = field(default_factory=dict)
     server: ForkServer | None = None  # the run's fork server: how its workers start (None: fresh interpreters)
 
-    def stamp(self, row: Row) -> Row:
+    def stamp(self, row):
         """The machine's columns on a row: its host and fingerprint, and a SLURM job's."""
         return row.put("the machine", {"hostname": self.hostname, **self.fingerprint, **self.columns})
 

@@ -87,14 +87,13 @@ class DeviceOps(ABC):
     # ------------------------------------------------------------------ telemetry and the window
 
     def open_telemetry(self, device, rank=None) -> tuple:
-        """(reader, idle used-memory baseline, the row's columns: why there is none) of a device-level meter
-        (NVML), or (None, None, {}). Under DDP every rank calls it after the process group exists."""
+        """(reader, idle used-memory baseline, columns) of a device-level meter (NVML), or (None, None, {}).
+        Under DDP every rank calls it after the process group exists."""
         return None, None, {}
 
     def settle(self, step, inputs, target, reader, steps_taken: int = 0) -> dict:
         """Between warmup (`steps_taken` steps) and the window, what the device needs so that the window's
-        steps and memory readings are the step's own (the FP32 math re-check is every device's, in case.py);
-        the row's columns that say what it did."""
+        steps and memory readings are the step's own (the FP32 math re-check is every device's, in case.py)."""
         return {}
 
     @abstractmethod

@@ -25,8 +25,7 @@ def flops_columns(flops: int | None, step_time_ms: float | None, peak: float | N
     """`mfu` is against the case's own mode's dense peak (peak_tflops_source says which);
     `mfu_bf16_basis` against the device's bf16 dense peak, one basis for every mode: fp8 trains only
     the linear layers in float8 (GPT-2's lm_head and attention stay bf16), so its `mfu` against the
-    fp8 peak alone understates it and does not compare with a bf16 case's. Without a count (another
-    worker counts the case's FLOPs) the peaks alone: the run's FLOPs ledger gives the row the rest."""
+    fp8 peak alone understates it and does not compare with a bf16 case's. Not counted here: the peaks alone."""
     from amp_bench.stats import achieved_rate
     peaks = {"peak_tflops": peak, "peak_tflops_source": peak_source, "peak_tflops_bf16": bf16_peak}
     return peaks if flops is None else {"flops_per_step": flops, **achieved_rate(flops, step_time_ms, peak), **peaks,
