@@ -289,6 +289,19 @@ def launch(args: list[str], result_path: Path, log_path: Path, timeout_s: float,
                               extra_env=extra_env, contention=contention)
 
 
+def launch_spec(job: str, spec: dict, log_path: Path | None, timeout_s: float,
+                server: ForkServer | None = None) -> WorkerOutcome:
+    """A worker job outside a run's store (an inventory recording, the emulation probe): its spec and
+    result in a throwaway folder, its log at `log_path` (in that folder, so gone, when None)."""
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix=f"amp_bench-{job}-") as work:
+        spec_path, result_path = Path(work) / "spec.json", Path(work) / "result.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        log_path = log_path or Path(work) / f"{job}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        return launch([job, str(spec_path), str(result_path)], result_path, log_path, timeout_s, server=server)
+
+
 def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, timeout_s: float, on_event,
                 extra_env, contention=None) -> WorkerOutcome:
     """process.run_worker's contract, with the child forked by the server: the same deadline, events,

@@ -6,8 +6,6 @@ unsupported rows then say "bf16 autocast here: its largest convolution (...) ran
 """
 from __future__ import annotations
 
-import json
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,18 +40,15 @@ def sentence(precision: str, reading: dict) -> str:
 def measured_support(supports: dict, order, server=None, log_dir: Path | None = None) -> dict:
     """`supports` with each gated emulated mode's reason carrying its measured slowdown (the gate's own
     reason where the probe could not measure it)."""
-    from amp_bench.launchers.forkserver import launch
+    from amp_bench.launchers.forkserver import launch_spec
     groups = _gated(supports, order)
     if not groups:
         return supports
     budget = PROBE_BUDGET_S / len(groups)
     spec = {"groups": [{"key": key, "case": g["case"].to_json(), "precisions": g["precisions"], "budget_s": budget}
                        for key, g in groups.items()]}
-    with tempfile.TemporaryDirectory(prefix="amp_bench-emulation-") as work:
-        spec_path, result = Path(work) / "spec.json", Path(work) / "result.json"
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        log = (log_dir or Path(work)) / "emulation_probe.log"
-        outcome = launch(["emulation", str(spec_path), str(result)], result, log, PROBE_TIMEOUT_S, server=server)
+    log = log_dir / "emulation_probe.log" if log_dir else None
+    outcome = launch_spec("emulation", spec, log, PROBE_TIMEOUT_S, server=server)
     measured = (outcome.result or {}).get("measured") or {}
     out = dict(supports)
     precisions = {index: case.precision for index, case, _ in order}

@@ -9,8 +9,6 @@ run on fake tensors, or fp8 where torchao's float8 does not trace on them, is na
 """
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 
 from amp_bench import identity
@@ -41,23 +39,19 @@ def record_missing(cases: list[Case], log_dir: Path | None = None, server=None,
                    timeout_s: float = RECORD_TIMEOUT_S) -> dict[str, str]:
     """Record, in one worker, every case whose step is not cached yet; {cache key: why not} for the cases
     that could not be recorded (an empty dict when all were, or none had to be)."""
-    from amp_bench.launchers.forkserver import launch
+    from amp_bench.launchers.forkserver import launch_spec
     todo = _missing(cases)
     if not todo:
         return {}
     joined = _zygote([case.model.ref for case, _ in todo.values()]) if server is None else None
     items = [{"key": key, "case": case.to_json(), "trace": str(entry.trace), "memory": str(entry.memory)}
              for key, (case, entry) in todo.items()]
-    with tempfile.TemporaryDirectory(prefix="amp_bench-inventory-") as work:
-        spec, result = Path(work) / "spec.json", Path(work) / "result.json"
-        spec.write_text(json.dumps({"items": items}), encoding="utf-8")
-        log = (log_dir or Path(work)) / "inventories.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            outcome = launch(["inventory", str(spec), str(result)], result, log, timeout_s, server=server or joined)
-        finally:
-            if joined is not None:
-                joined.close()
+    log = log_dir / "inventories.log" if log_dir else None
+    try:
+        outcome = launch_spec("inventory", {"items": items}, log, timeout_s, server=server or joined)
+    finally:
+        if joined is not None:
+            joined.close()
     if outcome.result is None:
         why = "timed out" if outcome.timed_out else f"the recording worker died (exit {outcome.exit_code})"
         return {key: why for key in todo}
