@@ -10,9 +10,12 @@ DATA = Path(__file__).resolve().parent / "data" / "predict"
 
 
 def test_the_predictions_chart_draws_offline(tmp_path):
-    shutil.copytree(DATA / "cpu_run", tmp_path / "results" / "cpu_run")
-    written = build_report([tmp_path / "results" / "cpu_run"], tmp_path / "report.html")
+    from amp_bench.studies.gpu_predictions import after_cpu_run
+    run = tmp_path / "results" / "cpu_run"
+    shutil.copytree(DATA / "cpu_run", run)
+    assert after_cpu_run(run) is not None  # what a run without a GPU writes when it ends: predicted.csv
+    written = build_report([run], tmp_path / "report.html")
     dom, requests = render(written["html"], tmp_path)
     assert requests == []
     assert_every_chart_drew(dom, ["predict"])
-    assert "What other GPUs would give" in dom and "V100 SXM2" in dom
+    assert "Predicted speedup on other GPUs" in dom and "V100 SXM2" in dom
