@@ -1,0 +1,128 @@
+"""The shape probe (measure/telemetry/shape_probe.py): it times each distinct layer shape of a step as it runs
+and as a change would run it, within its budget, and saves what advice reads (analysis/advice/probe.py). Speed
+differences are injected (a convolution that sleeps in one layout, a fake clock), so nothing here depends on
+how busy the machine is."""
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from amp_bench.analysis.advice.probe import read_probe
+from amp_bench.measure.devices import for_device
+from amp_bench.measure.telemetry import shape_probe
+from amp_bench.suite.schema import OptimizerSpec
+
+SLEEP_S = 0.05
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: a busy machine then delays an op by a preemption at most, not by waking a second thread
+    at each parallel region (tens of ms on two shared cores); the sleep stays far above either."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class SleepsInNHWC(torch.nn.Conv2d):
+    """A convolution that costs SLEEP_S more whenever its input is channels_last (what a slow NHWC kernel
+    does to a step); its calls in NCHW cost what the convolution does."""
+
+    def forward(self, x):
+        if x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+            time.sleep(SLEEP_S)
+        return super().forward(x)
+
+
+def small_cnn():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                               torch.nn.ReLU(inplace=True), SleepsInNHWC(8, 8, 3, padding=1),
+                               torch.nn.ReLU(inplace=True), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                               torch.nn.Linear(8, 10))
+
+
+def case(**changes):
+    return SimpleNamespace(**{"precision": "fp32", "channels_last": False,
+                              "optimizer": OptimizerSpec(name="adamw", impl="foreach"), **changes})
+
+
+def test_the_probe_times_both_layouts_and_the_fused_optimizer_and_saves_what_advice_reads(tmp_path, monkeypatch,
+                                                                                          one_thread):
+    monkeypatch.setattr(shape_probe, "budget_s", lambda median_ms: 1e9)  # every shape, however busy the machine
+    model = small_cnn()
+    step = SimpleNamespace(model=model)
+    path = tmp_path / "case.probe.json"
+    readings = shape_probe.probe_step(step, torch.randn(4, 3, 16, 16), case(), for_device("cpu"), path,
+                                      median_ms=10.0)
+    assert json.loads(path.read_text()) == readings and not readings["failed"]
+    layout = read_probe(path).changes["channels_last"]
+    by_name = {shape.label.split(" ")[0]: shape for shape in layout.shapes}
+    # every leaf with a 4-D input, once per distinct (configuration, input): the two ReLUs are one shape
+    assert set(by_name) == {"0", "1", "2", "3", "5", "6"} and by_name["2"].calls == 2
+    sleepy = by_name["3"]
+    assert sleepy.kind == "conv" and sleepy.changed_ms - sleepy.now_ms >= 0.9 * SLEEP_S * 1e3
+    assert by_name["1"].kind == "norm" and by_name["5"].kind == "pool"
+    (update,) = read_probe(path).changes["optimizer_impl"].shapes
+    assert update.kind == "optimizer" and update.now_ms > 0 and update.changed_ms > 0
+    assert f"foreach adamw over {len(list(model.parameters()))} tensors" in update.label
+    assert all(p.grad is None for p in model.parameters())  # the model's own weights were not touched
+
+
+def test_a_case_in_channels_last_with_a_fused_optimizer_has_nothing_to_probe(tmp_path):
+    step = SimpleNamespace(model=small_cnn())
+    fused = case(channels_last=True, optimizer=OptimizerSpec(name="adamw", impl="fused"))
+    out = shape_probe.probe_step(step, torch.randn(2, 3, 8, 8), fused, for_device("cpu"), tmp_path / "p.json",
+                                 median_ms=10.0)
+    assert out == {} and not (tmp_path / "p.json").exists()
+
+
+class Tick:
+    """A fake clock: each read moves it on a second."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_the_budget_times_the_fewest_shapes_change_first_and_the_largest_shapes_first(tmp_path):
+    ran = []
+
+    def shape(label, work):
+        return shape_probe.Shape(label, "conv", 1, work, lambda: (lambda: ran.append(label), lambda: ran.append(label)))
+    probe = shape_probe.Probe(budget_s=14.0, clock=Tick())
+    probe.changes = {"channels_last": [shape("small", 1.0), shape("large", 100.0), shape("middle", 10.0)],
+                     "optimizer_impl": [shape("update", 0.1)]}
+    seconds = probe.timed()
+    readings = probe.readings(seconds, "cpu")
+    # each shape: 2 warm-up runs and REPEATS pairs, 2 clock reads a timed run: the budget holds two shapes
+    assert [s["label"] for s in readings["changes"]["optimizer_impl"]["shapes"]] == ["update"]
+    assert [s["label"] for s in readings["changes"]["channels_last"]["shapes"]] == ["large"]
+    assert [u["label"] for u in readings["changes"]["channels_last"]["untimed"]] == ["small", "middle"]
+    assert ran[:2] == ["update", "update"] and set(ran) == {"update", "large"}
+    (tmp_path / "p.json").write_text(json.dumps(readings))
+    coverage = read_probe(tmp_path / "p.json").changes["channels_last"].coverage()
+    assert coverage == "1 of 3 shapes (2 smallest left untimed by its budget)"
+
+
+def test_a_shape_that_fails_is_left_untimed_with_why_and_the_others_are_timed():
+    def broken():
+        raise RuntimeError("no NHWC kernel for this")
+    probe = shape_probe.Probe(budget_s=1e9, clock=Tick())
+    probe.changes = {"channels_last": [shape_probe.Shape("odd", "other", 1, 5.0, broken),
+                                       shape_probe.Shape("fine", "conv", 1, 1.0, lambda: (lambda: None, lambda: None))]}
+    readings = probe.readings(probe.timed(), "cpu")
+    assert [s["label"] for s in readings["changes"]["channels_last"]["shapes"]] == ["fine"]
+    (odd,) = readings["changes"]["channels_last"]["untimed"]
+    assert odd["label"] == "odd" and "RuntimeError: no NHWC kernel for this" in odd["failed"]
+
+
+@pytest.mark.parametrize("median_ms, expected", [(None, shape_probe.MIN_S), (1e5, shape_probe.MAX_S),
+                                                 (500.0, shape_probe.BUDGET_STEPS * 0.5)])
+def test_the_budget_is_a_few_steps_bounded_both_ways(median_ms, expected):
+    assert shape_probe.budget_s(median_ms) == pytest.approx(expected)
