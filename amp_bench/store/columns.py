@@ -381,8 +381,8 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
                               "worker_seconds:f worker_start log_file"),
     "advice": _table(
         "run_id tried_run rule case_id variant_case_id precision device_name change predicted_speedup:f "
-        "predicted_low:f predicted_high:f measured_speedup:f measured_low:f measured_high:f pairs:i contended:b "
-        "error:f evidence how source"),
+        "predicted_low:f predicted_high:f verdict measured_speedup:f measured_low:f measured_high:f pairs:i "
+        "contended:b error:f evidence how source"),
     "overhead": _table(
         "round:i device model image_size:i batch:i channels_last:b optimizer impl device_name precision warmup:i "
         "steps:i harness_throughput:f plain_throughput:f ratio:f harness_ms:f plain_ms:f harness_gap_fraction:f "

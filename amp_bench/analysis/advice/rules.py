@@ -12,12 +12,26 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from amp_bench.analysis.advice.evidence import Evidence
 from amp_bench.store.flags import is_true
 
-MIN_SAVING_SHARE = 0.02  # an item that would save under 2% of the step is not advice, it is noise
+MIN_SAVING_SHARE = 0.02  # an item that would change the step by under 2% is not advice, it is noise
+# The interval's floor: how far a `run --try` measurement of a change that does nothing lands from 1.0x (the
+# scores' paired trimmed means on the shared 2-core VM, docs/advice.md), as a share of the step.
+NOISE_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class TargetGain:
+    """What the change should give on another device (a GPU target of `predict`): its predicted step and
+    interval there, and how. Rules that price a change per target fill Advice.targets."""
+    step_ms: float
+    predicted_ms: float
+    low_ms: float
+    high_ms: float
+    how: str = ""
 
 
 @dataclass
@@ -32,27 +46,69 @@ class Advice:
     how: str  # how the prediction was made
     source: str  # where the rule comes from
     variant: dict | None = None  # the case fields `run --try` changes to apply it; None: nothing to try here
+    touched_ms: float = 0.0  # the measured step's time the change acts on (the interval is sized on it)
+    doubt: str = ""  # a side of the change the rule could not price here: never advice while said
+    targets: dict[str, TargetGain] = field(default_factory=dict)  # per other device, where a rule prices it
 
     @property
     def speedup(self) -> float:
         return self.step_ms / self.predicted_ms
 
+    @property
+    def low_speedup(self) -> float:
+        return self.step_ms / self.high_ms
+
+    @property
+    def high_speedup(self) -> float:
+        return self.step_ms / self.low_ms
+
+    @property
+    def verdict(self) -> str:
+        """advice (its whole interval above 1.0x, both sides priced), uncertain (a gain expected, but its
+        interval reaches 1.0x or a side is unpriced: `run --try` it) or slower (expected to lose)."""
+        if self.predicted_ms > self.step_ms:
+            return "slower"
+        return "uncertain" if self.doubt or self.high_ms >= self.step_ms else "advice"
+
+    def reason(self) -> str:
+        """Why an item is not advice, in a few words ('' for advice)."""
+        if self.verdict == "slower":
+            return "expected slower here"
+        if self.doubt:
+            return self.doubt
+        return "" if self.verdict == "advice" else f"its interval reaches {self.low_speedup:.2f}x"
+
+    def figures(self) -> str:
+        return (f"expected step ~{self.predicted_ms:.4g} ms from {self.step_ms:.4g} ({self.low_ms:.4g}-"
+                f"{self.high_ms:.4g}), {self.speedup:.2f}x ({self.low_speedup:.2f}-{self.high_speedup:.2f}x)")
+
     def line(self) -> str:
-        """The item in one line, for the console and the report."""
-        return (f"{self.change}: {self.evidence}; expected step ~{self.predicted_ms:.4g} ms from {self.step_ms:.4g} "
-                f"({self.low_ms:.4g}-{self.high_ms:.4g}), {self.speedup:.2f}x "
-                f"({self.step_ms / self.high_ms:.2f}-{self.step_ms / self.low_ms:.2f}x). How: {self.how}")
+        """The item in one line, for the console and the report: advice as a gain; an uncertain item with
+        why and how to settle it; an expected loss never as a gain."""
+        if self.verdict == "slower":
+            return (f"not advised: {self.change} would be slower here: {self.evidence}; {self.figures()}. "
+                    f"How: {self.how}")
+        text = f"{self.change}: {self.evidence}; {self.figures()}. How: {self.how}"
+        if self.verdict == "uncertain":
+            tried = "`run --try` it" if self.variant else "try it by hand"
+            return f"uncertain ({self.reason()}: {tried}): {text}"
+        return text
 
 
-def _item(rule: str, seen: Evidence, saving_ms: float, interval: tuple[float, float], **text) -> Advice | None:
-    """An Advice whose saving (profiled-step ms, with its low and high) is scaled to the measured step;
-    None when it would save too little to matter."""
-    if seen.share(saving_ms) < MIN_SAVING_SHARE:
+def _item(rule: str, seen: Evidence, saving_ms: float, touched_ms: float, spread: float,
+          span: tuple[float, float] | None = None, **text) -> Advice | None:
+    """An Advice from a saving in profiled-step ms (negative: a loss), scaled to the measured step; None when
+    it would change the step too little to matter. Its interval: the saving +- (NOISE_SHARE of the step and
+    `spread` of the `touched_ms` the change acts on), or `span` (the saving's own low and high) where the rule
+    models it."""
+    if abs(seen.share(saving_ms)) < MIN_SAVING_SHARE:
         return None
-    low, high = sorted(interval)
+    noise = NOISE_SHARE * seen.profiled_ms
+    low, high = sorted(span) if span else (saving_ms - spread * touched_ms, saving_ms + spread * touched_ms)
+    low, high = low - noise, high + noise
     step = seen.step_ms
-    return Advice(rule, step_ms=step, predicted_ms=step - seen.measured(saving_ms),
-                  low_ms=step - seen.measured(high), high_ms=step - seen.measured(low), **text)
+    return Advice(rule, step_ms=step, predicted_ms=step - seen.measured(saving_ms), low_ms=step - seen.measured(high),
+                  high_ms=step - seen.measured(low), touched_ms=seen.measured(touched_ms), **text)
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -77,13 +133,20 @@ def misaligned_layers(evidence: Evidence, multiple: int) -> list[tuple[str, floa
     return evidence.shape_misaligned.get(multiple, [])  # a trace alone: its GEMM ops' recorded shapes
 
 
+# Each rule's interval: the share of the time its change acts on that the measured step may land either side of
+# the prediction (beyond NOISE_SHARE), calibrated on the scores so that at least 80% of the measured gains fell
+# inside it (benchmarks/advice_calibrate.py prints them; docs/advice.md keeps the table).
+SPREAD = {"pad_dims": 0.5, "channels_last": 0.15, "optimizer_impl": 0.3}
+
+
 def pad_dims(evidence: Evidence) -> Advice | None:
     """GEMMs whose dimensions are not multiples of 8 (16 for fp8) run on slow kernels on Tensor Core GPUs.
     Sources: NVIDIA's Matrix Multiplication Background guide (multiples of 8 for fp16/bf16, 16 for fp8);
     nanoGPT pads GPT-2's vocabulary 50257 -> 50304 ("~25%" on an A100); pytorch/pytorch#146817 (odd-sized
-    bf16 GEMMs up to ~100x slower on CUTLASS `align1` kernels). Priced at the efficiency (FLOPs per ms) the
-    same step's aligned GEMMs reached: the misaligned layers' FLOP share over the aligned ones' times the
-    aligned GEMMs' ms, between 2/3 and 3/2 of that efficiency."""
+    bf16 GEMMs up to ~100x slower on CUTLASS `align1` kernels). Both sides: the misaligned GEMMs' time goes,
+    and the padded layers' larger GEMMs run in its place, priced from the shape probe where it timed them padded
+    on this GPU (their time as measured, padded over as they are), else at the efficiency (FLOPs per ms) the same
+    step's aligned GEMMs reached."""
     multiple = 16 if evidence.precision == "fp8" else 8
     slow = {name: ms for name, ms in evidence.kernels_ms.items() if ALIGN_KERNEL.search(name)}
     layers = misaligned_layers(evidence, multiple)
@@ -91,17 +154,24 @@ def pad_dims(evidence: Evidence) -> Advice | None:
     share = sum(s for _, s, _ in layers)
     if evidence.device_type != "cuda" or not slow or not layers or not 0 < share < 1 or slow_ms >= gemm_ms:
         return None  # no evidence that alignment cost anything here (a CPU's kernels care little)
-    at_aligned = share / (1 - share) * (gemm_ms - slow_ms)
-    saving = (slow_ms - at_aligned, slow_ms - at_aligned * 1.5, slow_ms - at_aligned / 1.5)
+    probed = evidence.probed("pad_dims")
+    if probed is not None and probed.now_ms():
+        padded = slow_ms * probed.changed_ms() / probed.now_ms()
+        how = (f"the shape probe timed {probed.coverage()} as they are and padded on this GPU: "
+               f"{probed.now_ms():.1f} -> {probed.changed_ms():.1f} ms; the misaligned GEMMs' {slow_ms:.1f} ms "
+               f"scaled by it: ~{padded:.1f} ms")
+    else:
+        padded = share / (1 - share) * (gemm_ms - slow_ms)
+        how = (f"at the efficiency this step's aligned GEMMs reached ({gemm_ms - slow_ms:.1f} ms for "
+               f"{1 - share:.0%} of the FLOPs) they would take ~{padded:.1f} ms")
     label, _, dims = max(layers, key=lambda item: item[1])
     change, variant = _pad_change(label, dims, evidence, multiple)
     names = ", ".join(sorted(slow, key=lambda n: -slow[n])[:2])
-    return _item("pad_dims", evidence, saving[0], saving[1:], change=change, variant=variant,
+    return _item("pad_dims", evidence, slow_ms - padded, slow_ms, SPREAD["pad_dims"], change=change, variant=variant,
                  evidence=(f"{label} holds {share:.0%} of the GEMM FLOPs; {len(slow)} misaligned-kernel GEMMs took "
                            f"{slow_ms:.1f} ms of the {evidence.profiled_ms:.1f} ms step "
                            f"({evidence.share(slow_ms):.0%}): {names[:160]}"),
-                 how=(f"at the efficiency this step's aligned GEMMs reached ({gemm_ms - slow_ms:.1f} ms for "
-                      f"{1 - share:.0%} of the FLOPs) they would take ~{at_aligned:.1f} ms (2/3-3/2 of it)"),
+                 how=f"{how} (+-{SPREAD['pad_dims']:.0%} of the misaligned GEMMs' time)",
                  source="NVIDIA Matrix Multiplication Background (multiples of 8, 16 for fp8); nanoGPT's vocabulary "
                         "50304; pytorch/pytorch#146817")
 
@@ -121,7 +191,44 @@ def _pad_change(label: str, dims: dict, evidence: Evidence, multiple: int) -> tu
 
 # --------------------------------------------------------------------------- channels_last
 
-LAYOUT_RANGE = (0.3, 2.0)  # the saving's interval, from the first scores (docs/advice.md)
+IN_STEP_KINDS = ("conv", "norm")  # probed kinds whose whole category the profile times (the probe's scale)
+LAYOUT_SOURCE = "PyTorch channels_last tutorial; NVIDIA DL performance guide (NHWC); timm (layout 1.47x)"
+LAYOUT_CHANGE = "train in channels_last (model and batch in torch.channels_last)"
+
+
+def channels_last(evidence: Evidence) -> Advice | None:
+    """A CNN in NCHW: a GPU's Tensor Core convolutions and a CPU's oneDNN convolutions want NHWC or a blocked
+    layout, so each convolution's activations are reordered in and out (CPU: oneDNN's verbose step; GPU:
+    nchwToNhwc / nhwcToNchw kernels). But NHWC has its own costs: a convolution whose channel counts fit
+    oneDNN's blocked layout better than NHWC, depthwise convolutions, norms and pooling with other kernels. Both
+    sides come from the shape probe: every distinct 4-D layer of the step timed forward and backward in NCHW
+    and in channels_last on this device; their change, scaled to the step by what the profile's convolutions
+    and norms took over what the probe's did (a layer timed alone runs on warm caches). Without a probe the
+    removal alone is priced and the item stays uncertain. Sources: PyTorch's "Channels Last Memory Format"
+    tutorial; NVIDIA's Deep Learning Performance guide (NHWC for Tensor Core convolutions); timm's training
+    benchmarks (ResNet-50 AMP, layout alone 1.47x: huggingface/pytorch-image-models, results/benchmark-train-amp-*)."""
+    conv_ms = evidence.categories_ms.get("conv", 0.0)
+    if is_true(evidence.case.get("channels_last")) or evidence.share(conv_ms) < 0.10:
+        return None
+    probed = evidence.probed("channels_last")
+    if probed is None:
+        return _layout_removed_only(evidence, conv_ms)
+    in_step = sum(evidence.categories_ms.get(kind, 0.0) for kind in IN_STEP_KINDS)
+    scale = in_step / probed.now_ms(IN_STEP_KINDS) if probed.now_ms(IN_STEP_KINDS) else 1.0
+    now, changed = probed.now_ms() * scale, probed.changed_ms() * scale
+    kinds = sorted({s.kind for s in probed.shapes}, key=lambda k: -probed.now_ms((k,)))
+    per_kind = ", ".join(f"{k} {probed.now_ms((k,)):.0f}->{probed.changed_ms((k,)):.0f}" for k in kinds[:5])
+    spread = SPREAD["channels_last"]
+    return _item("channels_last", evidence, now - changed, max(now, changed), spread, change=LAYOUT_CHANGE,
+                 variant={"channels_last": True},
+                 evidence=(f"convolutions are {evidence.share(conv_ms):.0%} of the step; the shape probe timed "
+                           f"{probed.coverage()} of its 4-D layers forward and backward on this device: "
+                           f"{probed.now_ms():.0f} ms a step in NCHW, {probed.changed_ms():.0f} ms in channels_last "
+                           f"(ms by kind: {per_kind})"),
+                 how=(f"the probed layers' change scaled to the step by its convolutions and norms' profiled time "
+                      f"over the probe's (x{scale:.2f}): {now:.1f} -> {changed:.1f} ms (+-{spread:.0%} of it)"),
+                 source=LAYOUT_SOURCE)
+
 
 def _activation_reorders(evidence: Evidence) -> float:
     """oneDNN's reorders of activations between plain NCHW ("abcd") and its blocked layouts, in its verbose
@@ -131,19 +238,10 @@ def _activation_reorders(evidence: Evidence) -> float:
                if "abcd" in r.formats and len(r.shape) == 4 and batch and r.shape[0] == batch)
 
 
-def channels_last(evidence: Evidence) -> Advice | None:
-    """A CNN in NCHW: a GPU's Tensor Core convolutions and a CPU's oneDNN bf16 convolutions want NHWC, so
-    each convolution's activations are reordered in and out (CPU: oneDNN's verbose step shows the reorders;
-    GPU: nchwToNhwc / nhwcToNchw kernels). Sources: PyTorch's "Channels Last Memory Format" tutorial;
-    NVIDIA's Deep Learning Performance guide (NHWC for Tensor Core convolutions); timm's training benchmarks
-    (ResNet-50 AMP, layout alone 1.47x: huggingface/pytorch-image-models, results/benchmark-train-amp-*).
-    Priced as the layout conversions gone: their share of the convolution time times the step's convolution
-    category. The interval, 0.3-2x of that saving, is what the first scores showed (docs/advice.md: measured
-    savings 0.25-2.2x of the predicted ones on six CPU cases): NHWC also moves the batch norms and elementwise
-    ops, which this saving does not price."""
-    conv_ms = evidence.categories_ms.get("conv", 0.0)
-    if is_true(evidence.case.get("channels_last")) or evidence.share(conv_ms) < 0.10:
-        return None
+def _layout_removed_only(evidence: Evidence, conv_ms: float) -> Advice | None:
+    """Without the probe: the conversions NHWC removes (a GPU's transpose kernels, a CPU's oneDNN reorders of
+    activations), their share of the convolution work times the convolutions' time. What NHWC costs here is
+    not measured, so the item is uncertain whatever its interval."""
     transposes = {n: ms for n, ms in evidence.kernels_ms.items() if re.search(r"nchwToNhwc|nhwcToNchw", n)}
     if transposes:  # a GPU's kernels say it directly
         saving, seen = sum(transposes.values()), f"{len(transposes)} NCHW<->NHWC transpose kernels"
@@ -155,13 +253,12 @@ def channels_last(evidence: Evidence) -> Advice | None:
         saving = reorders / total * conv_ms
         seen = (f"oneDNN reordered activations between NCHW and its blocked layout for {reorders:.0f} ms of its "
                 f"{total:.0f} ms of convolution work ({reorders / total:.0%})")
-    return _item("channels_last", evidence, saving, (saving * LAYOUT_RANGE[0], saving * LAYOUT_RANGE[1]),
-                 change="train in channels_last (model and batch in torch.channels_last)",
+    return _item("channels_last", evidence, saving, conv_ms, SPREAD["channels_last"], change=LAYOUT_CHANGE,
                  variant={"channels_last": True},
+                 doubt=f"what NHWC costs is unmeasured: {evidence.unprobed('channels_last')}",
                  evidence=f"convolutions are {evidence.share(conv_ms):.0%} of the step; {seen}",
-                 how=(f"the conversions gone: ~{saving:.1f} ms of the {conv_ms:.1f} ms of convolutions "
-                      f"({LAYOUT_RANGE[0]}-{LAYOUT_RANGE[1]}x of it)"),
-                 source="PyTorch channels_last tutorial; NVIDIA DL performance guide (NHWC); timm (layout 1.47x)")
+                 how=f"the conversions gone: ~{saving:.1f} ms of the {conv_ms:.1f} ms of convolutions",
+                 source=LAYOUT_SOURCE)
 
 
 # --------------------------------------------------------------------------- the optimizer's implementation
@@ -170,29 +267,35 @@ def channels_last(evidence: Evidence) -> Advice | None:
 # AdamW reads and writes the state in eight passes (84 B a parameter in fp32), fused in one (28 B); SGD with
 # momentum and weight decay four passes (44 B) against one (20 B). A for-loop moves what foreach does, op by op.
 FUSED_SHARE = {"adam": 28 / 84, "adamw": 28 / 84, "sgd": 20 / 44}
-FUSED_RANGE = (0.5, 2.5)  # the saving's interval, from the first scores (docs/advice.md)
 
 
 def optimizer_impl(evidence: Evidence) -> Advice | None:
     """A for-loop or foreach optimizer where a fused one exists: the fused kernel reads and writes each
     parameter's state once, and with GradScaler it needs no host sync per step. Sources: torch.optim's docs
     (implementations: fused is typically fastest); pytorch/pytorch PR #81705 (fused Adam, no GradScaler
-    sync); pytorch/pytorch#80167 (the non-fused path syncs every fp16 step). Priced as the optimizer category
-    times the fused pass's share of the bytes (FUSED_SHARE). The interval, 0.5-2.5x of that saving, is what the
-    first scores showed (docs/advice.md: measured savings 0.5-2.5x of the predicted on seven CPU cases): a fused
-    step also saves the foreach ops' per-op overhead, which the bytes do not price."""
+    sync); pytorch/pytorch#80167 (the non-fused path syncs every fp16 step). Both sides: the shape probe timed
+    one update of the model's parameter shapes in the current implementation and fused on this device, and the
+    optimizer's profiled time is scaled by their ratio (the fused kernel's own time is its cost); without a
+    probe, by the fused pass's share of the bytes (FUSED_SHARE), which the foreach ops' per-op overhead beats."""
     name, impl = str(evidence.case.get("optimizer") or ""), str(evidence.case.get("optimizer_impl") or "")
     optimizer_ms = evidence.categories_ms.get("optimizer", 0.0)
     if impl not in ("for-loop", "foreach") or name not in FUSED_SHARE or not optimizer_ms:
         return None
-    saving = optimizer_ms * (1 - FUSED_SHARE[name])
+    probed = evidence.probed("optimizer_impl")
+    if probed is not None and probed.now_ms():
+        ratio = probed.changed_ms() / probed.now_ms()
+        how = (f"the shape probe's update of the model's parameters took {probed.now_ms():.1f} ms {impl} and "
+               f"{probed.changed_ms():.1f} ms fused on this device: the optimizer's time times {ratio:.2f}")
+    else:
+        ratio = FUSED_SHARE[name]
+        how = f"the optimizer's time times the fused pass's share of its bytes ({ratio:.2f})"
+    saving, spread = optimizer_ms * (1 - ratio), SPREAD["optimizer_impl"]
     sync = " and GradScaler's per-step host sync" if is_true(evidence.case.get("scaler_host_sync")) else ""
-    return _item("optimizer_impl", evidence, saving, (saving * FUSED_RANGE[0], saving * FUSED_RANGE[1]),
+    return _item("optimizer_impl", evidence, saving, optimizer_ms, spread,
                  change=f"use the fused {name} (fused=True)", variant={"optimizer_impl": "fused"},
                  evidence=(f"the {impl} {name} step took {optimizer_ms:.1f} ms ({evidence.share(optimizer_ms):.0%} of "
                            f"the step){sync}"),
-                 how=(f"the optimizer's time times the fused pass's share of its bytes ({FUSED_SHARE[name]:.2f}): "
-                      f"~{optimizer_ms - saving:.1f} ms ({FUSED_RANGE[0]}-{FUSED_RANGE[1]}x of the saving)"),
+                 how=f"{how}: ~{optimizer_ms - saving:.1f} ms (+-{spread:.0%} of the optimizer's time)",
                  source="torch.optim docs (fused is typically fastest); PR #81705 (fused Adam, no GradScaler sync)")
 
 
@@ -219,8 +322,8 @@ def host_bound(evidence: Evidence) -> Advice | None:
     saving = evidence.profiled_ms - per_sample(2.0)
     where = "the device sat idle" if evidence.device_type == "cuda" else "framework time between ops"
     low, high = HOST_OPS_SCALING
-    return _item("host_bound", evidence, saving, (evidence.profiled_ms - per_sample(high),
-                                                  evidence.profiled_ms - per_sample(low)),
+    return _item("host_bound", evidence, saving, busy, 0.0, (evidence.profiled_ms - per_sample(high),
+                                                           evidence.profiled_ms - per_sample(low)),
                  change=f"double the batch{f' ({batch} -> {2 * batch})' if batch else ''}",
                  variant={"batch_size": 2 * batch} if batch else None,
                  evidence=f"{where}: {host:.1f} ms of the {evidence.profiled_ms:.1f} ms step "
@@ -245,8 +348,14 @@ def intrinsic(evidence: Evidence) -> list[str]:
 RULES = (pad_dims, channels_last, optimizer_impl, host_bound)
 
 
-def advise(evidence: Evidence | None) -> list[Advice]:
-    """Every rule that applies, the largest predicted saving first."""
+def assess(evidence: Evidence | None) -> list[Advice]:
+    """Every item the rules priced for this step, advice or not (Advice.verdict), the largest predicted saving
+    first: what `run --try` may measure."""
     if evidence is None or not evidence.profiled_ms:
         return []
     return sorted([advice for rule in RULES if (advice := rule(evidence)) is not None], key=lambda a: a.predicted_ms)
+
+
+def advise(evidence: Evidence | None) -> list[Advice]:
+    """The items that are advice: a gain whose whole interval lies above 1.0x with both sides priced."""
+    return [item for item in assess(evidence) if item.verdict == "advice"]
