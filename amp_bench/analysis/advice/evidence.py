@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amp_bench.analysis.advice.casts import CastReading, read_casts
 from amp_bench.analysis.advice.probe import ProbedChange, ProbeReading, read_probe
 from amp_bench.analysis.explain.alignment import Layer, read_layers
 from amp_bench.analysis.explain.categories import CATEGORIES
@@ -44,6 +45,7 @@ class Evidence:
     steps_known: bool = True  # False: a trace without step regions (its "step" is the whole trace, idle and all)
     probe: ProbeReading | None = None  # the shape probe's readings saved beside the trace (a run's first repeat)
     probe_error: str = ""  # why a probe file beside the trace could not be read
+    casts: CastReading | None = None  # a mixed-precision trace's casts, whose each (casts.py)
 
     def share(self, ms: float) -> float:
         """`ms` of the profiled step as a share of it."""
@@ -69,7 +71,7 @@ class Evidence:
 
 CASE_COLUMNS = ("model", "model_label", "batch_size", "seq_len", "image_size", "channels_last", "optimizer",
                  "optimizer_impl", "compile_mode", "scaler_host_sync", "fp8_layers_converted", "fp8_layers_skipped",
-                 "model_parameters", "case_id", "group_id", "repeat")
+                 "model_parameters", "case_id", "group_id", "repeat", "emulated")
 
 
 def _number(value) -> float:
@@ -117,6 +119,8 @@ def from_row(row: dict, run_dir) -> Evidence | None:
     return evidence
 
 
+MIXED = ("amp_", "fp8")  # precisions that run under autocast: their traces hold casts worth reading
+
 
 def parse_misaligned(text) -> list[tuple[str, float]]:
     """'lm_head Linear(768 -> 50257) 72.5%; ...' (explain_misaligned_layers) -> [(label, 0.725), ...]: where
@@ -131,6 +135,11 @@ def _add_saved_files(evidence: Evidence, trace: Path) -> None:
         evidence.layers = read_layers(layers_path(trace))
     except Exception:  # no layers: the rules that need them stay silent
         evidence.layers = []
+    if evidence.precision.startswith(MIXED) and trace.is_file():
+        try:
+            evidence.casts = read_casts(trace)
+        except UserError:  # explain said what is wrong with the trace; the casts rule stays silent
+            evidence.casts = None
     probe = probe_path(trace)
     if probe.is_file():
         try:
@@ -185,4 +194,9 @@ def from_profile(profile, precision: str = "") -> Evidence:
     evidence.case = {"optimizer": name, "optimizer_impl": impl}
     evidence.shape_misaligned = {m: misaligned_from_shapes(profile.shapes, m) for m in (8, 16)}
     evidence.steps_known = not any("is one step" in note for note in profile.notes)
+    if profile.trace_path:
+        try:
+            evidence.casts = read_casts(profile.trace_path)
+        except UserError:
+            evidence.casts = None
     return evidence

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 
 from amp_bench.analysis.advice.evidence import Evidence
+from amp_bench.identity import EAGER
+from amp_bench.platform.gpu_specs import find
 from amp_bench.store.flags import is_true
 
 MIN_SAVING_SHARE = 0.02  # an item that would change the step by under 2% is not advice, it is noise
@@ -136,7 +138,7 @@ def misaligned_layers(evidence: Evidence, multiple: int) -> list[tuple[str, floa
 # Each rule's interval: the share of the time its change acts on that the measured step may land either side of
 # the prediction (beyond NOISE_SHARE), calibrated on the scores so that at least 80% of the measured gains fell
 # inside it (benchmarks/advice_calibrate.py prints them; docs/advice.md keeps the table).
-SPREAD = {"pad_dims": 0.5, "channels_last": 0.15, "optimizer_impl": 0.3}
+SPREAD = {"pad_dims": 0.5, "channels_last": 0.15, "optimizer_impl": 0.3, "casts": 0.5, "fp8": 0.5}
 
 
 def pad_dims(evidence: Evidence) -> Advice | None:
@@ -333,6 +335,160 @@ def host_bound(evidence: Evidence) -> Advice | None:
                  source="PyTorch performance tuning guide; Holistic Trace Analysis (idle time)")
 
 
+# --------------------------------------------------------------------------- avoidable casts
+
+def casts(evidence: Evidence) -> Advice | None:
+    """Casts the model's code makes that autocast would not: an fp32 island (activations cast up to fp32 at the
+    top of the forward, then back down, by the code or by autocast at the next lower-precision op) and a weight
+    cast more than once a step (an autocast region entered per loop iteration, its cache off, or a weight's
+    `.to()` inside a loop). Autocast's own casts (inside the op it wraps: each weight once per region, the
+    fp32 list's inputs) are its price for fp32 master weights and never advice (analysis/advice/casts.py tells
+    them apart by where they sit in the op tree). Both sides: the casts go, forward and their gradients' in
+    the backward (their own time in the trace); a re-cast weight is still cast once. The island's ops would run
+    in bf16 instead: where bf16 runs natively (a GPU, a CPU with bf16 units) at most their fp32 time and at least
+    half of it (half the bytes); where it is emulated (row `emulated`) or unknown (a CPU trace alone) slower by
+    an amount not priced, so the item is uncertain. Sources: PyTorch's autocast docs (the op lists, the weight
+    cache per region); torch.amp's "Autocasting" notes (regions should wrap the forward and the loss only)."""
+    reading = evidence.casts
+    if reading is None or not reading.casts:
+        return None
+    islands, island_ops = _islands(reading)
+    recasts = _recasts(reading, evidence.layers)
+    saving = sum(c.ms for c in islands) / reading.steps + sum(ms for _, _, _, ms in recasts)
+    if not saving:
+        return None
+    changes, seen, doubt = [], [], ""
+    if islands:
+        count = sum(1 for c in islands if c.explicit and c.up and not c.backward) / reading.steps
+        changes.append("keep the fp32 islands' activations in bf16 (drop the .float() / autocast(enabled=False) "
+                       "around them unless they need fp32)")
+        seen.append(f"{count:.0f} fp32 island(s) a step: activations cast up and back down, "
+                    f"{sum(c.ms for c in islands) / reading.steps:.1f} ms with their gradients' casts, around "
+                    f"{island_ops:.1f} ms of ops in fp32")
+        emulated = evidence.case.get("emulated")  # a row's typed flag; a trace alone does not say
+        native = evidence.device_type == "cuda" or (isinstance(emulated, bool) and not emulated)
+        doubt = "" if native else ("bf16 runs emulated on this CPU (or it is not known to run natively): the "
+                                   "islands' ops would be slower in bf16 by an amount not priced")
+    if recasts:
+        changes.append("cast each weight once a step (one autocast region around the forward and the loss, its "
+                       "cache on; no .to() of a weight inside a loop)")
+        seen.append("weights cast more than once a step: " + "; ".join(
+            f"{'x'.join(map(str, shape))} {count:.0f}x for {expected} weight(s)"
+            for shape, count, expected, _ in recasts[:3]))
+    spread = SPREAD["casts"]
+    span = (saving * (1 - spread), saving * (1 + spread) + island_ops / 2)
+    return _item("casts", evidence, saving + island_ops / 4, saving + island_ops / 2, 0.0, span,
+                 change="; ".join(changes), evidence="; ".join(seen), doubt=doubt,
+                 how=(f"the avoidable casts' own time gone, {saving:.1f} ms (+-{spread:.0%}), and the islands' "
+                      f"{island_ops:.1f} ms of ops at 0.5-1x of it in bf16"),
+                 source="PyTorch autocast docs (op lists, weight cache per region); torch.amp Autocasting notes")
+
+
+def _islands(reading) -> tuple[list, float]:
+    """The casts of every fp32 island (an explicit up-cast of an activation followed, in the same step's forward,
+    by a down-cast of one), their gradients' casts back in the backward, and the forward ops between (ms a step)."""
+    found, ops_ms = [], 0.0
+    activation = (lambda c: c.shape not in reading.weight_shapes and len(c.shape) >= 2)
+    for step in sorted({c.step for c in reading.casts}):
+        forward = sorted((c for c in reading.casts if c.step == step and not c.backward and activation(c)),
+                         key=lambda c: c.start)
+        backward = [c for c in reading.casts if c.step == step and c.backward]
+        used: set = set()
+        for up in (c for c in forward if c.explicit and c.up):
+            down = next((c for c in forward if c.start > up.start and c.down and id(c) not in used), None)
+            if down is None:
+                continue  # up to fp32 for good (the loss's logits): not an island
+            used.add(id(down))
+            found += [up, down]
+            for cast in (up, down):  # each forward cast's gradient is cast back once
+                mirror = next((b for b in backward if b.shape == cast.shape and id(b) not in used), None)
+                if mirror is not None:
+                    used.add(id(mirror))
+                    found.append(mirror)
+            ops_ms += sum(ms for start, end, ms in reading.ops_ms.get(step, [])
+                          if start > up.start and end < down.start)
+    return found, ops_ms / reading.steps
+
+
+def _recasts(reading, layers) -> list[tuple[tuple, float, int, float]]:
+    """(weight shape, casts a step, weights of that shape, the extra casts' ms a step with their gradients')
+    for each weight shape cast down more often a step than the layers hold such weights (one cast per weight
+    per autocast region). Needs the layer records: without them a trace cannot tell twelve layers cast once
+    from one cast twelve times."""
+    expected: dict = {}
+    for layer in layers:
+        d = layer.dims
+        shapes = ({(d["out"], d["in"]), (d["in"], d["out"])} if layer.kind == "Linear" else
+                  {(d["out"], d["in"] // d["groups"], *d["kernel"])})
+        for shape in shapes:
+            expected[shape] = expected.get(shape, 0) + 1
+    found = []
+    for shape, weights in expected.items():
+        forward = [c for c in reading.casts if c.shape == shape and c.down and not c.backward]
+        per_step = len(forward) / reading.steps
+        if not forward or per_step < weights + 1:
+            continue
+        backward = [c for c in reading.casts if c.shape == shape and c.backward]
+        each = sum(c.ms for c in forward) / len(forward) + (sum(c.ms for c in backward) / len(backward) if backward
+                                                            else 0.0)
+        found.append((shape, per_step, weights, (per_step - weights) * each))
+    return sorted(found, key=lambda item: -item[3])
+
+
+# --------------------------------------------------------------------------- fp8 against bf16
+
+# torchao's float8 training microbenchmarks (its float8 README: a linear's forward and backward, tensorwise
+# scaling, compiled, on an H100): float8 over bf16 was 0.8x at M, K, N = 1024, 2048, 1024 and 1.39x at
+# 4096, 8192, 16384. Between them the gain is taken log-linear in M*K*N, and held at the ends outside them.
+FP8_ANCHORS = ((1024 * 2048 * 1024, 0.80), (4096 * 8192 * 16384, 1.39))
+FP8_MIN_CAPABILITY = (8, 9)  # FP8 Tensor Cores: Ada and Hopper
+
+
+def fp8_gain(m: int, k: int, n: int) -> float:
+    """float8's speedup over bf16 for one linear layer's GEMMs of M x K x N, on torchao's anchors."""
+    (x0, y0), (x1, y1) = FP8_ANCHORS
+    t = (math.log(max(m * k * n, 1)) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return y0 + min(1.0, max(0.0, t)) * (y1 - y0)
+
+
+def fp8(evidence: Evidence) -> Advice | None:
+    """fp8 (torchao float8 linears) against this bf16 step, from its linear layers' GEMM shapes: each layer
+    float8 converts (both dimensions multiples of 16) gains fp8_gain of its time, which is its FLOP share of
+    the step's aligned GEMM time; a small GEMM loses (float8's scaling and casts cost more than its faster
+    matmul saves). Silent on a CPU (no FP8 matmul units) and below compute capability 8.9. float8 is fast only
+    compiled, and the anchors are compiled: on an eager step the item is uncertain (compile the bf16 step
+    first). Source: torchao's float8 README (microbenchmarks)."""
+    spec = find(evidence.device_name) if evidence.device_type == "cuda" else None
+    linears = [layer for layer in evidence.layers if layer.kind == "Linear"]
+    if evidence.precision != "amp_bf16" or spec is None or tuple(spec.capability) < FP8_MIN_CAPABILITY or not linears:
+        return None
+    slow_ms = sum(ms for name, ms in evidence.kernels_ms.items() if ALIGN_KERNEL.search(name))
+    aligned = [layer for layer in linears if not any(v % 8 for v in layer.checked().values())]
+    flops = sum(layer.flops() for layer in aligned)
+    aligned_ms = max(evidence.categories_ms.get("gemm", 0.0) - slow_ms, 0.0)
+    converted = [layer for layer in aligned if not any(v % 16 for v in layer.checked().values())]
+    if not converted or not flops or not aligned_ms:
+        return None
+    times = [(layer, aligned_ms * layer.flops() / flops) for layer in converted]
+    saving = sum(ms * (1 - 1 / fp8_gain(layer.dims["rows"], layer.dims["in"], layer.dims["out"]))
+                 for layer, ms in times)
+    touched = sum(ms for _, ms in times)
+    kept = [layer.label() for layer in linears if layer not in converted]
+    compiled = (evidence.case.get("compile_mode") or EAGER) != EAGER
+    gains = sorted(fp8_gain(layer.dims["rows"], layer.dims["in"], layer.dims["out"]) for layer in converted)
+    return _item("fp8", evidence, saving, touched, SPREAD["fp8"], change="train the linear layers in fp8 (torchao "
+                 "float8, tensorwise; precision fp8)", variant={"precision": "fp8"} if compiled else None,
+                 doubt="" if compiled else "this step is eager and float8 is fast only compiled: compile the bf16 "
+                                           "step first, then try fp8 against it",
+                 evidence=(f"{len(converted)} of {len(linears)} linear layers would train in float8, {touched:.1f} ms "
+                           f"of GEMMs; per-layer gains {gains[0]:.2f}-{gains[-1]:.2f}x"
+                           + (f"; stays bf16 (not multiples of 16): {', '.join(kept[:2])}" if kept else "")),
+                 how=(f"each converted layer's FLOP share of the aligned GEMMs' {aligned_ms:.1f} ms over its gain "
+                      f"on torchao's anchors (log-linear in M*K*N): {touched:.1f} -> {touched - saving:.1f} ms "
+                      f"(+-{SPREAD['fp8']:.0%} of it)"),
+                 source="torchao float8 README (0.8x at 1024x2048x1024, 1.39x at 4096x8192x16384)")
+
+
 # --------------------------------------------------------------------------- what is by design
 
 def intrinsic(evidence: Evidence) -> list[str]:
@@ -342,10 +498,20 @@ def intrinsic(evidence: Evidence) -> list[str]:
     if softmax and evidence.precision.startswith("amp_") and evidence.share(softmax) >= MIN_SAVING_SHARE:
         notes.append(f"the loss's softmax ({softmax:.1f} ms, {evidence.share(softmax):.0%} of the step) runs in fp32 "
                      "under autocast by design (autocast_mode.cpp's fp32 list): not advice")
+    reading = evidence.casts
+    avoidable = {id(c) for c in _islands(reading)[0]} if reading else set()
+    recast = {shape for shape, *_ in _recasts(reading, evidence.layers)} if reading else set()
+    own = [c for c in reading.casts if not c.explicit and id(c) not in avoidable and c.shape not in recast] \
+        if reading else []
+    own_ms = sum(c.ms for c in own) / reading.steps if reading else 0.0
+    if own and evidence.share(own_ms) >= MIN_SAVING_SHARE:
+        notes.append(f"autocast's own casts ({len(own) / reading.steps:.0f} a step, {own_ms:.1f} ms, "
+                     f"{evidence.share(own_ms):.0%} of the step: each weight once per region, the fp32 list's inputs, "
+                     "their gradients back) are its price for fp32 master weights: not advice")
     return notes
 
 
-RULES = (pad_dims, channels_last, optimizer_impl, host_bound)
+RULES = (pad_dims, channels_last, optimizer_impl, host_bound, casts, fp8)
 
 
 def assess(evidence: Evidence | None) -> list[Advice]:

@@ -1,0 +1,43 @@
+"""Users' own models for advice's suites (benchmarks/advice_*.yaml): an MLP whose user cast more than autocast
+does (the casts rule's real traces). Returns (model, make_batch, loss_fn) as python: refs do."""
+import torch
+
+
+class MixedPrecisionMLP(torch.nn.Module):
+    """An MLP of `blocks` blocks (a linear, then a norm and a GELU) over `tokens` positions, whose blocks a user
+    wrote in one of the two ways that cast more than autocast itself does: `island` runs each block's norm and
+    GELU in fp32 between autocast regions (activations cast up, then back down by the next linear); `loop`
+    applies the first block's linear `loop` times in a nested autocast region with its weight cache off (the
+    weight cast again at every call). Neither: autocast's own casts alone (the casts rule's silent case)."""
+
+    def __init__(self, width=64, blocks=4, island=False, loop=0):
+        super().__init__()
+        self.island, self.loop = island, loop
+        self.inp, self.out = torch.nn.Linear(64, width), torch.nn.Linear(width, 10)
+        self.linears = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(blocks))
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(width) for _ in range(blocks))
+
+    def forward(self, x):
+        x = torch.relu(self.inp(x))
+        if self.loop:
+            with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=False):
+                for _ in range(self.loop):
+                    x = torch.relu(self.linears[0](x))
+        for linear, norm in zip(self.linears, self.norms, strict=True):
+            x = linear(x)
+            if self.island:
+                with torch.autocast(x.device.type, enabled=False):
+                    x = torch.nn.functional.gelu(norm(x.float()))
+            else:
+                x = torch.nn.functional.gelu(norm(x))
+        return self.out(x).mean(1)
+
+
+def mixed_mlp(island=False, loop=0, tokens=256, width=64):
+    model = MixedPrecisionMLP(width, island=island, loop=loop)
+
+    def make_batch(batch_size, device):
+        g = torch.Generator().manual_seed(0)
+        return (torch.randn(batch_size, tokens, 64, generator=g).to(device),
+                torch.randint(0, 10, (batch_size,), generator=g).to(device))
+    return model, make_batch, torch.nn.functional.cross_entropy
