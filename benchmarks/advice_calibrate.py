@@ -40,10 +40,13 @@ def repriced(row, runs: dict[str, Path], cache: dict):
                  and item.rule == row.rule), None)
 
 
-def needed_spread(item, measured_speedup: float) -> float:
-    """The spread that would have held the measured step, beyond the noise floor (0 where the floor does)."""
-    from amp_bench.analysis.advice.rules import NOISE_SHARE
-    miss = abs(item.step_ms / measured_speedup - item.predicted_ms) - NOISE_SHARE * item.step_ms
+FLOORS = (0.02, 0.04, 0.06, 0.08, 0.10)  # noise floors (shares of the step) the spreads are printed for
+
+
+def needed_spread(item, measured_speedup: float, floor: float) -> float:
+    """The spread that would have held the measured step beyond a noise floor of `floor` of the step (0 where
+    the floor does)."""
+    miss = abs(item.step_ms / measured_speedup - item.predicted_ms) - floor * item.step_ms
     return max(0.0, miss) / item.touched_ms if item.touched_ms else math.inf
 
 
@@ -54,6 +57,7 @@ def quantile_cover(values: list[float], share: float) -> float:
 
 
 def table(try_folders: list[str], run_folders: list[str]) -> pd.DataFrame:
+    from amp_bench.analysis.advice.rules import NOISE_SHARE
     from amp_bench.store.results import read_table
     advice = read_table([p.parent for f in try_folders for p in sorted(Path(f).rglob("advice.csv"))], "advice")
     runs, cache, rows = tried_runs(run_folders), {}, []
@@ -66,12 +70,14 @@ def table(try_folders: list[str], run_folders: list[str]) -> pd.DataFrame:
                      "predicted": item.speedup, "low": item.low_speedup, "high": item.high_speedup,
                      "measured": row.measured_speedup, "error": item.speedup / row.measured_speedup - 1,
                      "inside": item.low_speedup <= row.measured_speedup <= item.high_speedup,
-                     "needed": needed_spread(item, row.measured_speedup), "touched": item.touched_ms / item.step_ms})
+                     "touched": item.touched_ms / item.step_ms,
+                     "needed": needed_spread(item, row.measured_speedup, NOISE_SHARE),
+                     **{f"needed_{round(f * 100)}": needed_spread(item, row.measured_speedup, f) for f in FLOORS}})
     return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from amp_bench.analysis.advice.rules import SPREAD
+    from amp_bench.analysis.advice.rules import NOISE_SHARE, SPREAD
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("try_folders", nargs="+")
     parser.add_argument("--runs", nargs="+", required=True, help="folders holding the runs that were tried")
@@ -83,13 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     for r in found.itertuples():
         print(f"{r.case_id} {r.rule} {r.verdict}: predicted {r.predicted:.3f}x ({r.low:.3f}-{r.high:.3f}x), measured "
               f"{r.measured:.3f}x, error {r.error:+.1%}, {'inside' if r.inside else 'OUTSIDE'}; touches "
-              f"{r.touched:.0%} of the step, would need spread {r.needed:.2f}")
+              f"{r.touched:.0%} of the step, would need spread {r.needed:.2f} above the {NOISE_SHARE:.0%} floor")
     print()
     for rule, group in found.groupby("rule"):
-        needed = list(group["needed"])
         print(f"{rule}: {len(group)} items, median |error| {group['error'].abs().median():.1%}, "
-              f"{int(group['inside'].sum())} inside at spread {SPREAD.get(rule, 'model')}; spread holding 80%: "
-              f"{quantile_cover(needed, 0.8):.2f}, 90%: {quantile_cover(needed, 0.9):.2f}")
+              f"{int(group['inside'].sum())} inside at spread {SPREAD.get(rule, 'model')}; the spread holding 80% and "
+              "90% of them above a noise floor of " + ", ".join(
+                  f"{f:.0%}: {quantile_cover(list(group[f'needed_{round(f * 100)}']), 0.8):.2f}/"
+                  f"{quantile_cover(list(group[f'needed_{round(f * 100)}']), 0.9):.2f}" for f in FLOORS))
     print(f"all: {len(found)} items, median |error| {found['error'].abs().median():.1%}, "
           f"{int(found['inside'].sum())} inside ({found['inside'].mean():.0%})")
     return 0

@@ -1,6 +1,25 @@
-"""Users' own models for advice's suites (benchmarks/advice_*.yaml): an MLP whose user cast more than autocast
-does (the casts rule's real traces). Returns (model, make_batch, loss_fn) as python: refs do."""
+"""Users' own models for advice's scoring suites (benchmarks/advice_*.yaml): a small CNN as someone would write
+it, with channel counts that are not multiples of 8 (30/60/100), on synthetic 10-class images. Returns
+(model, make_batch, loss_fn) as python: refs do."""
 import torch
+
+
+def user_cnn(channels=(30, 60, 100), classes=10):
+    layers, width = [], 3
+    for out in channels:
+        layers += [torch.nn.Conv2d(width, out, 3, padding=1, bias=False), torch.nn.BatchNorm2d(out),
+                   torch.nn.ReLU(inplace=True), torch.nn.Conv2d(out, out, 3, padding=1, bias=False),
+                   torch.nn.BatchNorm2d(out), torch.nn.ReLU(inplace=True), torch.nn.MaxPool2d(2)]
+        width = out
+    model = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(width, classes))
+
+    def make_batch(batch_size, device, image_size=128):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(batch_size, 3, image_size, image_size, generator=g).to(device)
+        y = torch.randint(0, classes, (batch_size,), generator=g).to(device)
+        return x, y
+    return model, make_batch, torch.nn.functional.cross_entropy
 
 
 class MixedPrecisionMLP(torch.nn.Module):
