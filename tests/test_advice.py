@@ -94,8 +94,8 @@ def test_channels_last_prices_both_sides_from_the_shape_probe(tmp_path):
     evidence = from_row(row, tmp_path)
     reading = read_probe(probe).changes["channels_last"]
     layout = next(item for item in assess(evidence) if item.rule == "channels_last")
-    scale = sum(evidence.categories_ms[k] for k in IN_STEP_KINDS) / reading.now_ms(IN_STEP_KINDS)
-    saving = scale * (reading.now_ms() - reading.changed_ms())
+    scale = sum(evidence.categories_ms[k] for k in IN_STEP_KINDS) / reading.priced(IN_STEP_KINDS)[0]
+    saving = scale * (reading.priced()[0] - reading.priced()[1])
     assert layout.predicted_ms == pytest.approx(evidence.step_ms - evidence.measured(saving))
     assert f"timed all {len(reading.shapes)} shapes of its 4-D layers" in layout.evidence
     assert layout.low_ms < layout.predicted_ms < layout.high_ms and not layout.doubt

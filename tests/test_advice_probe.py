@@ -90,24 +90,50 @@ class Tick:
         return self.now
 
 
-def test_the_budget_times_the_fewest_shapes_change_first_and_the_largest_shapes_first(tmp_path):
+def test_the_budget_times_every_shape_once_before_any_twice_one_kind_after_another(tmp_path):
+    """The fake clock makes every run take a second: long enough that a shape's first two runs are its first
+    pair. Round one: the optimizer's one update (the change with fewest shapes), then one shape of each kind in
+    turn, largest first; round two starts over until the budget is spent."""
     ran = []
 
-    def shape(label, work):
-        return shape_probe.Shape(label, "conv", 1, work, lambda: (lambda: ran.append(label), lambda: ran.append(label)))
-    probe = shape_probe.Probe(budget_s=14.0, clock=Tick())
-    probe.changes = {"channels_last": [shape("small", 1.0), shape("large", 100.0), shape("middle", 10.0)],
-                     "optimizer_impl": [shape("update", 0.1)]}
-    seconds = probe.timed()
-    readings = probe.readings(seconds, "cpu")
-    # each shape: 2 warm-up runs and REPEATS pairs, 2 clock reads a timed run: the budget holds two shapes
-    assert [s["label"] for s in readings["changes"]["optimizer_impl"]["shapes"]] == ["update"]
-    assert [s["label"] for s in readings["changes"]["channels_last"]["shapes"]] == ["large"]
-    assert [u["label"] for u in readings["changes"]["channels_last"]["untimed"]] == ["small", "middle"]
-    assert ran[:2] == ["update", "update"] and set(ran) == {"update", "large"}
+    def shape(label, kind, work):
+        return shape_probe.Shape(label, kind, 1, work, lambda: (lambda: ran.append(label), lambda: ran.append(label)))
+    probe = shape_probe.Probe(budget_s=32.0, clock=Tick())
+    probe.changes = {"channels_last": [shape("small conv", "conv", 1.0), shape("norm", "norm", 10.0),
+                                       shape("large conv", "conv", 100.0), shape("pool", "pool", 5.0)],
+                     "optimizer_impl": [shape("update", "optimizer", 0.1)]}
+    readings = probe.readings(probe.timed(), "cpu")
+    first = list(dict.fromkeys(ran))
+    assert first == ["update", "large conv", "norm", "pool", "small conv"]
+    pairs = {s["label"]: s["pairs"] for change in readings["changes"].values() for s in change["shapes"]}
+    # 5 clock reads a shape a round (the budget check, two timed runs): round one takes 25, the budget 32
+    assert pairs == {"update": 2, "large conv": 2, "norm": 1, "pool": 1, "small conv": 1}
+    probe = shape_probe.Probe(budget_s=8.0, clock=Tick())
+    probe.changes = {"channels_last": [shape("small conv", "conv", 1.0), shape("norm", "norm", 10.0),
+                                       shape("large conv", "conv", 100.0)]}
+    readings = probe.readings(probe.timed(), "cpu")
+    assert [s["label"] for s in readings["changes"]["channels_last"]["shapes"]] == ["norm", "large conv"]
+    assert readings["changes"]["channels_last"]["untimed"] == [{"label": "small conv", "kind": "conv", "calls": 1,
+                                                                "work": 1.0}]
     (tmp_path / "p.json").write_text(json.dumps(readings))
-    coverage = read_probe(tmp_path / "p.json").changes["channels_last"].coverage()
-    assert coverage == "1 of 3 shapes (2 smallest left untimed by its budget)"
+    change = read_probe(tmp_path / "p.json").changes["channels_last"]
+    assert change.coverage() == "2 of 3 shapes (1 left untimed by its budget, priced at their kind's timed rate)"
+    # the untimed conv at the timed conv's rate per unit of work and its ratio (both sides ran the same here)
+    large = next(s for s in change.shapes if s.label == "large conv")
+    assert change.priced(("conv",)) == pytest.approx((large.now_ms * 1.01, large.changed_ms * 1.01))
+
+
+def test_a_short_first_run_is_a_warm_up_and_a_pair_follows():
+    runs = []
+    probe = shape_probe.Probe(budget_s=1e9, clock=Tick())
+    fast = shape_probe.Shape("tiny", "activation", 1, 1.0, lambda: (lambda: runs.append("now"),
+                                                                    lambda: runs.append("changed")))
+    probe.changes = {"channels_last": [fast]}
+    probe.clock = lambda: len(runs) * 1e-3  # each run a millisecond: under KEEP_FIRST_MS
+    probe.timed()
+    # warm-up of each side, then REPEATS pairs, which side first alternating
+    assert runs[:2] == ["now", "changed"] and len(runs) == 2 + 2 * shape_probe.REPEATS
+    assert runs[2:6] == ["now", "changed", "changed", "now"] and fast.pairs == shape_probe.REPEATS
 
 
 def test_a_shape_that_fails_is_left_untimed_with_why_and_the_others_are_timed():

@@ -207,8 +207,9 @@ def channels_last(evidence: Evidence) -> Advice | None:
     nchwToNhwc / nhwcToNchw kernels). But NHWC has its own costs: a convolution whose channel counts fit
     oneDNN's blocked layout better than NHWC, depthwise convolutions, norms and pooling with other kernels. Both
     sides come from the shape probe: every distinct 4-D layer of the step timed forward and backward in NCHW
-    and in channels_last on this device; their change, scaled to the step by what the profile's convolutions
-    and norms took over what the probe's did (a layer timed alone runs on warm caches). Without a probe the
+    and in channels_last on this device (one its budget left untimed at its kind's timed rate and ratio); their
+    change, scaled to the step by what the profile's convolutions and norms took over what the probe's did (a
+    layer timed alone runs on warm caches). Without a probe the
     removal alone is priced and the item stays uncertain. Sources: PyTorch's "Channels Last Memory Format"
     tutorial; NVIDIA's Deep Learning Performance guide (NHWC for Tensor Core convolutions); timm's training
     benchmarks (ResNet-50 AMP, layout alone 1.47x: huggingface/pytorch-image-models, results/benchmark-train-amp-*)."""
@@ -219,16 +220,17 @@ def channels_last(evidence: Evidence) -> Advice | None:
     if probed is None:
         return _layout_removed_only(evidence, conv_ms)
     in_step = sum(evidence.categories_ms.get(kind, 0.0) for kind in IN_STEP_KINDS)
-    scale = in_step / probed.now_ms(IN_STEP_KINDS) if probed.now_ms(IN_STEP_KINDS) else 1.0
-    now, changed = probed.now_ms() * scale, probed.changed_ms() * scale
-    kinds = sorted({s.kind for s in probed.shapes}, key=lambda k: -probed.now_ms((k,)))
-    per_kind = ", ".join(f"{k} {probed.now_ms((k,)):.0f}->{probed.changed_ms((k,)):.0f}" for k in kinds[:5])
+    (probe_now, probe_changed), probe_in_step = probed.priced(), probed.priced(IN_STEP_KINDS)[0]
+    scale = in_step / probe_in_step if probe_in_step else 1.0
+    now, changed = probe_now * scale, probe_changed * scale
+    by_kind = {kind: probed.priced((kind,)) for kind in {s.kind for s in probed.shapes}}
+    per_kind = ", ".join(f"{k} {a:.0f}->{b:.0f}" for k, (a, b) in sorted(by_kind.items(), key=lambda i: -i[1][0])[:5])
     spread = SPREAD["channels_last"]
     return _item("channels_last", evidence, now - changed, max(now, changed), spread, change=LAYOUT_CHANGE,
                  variant={"channels_last": True},
                  evidence=(f"convolutions are {evidence.share(conv_ms):.0%} of the step; the shape probe timed "
                            f"{probed.coverage()} of its 4-D layers forward and backward on this device: "
-                           f"{probed.now_ms():.0f} ms a step in NCHW, {probed.changed_ms():.0f} ms in channels_last "
+                           f"{probe_now:.0f} ms a step in NCHW, {probe_changed:.0f} ms in channels_last "
                            f"(ms by kind: {per_kind})"),
                  how=(f"the probed layers' change scaled to the step by its convolutions and norms' profiled time "
                       f"over the probe's (x{scale:.2f}): {now:.1f} -> {changed:.1f} ms (+-{spread:.0%} of it)"),

@@ -13,16 +13,17 @@ The changes probed, each only where its rule could fire:
   parameters, in the current implementation and fused.
 - `pad_dims` (a GPU: linear layers whose dimensions are not multiples of 8): each such layer as it is and padded.
 
-Bounded: BUDGET_STEPS measured steps of time, between MIN_S and MAX_S. Each shape runs once per side to warm
-up (and to order them), then the two sides alternate, largest first, one timed pair per shape per round, for
-as many rounds as the budget holds (REPEATS at most); a side's figure is its fastest run (another process only
-adds time). A shape left without a timed pair is listed as untimed. Never raises: a failure saves nothing.
+Bounded: BUDGET_STEPS measured steps of time, between MIN_S and MAX_S, spent in rounds (Probe.timed): every
+shape gets a timed pair before any gets a second, up to REPEATS; a side's figure is its fastest run. A shape the
+budget left without a pair is listed as untimed, with its calls and its work (the rules price it at its kind's
+timed rate). Never raises: a failure saves nothing.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import dataclasses
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from pathlib import Path
 MIN_S, MAX_S = 1.5, 6.0  # the probe's budget, whatever the step
 BUDGET_STEPS = 6  # ... of this many measured steps in between
 REPEATS = 3  # timed pairs per shape at most
+KEEP_FIRST_MS = 50.0  # a shape's first runs are a timed pair when both took this long: their one-off costs are noise
 PADDED_MULTIPLE = 64  # a padded GEMM dimension (a vocabulary padded to 64, as nanoGPT's 50304)
 
 
@@ -50,8 +52,14 @@ class Shape:
     pairs: int = 0
     failed: str = ""
 
+    def record(self, now_ms: float, changed_ms: float) -> None:
+        """One timed pair: each side keeps its fastest run (another process only adds time)."""
+        self.now_ms = now_ms if self.now_ms is None else min(self.now_ms, now_ms)
+        self.changed_ms = changed_ms if self.changed_ms is None else min(self.changed_ms, changed_ms)
+        self.pairs += 1
+
     def reading(self) -> dict:
-        return {"label": self.label, "kind": self.kind, "calls": self.calls, "now_ms": self.now_ms,
+        return {"label": self.label, "kind": self.kind, "calls": self.calls, "work": self.work, "now_ms": self.now_ms,
                 "changed_ms": self.changed_ms, "pairs": self.pairs}
 
 
@@ -64,30 +72,40 @@ class Probe:
     failed: dict[str, str] = field(default_factory=dict)
 
     def timed(self) -> float:
-        """Each shape while the budget lasts, the changes with the fewest shapes first (the optimizer's one update
-        never waits behind a CNN's layers), each change's largest shapes first: a warm-up run of each side
-        (allocations, kernels' primitives, autotuning), then REPEATS pairs, which side first alternating. The
-        seconds it took."""
+        """Every shape once before any shape twice, while the budget lasts: round one runs each side once, and
+        keeps that pair where both runs were long enough (KEEP_FIRST_MS) that their one-off costs (allocations,
+        kernels' primitives, autotuning) are noise, else runs a timed pair after it; each later round adds a pair,
+        which side first alternating, up to REPEATS. Its order: the changes with fewest shapes first (the
+        optimizer's one update never waits behind a CNN's layers), then one shape of each kind in turn, each
+        kind's largest first, so a budget cut leaves every kind timed. The seconds it took."""
         started = self.clock()
-        order = [shape for found in sorted(self.changes.values(), key=len)
-                 for shape in sorted(found, key=lambda s: -s.work * s.calls)]
-        for shape in order:
-            if self.clock() - started > self.budget_s:
-                break
-            try:
-                now, changed = shape.build()
-                now(), changed()
-                for pair in range(REPEATS):
-                    for side in (now, changed) if pair % 2 == 0 else (changed, now):
-                        ms = self._once(side)
-                        if side is now:
-                            shape.now_ms = ms if shape.now_ms is None else min(shape.now_ms, ms)
-                        else:
-                            shape.changed_ms = ms if shape.changed_ms is None else min(shape.changed_ms, ms)
-                    shape.pairs += 1
-            except Exception as exc:  # this shape alone: a module the copy or the layout does not suit
-                shape.failed, shape.pairs = f"{type(exc).__name__}: {exc}"[:200], 0
+        order = self._order()
+        for round_ in range(REPEATS):
+            for shape in (s for s in order if s.pairs == round_ and not s.failed):
+                if self.clock() - started > self.budget_s:
+                    return self.clock() - started
+                try:
+                    now, changed = shape.build()
+                    if round_ == 0:
+                        first = self._once(now), self._once(changed)
+                        if min(first) >= KEEP_FIRST_MS:
+                            shape.record(*first)
+                            continue
+                    sides = (now, changed) if shape.pairs % 2 == 0 else (changed, now)
+                    times = {id(side): self._once(side) for side in sides}
+                    shape.record(times[id(now)], times[id(changed)])
+                except Exception as exc:  # this shape alone: a module the copy or the layout does not suit
+                    shape.failed, shape.pairs = f"{type(exc).__name__}: {exc}"[:200], 0
         return self.clock() - started
+
+    def _order(self) -> list[Shape]:
+        out = []
+        for found in sorted(self.changes.values(), key=len):
+            by_kind: dict[str, list[Shape]] = {}
+            for shape in sorted(found, key=lambda s: -s.work * s.calls):
+                by_kind.setdefault(shape.kind, []).append(shape)
+            out += [shape for turn in itertools.zip_longest(*by_kind.values()) for shape in turn if shape]
+        return out
 
     def _once(self, run) -> float:
         start = self.clock()
@@ -99,7 +117,7 @@ class Probe:
                      "changes": {}, "failed": dict(self.failed)}
         for rule, shapes in self.changes.items():
             out["changes"][rule] = {"shapes": [s.reading() for s in shapes if s.pairs],
-                                    "untimed": [{"label": s.label, "kind": s.kind, "calls": s.calls,
+                                    "untimed": [{"label": s.label, "kind": s.kind, "calls": s.calls, "work": s.work,
                                                  **({"failed": s.failed} if s.failed else {})}
                                                 for s in shapes if not s.pairs]}
         return out
