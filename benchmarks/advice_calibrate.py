@@ -1,10 +1,12 @@
 """Calibrate the advice rules' intervals on measured items (prints the figures; no assertion):
 
-    python benchmarks/advice_calibrate.py TRY_FOLDER... --runs RUN_FOLDER...
+    python benchmarks/advice_calibrate.py TRY_FOLDER... --runs RUN_FOLDER... [--reprice-from RUN_FOLDER...]
 
 Reads every try run's advice.csv under the TRY_FOLDERs, finds the run each tried (its manifest's `tried_run`,
 under the RUN_FOLDERs) and prices each item again with the rules as they are now (analysis/advice/rules.py),
-so a change of pricing is calibrated on the same measurements. Per item: the measured step (the step over the
+so a change of pricing is calibrated on the same measurements. With --reprice-from, each item is priced from
+the latest run under those folders that holds its case instead (the same cases explained again: a new shape
+probe's readings beside the measurements already taken). Per item: the measured step (the step over the
 measured speedup) against the predicted one, and the spread its interval would need to hold it: what is left
 of the miss beyond NOISE_SHARE of the step, over the time the change acts on (Advice.touched_ms). Per rule:
 the items, the median |predicted / measured - 1|, how many the current SPREAD holds, and the smallest spread
@@ -25,13 +27,23 @@ def tried_runs(folders: list[str]) -> dict[str, Path]:
     return {Path(d).name: Path(d) for folder in folders for d in find_run_dirs(folder)}
 
 
-def repriced(row, runs: dict[str, Path], cache: dict):
-    """The advice item `row` (of an advice.csv) priced again from its tried run's saved files; None where the run
-    or the item is gone."""
+def latest_by_case(folders: list[str]) -> dict[str, Path]:
+    """case_id -> the latest run (by its id, a timestamp) under the folders that holds it."""
+    from amp_bench.store.results import load_results
+    found: dict[str, Path] = {}
+    for _, run in sorted(tried_runs(folders).items()):
+        for case_id in load_results(run)["case_id"].dropna().unique():
+            found[str(case_id)] = run
+    return found
+
+
+def repriced(row, runs: dict[str, Path], cache: dict, by_case: dict[str, Path] | None = None):
+    """The advice item `row` (of an advice.csv) priced again from its tried run's saved files (or the latest
+    run holding its case, `by_case`); None where the run or the item is gone."""
     from amp_bench.analysis.advice.for_run import run_advice
     from amp_bench.analysis.advice.rules import Advice
     from amp_bench.store.results import load_results
-    run = runs.get(str(row.tried_run))
+    run = by_case.get(str(row.case_id)) if by_case else runs.get(str(row.tried_run))
     if run is None:
         return None
     if run not in cache:
@@ -56,13 +68,14 @@ def quantile_cover(values: list[float], share: float) -> float:
     return ordered[max(0, math.ceil(share * len(ordered)) - 1)] if ordered else float("nan")
 
 
-def table(try_folders: list[str], run_folders: list[str]) -> pd.DataFrame:
+def table(try_folders: list[str], run_folders: list[str], reprice_from: list[str] | None = None) -> pd.DataFrame:
     from amp_bench.analysis.advice.rules import NOISE_SHARE
     from amp_bench.store.results import read_table
     advice = read_table([p.parent for f in try_folders for p in sorted(Path(f).rglob("advice.csv"))], "advice")
     runs, cache, rows = tried_runs(run_folders), {}, []
+    by_case = latest_by_case(reprice_from) if reprice_from else None
     for row in advice[advice["measured_speedup"].notna()].itertuples():
-        item = repriced(row, runs, cache)
+        item = repriced(row, runs, cache, by_case)
         if item is None:
             print(f"{row.case_id} {row.rule}: its tried run {row.tried_run} is not under the run folders; left out")
             continue
@@ -81,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("try_folders", nargs="+")
     parser.add_argument("--runs", nargs="+", required=True, help="folders holding the runs that were tried")
+    parser.add_argument("--reprice-from", nargs="+", help="price each item from the latest run of its case here")
     args = parser.parse_args(argv)
-    found = table(args.try_folders, args.runs)
+    found = table(args.try_folders, args.runs, args.reprice_from)
     if found.empty:
         print("no measured advice item under those folders")
         return 1

@@ -4,12 +4,16 @@ it, with channel counts that are not multiples of 8 (30/60/100), on synthetic 10
 import torch
 
 
-def user_cnn(channels=(30, 60, 100), classes=10):
+def user_cnn(channels=(30, 60, 100), classes=10, downsample="maxpool"):
+    """Stages of two 3x3 convolutions, each with a batch norm and a ReLU, downsampled by a max-pool after the
+    stage or (`downsample: stride`) by the stage's first convolution at stride 2."""
     layers, width = [], 3
     for out in channels:
-        layers += [torch.nn.Conv2d(width, out, 3, padding=1, bias=False), torch.nn.BatchNorm2d(out),
+        stride = 2 if downsample == "stride" else 1
+        layers += [torch.nn.Conv2d(width, out, 3, stride=stride, padding=1, bias=False), torch.nn.BatchNorm2d(out),
                    torch.nn.ReLU(inplace=True), torch.nn.Conv2d(out, out, 3, padding=1, bias=False),
-                   torch.nn.BatchNorm2d(out), torch.nn.ReLU(inplace=True), torch.nn.MaxPool2d(2)]
+                   torch.nn.BatchNorm2d(out), torch.nn.ReLU(inplace=True)]
+        layers += [torch.nn.MaxPool2d(2)] if downsample == "maxpool" else []
         width = out
     model = torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                                 torch.nn.Linear(width, classes))

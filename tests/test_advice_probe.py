@@ -91,9 +91,9 @@ class Tick:
 
 
 def test_the_budget_times_every_shape_once_before_any_twice_one_kind_after_another(tmp_path):
-    """The fake clock makes every run take a second: long enough that a shape's first two runs are its first
-    pair. Round one: the optimizer's one update (the change with fewest shapes), then one shape of each kind in
-    turn, largest first; round two starts over until the budget is spent."""
+    """The fake clock moves a second at each read. Round one: the optimizer's one update (the change with fewest
+    shapes), then one shape of each kind in turn, largest first; round two starts over until the budget is
+    spent."""
     ran = []
 
     def shape(label, kind, work):
@@ -106,7 +106,8 @@ def test_the_budget_times_every_shape_once_before_any_twice_one_kind_after_anoth
     first = list(dict.fromkeys(ran))
     assert first == ["update", "large conv", "norm", "pool", "small conv"]
     pairs = {s["label"]: s["pairs"] for change in readings["changes"].values() for s in change["shapes"]}
-    # 5 clock reads a shape a round (the budget check, two timed runs): round one takes 25, the budget 32
+    # 5 clock reads a shape a round (the budget check, two timed runs; the warm-ups read none): round one takes
+    # 25, the budget 32
     assert pairs == {"update": 2, "large conv": 2, "norm": 1, "pool": 1, "small conv": 1}
     probe = shape_probe.Probe(budget_s=8.0, clock=Tick())
     probe.changes = {"channels_last": [shape("small conv", "conv", 1.0), shape("norm", "norm", 10.0),
@@ -123,17 +124,16 @@ def test_the_budget_times_every_shape_once_before_any_twice_one_kind_after_anoth
     assert change.priced(("conv",)) == pytest.approx((large.now_ms * 1.01, large.changed_ms * 1.01))
 
 
-def test_a_short_first_run_is_a_warm_up_and_a_pair_follows():
+def test_each_side_runs_once_untimed_before_its_pairs():
+    """The changed side's first run builds its kernels (the step built the current side's): never timed."""
     runs = []
     probe = shape_probe.Probe(budget_s=1e9, clock=Tick())
-    fast = shape_probe.Shape("tiny", "activation", 1, 1.0, lambda: (lambda: runs.append("now"),
-                                                                    lambda: runs.append("changed")))
-    probe.changes = {"channels_last": [fast]}
-    probe.clock = lambda: len(runs) * 1e-3  # each run a millisecond: under KEEP_FIRST_MS
+    shape = shape_probe.Shape("one", "conv", 1, 1.0, lambda: (lambda: runs.append("now"),
+                                                              lambda: runs.append("changed")))
+    probe.changes = {"channels_last": [shape]}
     probe.timed()
-    # warm-up of each side, then REPEATS pairs, which side first alternating
     assert runs[:2] == ["now", "changed"] and len(runs) == 2 + 2 * shape_probe.REPEATS
-    assert runs[2:6] == ["now", "changed", "changed", "now"] and fast.pairs == shape_probe.REPEATS
+    assert runs[2:6] == ["now", "changed", "changed", "now"] and shape.pairs == shape_probe.REPEATS
 
 
 def test_a_shape_that_fails_is_left_untimed_with_why_and_the_others_are_timed():

@@ -32,7 +32,6 @@ from pathlib import Path
 MIN_S, MAX_S = 1.5, 6.0  # the probe's budget, whatever the step
 BUDGET_STEPS = 6  # ... of this many measured steps in between
 REPEATS = 3  # timed pairs per shape at most
-KEEP_FIRST_MS = 50.0  # a shape's first runs are a timed pair when both took this long: their one-off costs are noise
 PADDED_MULTIPLE = 64  # a padded GEMM dimension (a vocabulary padded to 64, as nanoGPT's 50304)
 
 
@@ -72,10 +71,10 @@ class Probe:
     failed: dict[str, str] = field(default_factory=dict)
 
     def timed(self) -> float:
-        """Every shape once before any shape twice, while the budget lasts: round one runs each side once, and
-        keeps that pair where both runs were long enough (KEEP_FIRST_MS) that their one-off costs (allocations,
-        kernels' primitives, autotuning) are noise, else runs a timed pair after it; each later round adds a pair,
-        which side first alternating, up to REPEATS. Its order: the changes with fewest shapes first (the
+        """Every shape once before any shape twice, while the budget lasts: round one runs each side once untimed
+        first (the changed side's kernels are built, JIT-compiled or autotuned on its first run, which the step
+        already paid for the current side; an optimizer makes its state), then a timed pair; each later round adds
+        a pair, which side first alternating, up to REPEATS. Its order: the changes with fewest shapes first (the
         optimizer's one update never waits behind a CNN's layers), then one shape of each kind in turn, each
         kind's largest first, so a budget cut leaves every kind timed. The seconds it took."""
         started = self.clock()
@@ -87,10 +86,7 @@ class Probe:
                 try:
                     now, changed = shape.build()
                     if round_ == 0:
-                        first = self._once(now), self._once(changed)
-                        if min(first) >= KEEP_FIRST_MS:
-                            shape.record(*first)
-                            continue
+                        now(), changed()
                     sides = (now, changed) if shape.pairs % 2 == 0 else (changed, now)
                     times = {id(side): self._once(side) for side in sides}
                     shape.record(times[id(now)], times[id(changed)])
