@@ -121,6 +121,19 @@ def test_a_probe_that_times_nhwc_slower_is_never_advised_as_a_gain(tmp_path):
     assert len(said) == 1 and ": not advised: " in said[0] and ". train in channels_last" not in said[0]
 
 
+def test_a_probe_whose_budget_timed_none_of_a_changes_shapes_says_so(tmp_path):
+    """AlexNet's 61M-parameter optimizer update spent the whole budget before any layer shape: the item falls
+    back to the reorders, uncertain, and says why."""
+    row, probe = probed_cpu(tmp_path)
+    readings = json.loads(probe.read_text())
+    change = readings["changes"]["channels_last"]
+    change["untimed"], change["shapes"] = change["shapes"], []
+    probe.write_text(json.dumps(readings))
+    layout = next(item for item in assess(from_row(row, tmp_path)) if item.rule == "channels_last")
+    assert layout.verdict == "uncertain"
+    assert f"budget ({readings['budget_s']:.1f} s) ran out before it timed any of its 92 shapes" in layout.reason()
+
+
 def test_an_unreadable_probe_names_its_file_and_field_and_the_item_says_so(tmp_path):
     from amp_bench.analysis.advice.probe import read_probe
     from amp_bench.errors import UserError

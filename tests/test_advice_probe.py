@@ -60,8 +60,9 @@ def test_the_probe_times_both_layouts_and_the_fused_optimizer_and_saves_what_adv
     assert json.loads(path.read_text()) == readings and not readings["failed"]
     layout = read_probe(path).changes["channels_last"]
     by_name = {shape.label.split(" ")[0]: shape for shape in layout.shapes}
-    # every leaf with a 4-D input, once per distinct (configuration, input): the two ReLUs are one shape
-    assert set(by_name) == {"0", "1", "2", "3", "5", "6"} and by_name["2"].calls == 2
+    # every leaf taking a 4-D image, once per distinct (configuration, input): the two ReLUs are one shape; the
+    # Flatten of (N, C, 1, 1) is no image layer
+    assert set(by_name) == {"0", "1", "2", "3", "5"} and by_name["2"].calls == 2
     sleepy = by_name["3"]
     assert sleepy.kind == "conv" and sleepy.changed_ms - sleepy.now_ms >= 0.9 * SLEEP_S * 1e3
     assert by_name["1"].kind == "norm" and by_name["5"].kind == "pool"
@@ -69,6 +70,28 @@ def test_the_probe_times_both_layouts_and_the_fused_optimizer_and_saves_what_adv
     assert update.kind == "optimizer" and update.now_ms > 0 and update.changed_ms > 0
     assert f"foreach adamw over {len(list(model.parameters()))} tensors" in update.label
     assert all(p.grad is None for p in model.parameters())  # the model's own weights were not touched
+
+
+class PermutedBlock(torch.nn.Module):
+    """ConvNeXt's block in small: a depthwise convolution, then a LayerNorm and a Linear on (N, H, W, C)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.norm, self.linear = torch.nn.LayerNorm(8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.linear(self.norm(self.conv(x).permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+
+
+def test_only_layers_whose_4d_input_is_an_image_are_timed_in_both_layouts(tmp_path, monkeypatch, one_thread):
+    monkeypatch.setattr(shape_probe, "budget_s", lambda median_ms: 1e9)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.GroupNorm(2, 8), PermutedBlock(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 10))
+    readings = shape_probe.probe_step(SimpleNamespace(model=model), torch.randn(2, 3, 8, 8), case(),
+                                      for_device("cpu"), tmp_path / "p.json", median_ms=10.0)
+    timed = {s["label"].split(" ")[0] for s in readings["changes"]["channels_last"]["shapes"]}
+    assert timed == {"0", "1", "2.conv", "3"}  # not the LayerNorm or the Linear on (N, H, W, C), nor Flatten
 
 
 def test_a_case_in_channels_last_with_a_fused_optimizer_has_nothing_to_probe(tmp_path):

@@ -66,6 +66,9 @@ class Evidence:
             return self.probe_error
         if self.probe is not None and rule in self.probe.failed:
             return f"the shape probe could not make the change: {self.probe.failed[rule]}"
+        if self.probe is not None and rule in self.probe.changes:
+            return (f"the shape probe's budget ({self.probe.budget_s:.1f} s) ran out before it timed any of its "
+                    f"{len(self.probe.changes[rule].untimed)} shapes")
         return "no shape probe beside this profile (a trace alone, a compiled or DDP case, an older run)"
 
 

@@ -4,11 +4,12 @@ sides of a change from measurements instead of from what it removes alone. This 
 rules read what it saves beside the trace (STEM.probe.json, stats.probe_path), torch-free.
 
 The changes probed, each only where its rule could fire:
-- `channels_last` (a case in NCHW with 4-D convolutions): every distinct leaf module that took one 4-D tensor
-  (its class and configuration, input shape and dtype: convolutions, norms, activations, pooling) in the
-  current layout and in channels_last. That holds what NHWC removes (oneDNN's or cuDNN's reorders around each
-  convolution) and what it costs (convolutions whose channel counts fit the blocked layout better, depthwise
-  ones, norms and pooling with slower NHWC kernels).
+- `channels_last` (a case in NCHW with 4-D convolutions): every distinct leaf module that took one 4-D image
+  (its class and configuration, input shape and dtype: convolutions, norms over channels, activations,
+  pooling; not a Linear or LayerNorm on a permuted 4-D tensor) in the current layout and in channels_last.
+  That holds what NHWC removes (oneDNN's or cuDNN's reorders around each convolution) and what it costs
+  (convolutions whose channel counts fit the blocked layout better, depthwise ones, norms and pooling with
+  slower NHWC kernels).
 - `optimizer_impl` (a for-loop or foreach SGD, Adam or AdamW): one update of tensors shaped as the model's
   parameters, in the current implementation and fused.
 - `pad_dims` (a GPU: linear layers whose dimensions are not multiples of 8): each such layer as it is and padded.
@@ -235,12 +236,26 @@ def _copy(leaf: Leaf, device, channels_last: bool):
     return module, x.requires_grad_(leaf.grad)
 
 
+_CHANNEL_NORMS = ("BatchNorm", "GroupNorm", "InstanceNorm", "LocalResponseNorm", "2d")
+
+
+def takes_the_layout(leaf: Leaf) -> bool:
+    """A leaf whose 4-D input is an image, channels second, so channels_last changes how it runs: convolutions,
+    pooling, elementwise activations and the norms over channels. A Linear or a LayerNorm on a 4-D tensor runs
+    on its last dimension (ConvNeXt's blocks permute to (N, H, W, C) first): in NHWC its input never takes the
+    layout the probe would give it."""
+    kind = kind_of(leaf.module)
+    names = " ".join(cls.__name__ for cls in type(leaf.module).__mro__[:-1])
+    return len(leaf.shape) == 4 and (kind in ("conv", "pool", "activation") or
+                                     (kind == "norm" and any(word in names for word in _CHANNEL_NORMS)))
+
+
 def layout_shapes(leaves: list[Leaf], device, autocast, sync) -> list[Shape]:
-    """channels_last: each 4-D leaf in NCHW (now) and in NHWC (changed)."""
+    """channels_last: each leaf that takes the layout, in NCHW (now) and in NHWC (changed)."""
     def build(leaf):
         return lambda: tuple(_fwd_bwd(*_copy(leaf, device, cl), autocast, sync) for cl in (False, True))
     return [Shape(_label(leaf), kind_of(leaf.module), leaf.calls, leaf.work(), build(leaf))
-            for leaf in leaves if len(leaf.shape) == 4]
+            for leaf in leaves if takes_the_layout(leaf)]
 
 
 def padded_shapes(leaves: list[Leaf], device, autocast, sync, multiple: int = 8) -> list[Shape]:
