@@ -185,13 +185,15 @@ WORKER_PHASES = {
                     "another worker counts)",
     "flops": "the step counted for FLOPs (with per-phase memory on an eager case)",
     "profile": "explain's profiled steps and the trace they save",
+    "shape_probe": "advice's probe after the profile: the step's distinct layer shapes timed as they run and as an "
+                   "advised change would run them (a few seconds at most; measure/telemetry/shape_probe.py)",
     "result": "the result assembled (DDP: every rank's gathered)",
     "exit": "the result written, the process's exit and the parent's reap",
     "wait": "a lockstep member's wait for its partners' turns",
 }
 # the probes after the window, none of which a repeat can change: per-phase memory and the profile run in a
 # case's first repeat only, and a run counts FLOPs once per model, batch and layout (studies/flop_counts.py)
-PROBE_PHASES = ("memory_probe", "flops", "profile")
+PROBE_PHASES = ("memory_probe", "flops", "profile", "shape_probe")
 
 
 def phase_column(name: str) -> str:
@@ -214,3 +216,8 @@ def layers_path(trace_path) -> Path:
 def onednn_path(trace_path) -> Path:
     """traces/STEM.json.gz -> traces/STEM.onednn.txt: a CPU step's oneDNN verbose lines."""
     return _beside_trace(trace_path, ".onednn.txt")
+
+
+def probe_path(trace_path) -> Path:
+    """traces/STEM.json.gz -> traces/STEM.probe.json: advice's shape probe, each change's two sides timed."""
+    return _beside_trace(trace_path, ".probe.json")

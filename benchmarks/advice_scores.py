@@ -2,10 +2,11 @@
 
     python benchmarks/advice_scores.py results/try-runs/ [more folders ...]
 
-Reads every try run's advice.csv under the folders and prints one markdown row per item tried (case, mode,
-rule, predicted gain with its interval, measured gain with its interval, pairs, error), then the median
-|predicted - measured| / measured, by rule and in all, and how many measured gains fell inside the predicted
-interval. docs/advice.md keeps the table.
+Reads every try run's advice.csv under the folders and prints one markdown row per item tried (case, rule, its
+verdict as it was printed: advice, uncertain or slower; predicted gain with its interval, measured gain with its
+interval, pairs, error), then per rule and in all: the median |predicted - measured| / measured, how many
+measured gains fell inside the predicted interval (the coverage), and how many items printed as advice measured
+below 0.98x. docs/advice.md keeps the tables.
 """
 from __future__ import annotations
 
@@ -22,14 +23,27 @@ def load(folders: list[str]) -> pd.DataFrame:
     return read_table(runs, "advice")
 
 
+LOSS = 0.98  # an item printed as advice that measures below this is a slowdown advised
+
+
 def rows(advice: pd.DataFrame) -> list[str]:
-    lines = ["| case | rule | predicted | measured | pairs | error |", "|---|---|---|---|---|---|"]
+    lines = ["| case | rule | verdict | predicted | measured | pairs | error |", "|---|---|---|---|---|---|---|"]
     for r in advice.itertuples():
         measured = (f"{r.measured_speedup:.2f}x ({r.measured_low:.2f}-{r.measured_high:.2f}x)"
                     if pd.notna(r.measured_low) else f"{r.measured_speedup:.2f}x")
-        lines.append(f"| {r.case_id} | {r.rule} | {r.predicted_speedup:.2f}x ({r.predicted_low:.2f}-"
-                     f"{r.predicted_high:.2f}x) | {measured} | {r.pairs} | {r.error:+.0%} |")
+        lines.append(f"| {r.case_id} | {r.rule} | {r.verdict if pd.notna(r.verdict) else '-'} | "
+                     f"{r.predicted_speedup:.2f}x ({r.predicted_low:.2f}-{r.predicted_high:.2f}x) | {measured} | "
+                     f"{r.pairs} | {r.error:+.0%} |")
     return lines
+
+
+def summary(name: str, group: pd.DataFrame, inside: pd.Series) -> str:
+    held = int(inside[group.index].sum())
+    advised = group[group["verdict"] == "advice"]
+    lost = int((advised["measured_speedup"] < LOSS).sum())
+    return (f"{name}: {len(group)} items, median |error| {group['error'].abs().median():.1%}, {held} of {len(group)} "
+            f"measured inside the predicted interval ({held / len(group):.0%}); {len(advised)} printed as advice, "
+            f"{lost} of them measured below {LOSS}x")
 
 
 def main(argv: list[str]) -> int:
@@ -43,10 +57,8 @@ def main(argv: list[str]) -> int:
               & (scored["measured_speedup"] <= scored["predicted_high"]))
     print()
     for rule, group in scored.groupby("rule"):
-        print(f"{rule}: {len(group)} items, median |error| {group['error'].abs().median():.1%}, "
-              f"{int(inside[group.index].sum())} measured inside the predicted interval")
-    print(f"all: {len(scored)} items, median |error| {scored['error'].abs().median():.1%}, "
-          f"{int(inside.sum())} inside the predicted interval")
+        print(summary(rule, group, inside))
+    print(summary("all", scored, inside))
     return 0
 
 

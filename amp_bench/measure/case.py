@@ -415,9 +415,24 @@ def _profiled_steps(setup: _Setup, median_ms: float) -> dict:
     return out
 
 
+def _shape_probe(setup: _Setup, median_ms: float) -> dict:
+    """advice's shape probe (measure/telemetry/shape_probe.py), beside a trace the profile saved: each change
+    an advice rule could make, its shapes timed both ways. Not under DDP or compile (its eager layers are not
+    the step that ran); no columns: its readings are a file, its seconds a phase."""
+    from amp_bench.measure.telemetry.shape_probe import probe_step
+    from amp_bench.stats import probe_path
+    trace = setup.record.get("explain_trace")
+    if setup.record.get("explain_status") != "captured" or not trace or setup.rank is not None or setup.case.compiled:
+        return {}
+    probe_step(setup.step, setup.inputs, setup.case, setup.ops, probe_path(trace), median_ms)
+    setup.phases.mark("shape_probe")
+    return {}
+
+
 # The probes after the window, each (setup, median ms) -> its columns, in this order: the counted and
-# instrumented step before the profiled ones, whose profiler would otherwise enter the phases' peaks.
-AFTER_WINDOW = (_counted_step, _profiled_steps)
+# instrumented step before the profiled ones, whose profiler would otherwise enter the phases' peaks; the
+# shape probe last, beside the trace the profile saved.
+AFTER_WINDOW = (_counted_step, _profiled_steps, _shape_probe)
 
 
 def _instrument(setup: _Setup, window: WindowRecord) -> None:

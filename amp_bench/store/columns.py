@@ -390,8 +390,8 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
                               "worker_seconds:f worker_start log_file"),
     "advice": _table(
         "run_id tried_run rule case_id variant_case_id precision device_name change predicted_speedup:f "
-        "predicted_low:f predicted_high:f measured_speedup:f measured_low:f measured_high:f pairs:i contended:b "
-        "error:f evidence how source"),
+        "predicted_low:f predicted_high:f verdict measured_speedup:f measured_low:f measured_high:f pairs:i "
+        "contended:b error:f evidence how source"),
     # what a run on a machine without a GPU predicts for its suite's GPU cases (studies/gpu_predictions.py): a
     # prediction, never a measurement; compare, nightly and the exports read results.csv only
     "predicted": _table(

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from amp_bench.analysis.advice import Advice, advise, from_row
+from amp_bench.analysis.advice import Advice, assess, from_row
 from amp_bench.analysis.intervals import paired_log_interval
 from amp_bench.analysis.speedups import MIN_CLEAN_PAIRS
 from amp_bench.errors import UserError
@@ -46,14 +46,15 @@ def variant_case(case: Case, advice: Advice) -> Case:
 
 
 def trials(run_dir: Path, rule: str) -> list[Trial]:
-    """Each (case, advice item) of RUN_DIR that `rule` names (or every rule: "all") and that has a variant to try,
-    from its first repeat's profiled step; the cases as its plan ran them."""
+    """Each (case, item) of RUN_DIR that `rule` names (or every rule: "all") and that has a variant to try, from
+    its first repeat's profiled step, whatever its verdict (advice, uncertain or expected slower: each is a
+    prediction to check); the cases as its plan ran them."""
     rows = load_results(run_dir)
     plan = {item["case"]["suite"] + "/" + Case.from_json(item["case"]).case_id: Case.from_json(item["case"])
             for item in _plan(run_dir)["items"]}
     found, seen = [], []
     for row in rows[(rows["status"] == "ok") & (rows["repeat"] == 0)].to_dict("records"):
-        for advice in advise(from_row(row, run_dir)):
+        for advice in assess(from_row(row, run_dir)):
             seen.append(advice.rule)
             case = plan.get(f"{row['suite']}/{row['case_id']}")
             if advice.variant and case is not None and rule in (advice.rule, "all"):
@@ -114,8 +115,8 @@ def score(results: pd.DataFrame, found: list[Trial], tried_run: str) -> list[dic
                      "rule": a.rule, "case_id": trial.original.case_id, "variant_case_id": trial.variant.case_id,
                      "precision": trial.original.precision, "device_name": results["device_name"].iloc[0],
                      "change": a.change, "predicted_speedup": a.speedup, "predicted_low": a.step_ms / a.high_ms,
-                     "predicted_high": a.step_ms / a.low_ms, "measured_speedup": point, "measured_low": low,
-                     "measured_high": high, "pairs": len(logs), "contended": contended,
+                     "predicted_high": a.step_ms / a.low_ms, "verdict": a.verdict, "measured_speedup": point,
+                     "measured_low": low, "measured_high": high, "pairs": len(logs), "contended": contended,
                      "error": a.speedup / point - 1 if point else None, "evidence": a.evidence, "how": a.how,
                      "source": a.source})
     return rows

@@ -8,10 +8,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from amp_bench.analysis.advice.casts import CastReading, read_casts
+from amp_bench.analysis.advice.probe import ProbedChange, ProbeReading, read_probe
 from amp_bench.analysis.explain.alignment import Layer, read_layers
 from amp_bench.analysis.explain.categories import CATEGORIES
 from amp_bench.analysis.explain.judge import layers_path
 from amp_bench.analysis.explain.onednn import records_path
+from amp_bench.errors import UserError
+from amp_bench.stats import probe_path
 
 
 @dataclass
@@ -39,6 +43,9 @@ class Evidence:
     case: dict = field(default_factory=dict)  # model, batch, layout, optimizer, compile, fp8: as the row says
     shape_misaligned: dict = field(default_factory=dict)  # multiple -> misaligned GEMM ops from a trace's shapes
     steps_known: bool = True  # False: a trace without step regions (its "step" is the whole trace, idle and all)
+    probe: ProbeReading | None = None  # the shape probe's readings saved beside the trace (a run's first repeat)
+    probe_error: str = ""  # why a probe file beside the trace could not be read
+    casts: CastReading | None = None  # a mixed-precision trace's casts, whose each (casts.py)
 
     def share(self, ms: float) -> float:
         """`ms` of the profiled step as a share of it."""
@@ -48,10 +55,26 @@ class Evidence:
         """Profiled-step ms scaled to the measured step (the profile's step runs a little slower)."""
         return profiled * self.step_ms / self.profiled_ms if self.profiled_ms else profiled
 
+    def probed(self, rule: str) -> ProbedChange | None:
+        """The shape probe's timings of `rule`'s change, both sides of at least one shape; None without."""
+        change = self.probe.changes.get(rule) if self.probe else None
+        return change if change is not None and change.shapes else None
 
-_CASE_COLUMNS = ("model", "model_label", "batch_size", "seq_len", "image_size", "channels_last", "optimizer",
+    def unprobed(self, rule: str) -> str:
+        """Why there is no probe reading of `rule`'s change here, in a few words."""
+        if self.probe_error:
+            return self.probe_error
+        if self.probe is not None and rule in self.probe.failed:
+            return f"the shape probe could not make the change: {self.probe.failed[rule]}"
+        if self.probe is not None and rule in self.probe.changes:
+            return (f"the shape probe's budget ({self.probe.budget_s:.1f} s) ran out before it timed any of its "
+                    f"{len(self.probe.changes[rule].untimed)} shapes")
+        return "no shape probe beside this profile (a trace alone, a compiled or DDP case, an older run)"
+
+
+CASE_COLUMNS = ("model", "model_label", "batch_size", "seq_len", "image_size", "channels_last", "optimizer",
                  "optimizer_impl", "compile_mode", "scaler_host_sync", "fp8_layers_converted", "fp8_layers_skipped",
-                 "model_parameters", "case_id", "group_id", "repeat")
+                 "model_parameters", "case_id", "group_id", "repeat", "emulated")
 
 
 def _number(value) -> float:
@@ -91,12 +114,15 @@ def from_row(row: dict, run_dir) -> Evidence | None:
                         or _number(row.get("explain_profiled_ms")), _number(row.get("explain_profiled_ms")),
                         {c: _number(row.get(f"explain_{c}_ms")) for c in CATEGORIES},
                         _number(row.get("explain_host_ms")), str(row.get("device_name") or ""),
-                        case={c: row.get(c) for c in _CASE_COLUMNS})
+                        case={c: row.get(c) for c in CASE_COLUMNS})
     evidence.misaligned = parse_misaligned(row.get("explain_misaligned_layers"))
     trace = row.get("explain_trace")
     if isinstance(trace, str) and trace and run_dir is not None:
         _add_saved_files(evidence, Path(run_dir) / trace)
     return evidence
+
+
+MIXED = ("amp_", "fp8")  # precisions that run under autocast: their traces hold casts worth reading
 
 
 def parse_misaligned(text) -> list[tuple[str, float]]:
@@ -112,6 +138,17 @@ def _add_saved_files(evidence: Evidence, trace: Path) -> None:
         evidence.layers = read_layers(layers_path(trace))
     except Exception:  # no layers: the rules that need them stay silent
         evidence.layers = []
+    if evidence.precision.startswith(MIXED) and trace.is_file():
+        try:
+            evidence.casts = read_casts(trace)
+        except UserError:  # explain said what is wrong with the trace; the casts rule stays silent
+            evidence.casts = None
+    probe = probe_path(trace)
+    if probe.is_file():
+        try:
+            evidence.probe = read_probe(probe)
+        except UserError as exc:  # said where a rule would have priced from it
+            evidence.probe_error = str(exc)
     onednn = records_path(trace)
     if onednn.is_file():
         evidence.reorders, evidence.onednn_conv_ms = parse_reorders(
@@ -160,4 +197,9 @@ def from_profile(profile, precision: str = "") -> Evidence:
     evidence.case = {"optimizer": name, "optimizer_impl": impl}
     evidence.shape_misaligned = {m: misaligned_from_shapes(profile.shapes, m) for m in (8, 16)}
     evidence.steps_known = not any("is one step" in note for note in profile.notes)
+    if profile.trace_path:
+        try:
+            evidence.casts = read_casts(profile.trace_path)
+        except UserError:
+            evidence.casts = None
     return evidence

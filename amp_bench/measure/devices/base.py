@@ -66,6 +66,9 @@ class DeviceOps(ABC):
 
     # oneDNN runs this device's kernels, so explain reads its verbose log on one more step (CPUs)
     onednn_kernels = False
+    # its GEMMs slow down on dimensions that are not multiples of 8 (Tensor Core kernels), so advice's shape probe
+    # times the step's misaligned linear layers padded (measure/telemetry/shape_probe.py)
+    padded_gemms_differ = False
     # fp8: float8 matmuls may be emulated by torchao where torch's _scaled_mm does not run (CPUs); a GPU
     # the gate passed runs them natively, and emulating there would hide a fault
     fp8_may_emulate = False

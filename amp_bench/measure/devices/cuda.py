@@ -25,6 +25,7 @@ def warm_cuda_libraries(torch_device) -> None:
 class CudaOps(DeviceOps):
     type = "cuda"
     dist_backend = "nccl"
+    padded_gemms_differ = True
 
     def __init__(self, torch_device, cuda=None, warm=None):
         super().__init__(torch_device)
