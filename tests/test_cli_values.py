@@ -229,4 +229,5 @@ def test_a_slurm_option_of_a_study_run_here_is_said_not_to_apply():
     code, out, _ = _run(["fidelity", str(ROOT / "suites" / "fidelity.yaml"), "--slurm-account", "lab", "--slurm-time",
                          "30", "--no-report"])
     assert code == STARTED  # a valid study: it goes on to run, here
-    assert "note: --slurm-account --slurm-time: not used: this fidelity runs here (executor local)" in out
+    assert "note: --slurm-account, --slurm-time apply to --executor slurm only; this fidelity run is local: not used" \
+        in out

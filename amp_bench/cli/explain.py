@@ -9,6 +9,9 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
+from amp_bench.cli.run import add_options, overrides
+from amp_bench.suite.options import taken_by
+
 EXIT_NOTHING_EXPLAINED = 3
 
 
@@ -26,12 +29,7 @@ def add_parsers(sub) -> None:
                          "amx_bf16), for the ceiling")
     explain.add_argument("--device", help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
     explain.add_argument("--results-dir", type=Path, help="where the run directory goes (default: results)")
-    explain.add_argument("--batch-size", type=int, action="append", help="repeatable; replaces batch_sizes")
-    explain.add_argument("--precision", action="append", help="repeatable; replaces precisions")
-    explain.add_argument("--steps", type=int, help="a fixed number of measured steps per case")
-    explain.add_argument("--repeats", type=int)
-    explain.add_argument("--budget", type=float, metavar="SECONDS", help="the whole run's budget")
-    explain.add_argument("--allow-emulated", action="store_true", default=None)
+    add_options(explain, "explain")
     explain.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     explain.add_argument("--reports-dir", type=Path, default=Path("reports"))
     explain.set_defaults(func=cmd_explain)
@@ -58,7 +56,6 @@ def breakdown_table(results) -> Table:
     return table
 
 
-SUITE_ONLY = ("results_dir", "batch_size", "precision", "steps", "repeats", "budget", "allow_emulated", "device")
 TRACE_ONLY = ("modes", "cpu_isa")
 
 
@@ -103,8 +100,9 @@ def cmd_explain_traces(args, console) -> int:
     from amp_bench.analysis.explain.any_trace import explain_traces, read_traces
     from amp_bench.errors import UserError
     from amp_bench.report import explain_trace_report
-    if args.suite is not None or _given(args, SUITE_ONLY):
-        what = " and ".join(_given(args, SUITE_ONLY) + (["a suite"] if args.suite is not None else []))
+    suite_only = _given(args, ("results_dir", "device", *(option.dest for option in taken_by("explain"))))
+    if args.suite is not None or suite_only:
+        what = " and ".join(suite_only + (["a suite"] if args.suite is not None else []))
         raise UserError(f"explain --trace reads traces: {what} applies to a suite run (explain SUITE)")
     profiles = read_traces(args.trace)
     for line in _trace_notes(args, profiles):
@@ -136,12 +134,10 @@ def cmd_explain(args, console) -> int:
     from amp_bench.cli.run import _print_advice, _refuse_outer_torchrun, _reporting, auto_report
     from amp_bench.studies.explain_suite import explain_suite
     _refuse_outer_torchrun()
-    overrides = {"batch_sizes": args.batch_size, "precisions": args.precision, "steps": args.steps,
-                 "repeats": args.repeats, "budget_s": args.budget, "allow_emulated": args.allow_emulated}
     explained = _reporting(render_console.rich_reporter(console),
                            lambda reporter: explain_suite(args.suite, device=args.device, reporter=reporter,
                                                           results_dir=args.results_dir or Path("results"),
-                                                          **{k: v for k, v in overrides.items() if v is not None}),
+                                                          **overrides(args, "explain")),
                            console, "every finished case is saved; see the results directory above")
     if explained is None:
         return 130

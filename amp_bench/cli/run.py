@@ -1,7 +1,8 @@
 """`amp_bench run`: its options, the refusal to run under an outer torchrun, and the command itself
 (run the suite with a live progress display, print the summary tables, write the run's report).
 
-auto_report, the report written at the end of a run, lives here too; fidelity and headroom end with it."""
+Shared with explain, fidelity and headroom: their options that suite/options.py declares (add_options,
+overrides, note_slurm_only) and auto_report, the report written at the end of a run."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from amp_bench.cli import console as render_console
 from amp_bench.errors import UserError
+from amp_bench.suite.options import taken_by
 
 
 def add_parsers(sub) -> None:
@@ -17,49 +19,7 @@ def add_parsers(sub) -> None:
     run.add_argument("suite", type=Path, nargs="?", help="the suite file (not with --resume)")
     run.add_argument("--device", choices=None, help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
     run.add_argument("--results-dir", type=Path, default=Path("results"))
-    run.add_argument("--steps", type=int, help="a fixed number of measured steps per case")
-    run.add_argument("--target-ci", type=float, help="measure each case until the 95%% interval of its median "
-                     "step time is within +-this share of it (e.g. 0.01), its budget is spent or --max-steps")
-    run.add_argument("--min-steps", type=int, help="adaptive window: never fewer measured steps")
-    run.add_argument("--max-steps", type=int, help="adaptive window: never more measured steps")
-    run.add_argument("--case-budget", type=float, metavar="SECONDS", help="measuring budget per case and repeat")
-    run.add_argument("--budget", type=float, metavar="SECONDS", help="the whole run's budget, shared out among the "
-                     "cases still to run (a case's min_steps wins over it)")
-    run.add_argument("--allow-emulated", action="store_true", default=None, help="also run modes this hardware "
-                     "only emulates (bf16/fp16 on a CPU without the ISA, bf16 below Ampere); labelled emulated")
-    run.add_argument("--warmup-steps", type=int)
-    run.add_argument("--repeats", type=int)
-    run.add_argument("--batch-size", type=int, action="append", help="repeatable; replaces batch_sizes")
-    run.add_argument("--precision", action="append", help="repeatable; replaces precisions")
-    run.add_argument("--timeout-s", type=float)
-    run.add_argument("--nproc-per-node", type=int, action="append",
-                     help="repeatable; replaces nproc_per_node: run each case with DDP under torchrun on this "
-                          "many processes (e.g. --nproc-per-node 1 --nproc-per-node 2)")
-    run.add_argument("--compile", action="append", nargs="?", const="true", metavar="MODE",
-                     help="repeatable; replaces the compile axis: false (eager), true/default, reduce-overhead, "
-                     "max-autotune (e.g. --compile false --compile true); alone it means the default mode, as "
-                     "compile: true does in a suite")
-    run.add_argument("--compile-backend", help="torch.compile backend (default inductor)")
-    run.add_argument("--compile-fullgraph", action="store_true", default=None, help="fullgraph=True: a graph "
-                     "break fails the case (status compile_error)")
-    run.add_argument("--compile-optimizer", action="store_true", default=None, help="compile the optimizer step too")
-    run.add_argument("--compile-cache", choices=("warm", "cold"), help="inductor/triton cache: warm, one per run "
-                     "shared by its cases; cold, an empty one per case")
-    run.add_argument("--seed", type=int)
-    run.add_argument("--explain", action=argparse.BooleanOptionalAction, default=None, help="profile one more step "
-                     "per case after its window: where the time goes, per category (on by default; the suite key "
-                     "explain: false or --no-explain turns it off)")
-    run.add_argument("--isolation", choices=("fork", "spawn"), help="how each case's worker starts: fork (default), "
-                     "a child of one server that imported torch and the models' libraries once; spawn, a fresh "
-                     "interpreter per case (3-7 s of imports each)")
-    run.add_argument("--on-contention", choices=("stop", "flag"), help="stop (default): a case whose worker other "
-                     "processes hold under 85%% of its cores for 3 s is stopped as contended, with the evidence, "
-                     "and retried once at the end if the machine is quiet then; flag: it runs on, its row says so")
-    run.add_argument("--cpu-allocator", choices=("keep", "system"), help="keep (default): a CPU case's worker "
-                     "keeps the memory it frees for reuse, so its steps do not page-fault their activations in "
-                     "again; system: glibc's defaults, as a plain training script has them")
-    run.add_argument("--peak-tflops", type=float, help="dense peak TFLOP/s for MFU, for every precision of the run "
-                     "(overrides the built-in table; a suite's peak_tflops mapping sets one per precision)")
+    add_options(run, "run")
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"))
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run the cases of RUN_DIR that have no row or "
@@ -68,47 +28,46 @@ def add_parsers(sub) -> None:
                      help="measure an advice item of RUN_DIR's cases (a rule's name, or all: `explain RUN_DIR` lists "
                           "them) beside the case itself, in pairs, and print predicted against measured gain "
                           "(docs/advice.md)")
-    add_executor_options(run)
+    add_options(run, "run", executor=True)
     run.set_defaults(func=cmd_run)
 
 
-def add_executor_options(parser) -> None:
-    """--executor and the SLURM settings (the suite's `executor:` block takes the same, docs/cluster.md)."""
-    group = parser.add_argument_group("where the cases run (docs/cluster.md)")
-    group.add_argument("--executor", choices=("local", "slurm"), help="local: here (default); slurm: SLURM jobs "
-                       "through submitit, one run directory per partition")
-    group.add_argument("--slurm-partition", metavar="P1,P2", help="the partitions to run the suite on, each in full")
-    group.add_argument("--slurm-gpus-per-node", type=int, metavar="N", help="GPUs per job (default: 1 on a "
-                       "partition whose nodes have GPUs, else 0)")
-    group.add_argument("--slurm-gres", help="a --gres request instead (e.g. gpu:a100:1)")
-    group.add_argument("--slurm-constraint")
-    group.add_argument("--slurm-account")
-    group.add_argument("--slurm-qos")
-    group.add_argument("--slurm-time", type=int, metavar="MINUTES", dest="slurm_time_min",
-                       help="each job's time limit (default: its cases' timeouts added up, plus 10 minutes)")
-    group.add_argument("--slurm-cpus-per-task", type=int)
-    group.add_argument("--slurm-mem-gb", type=float)
-    group.add_argument("--slurm-setup", action="append", metavar="LINE", help="repeatable: a shell line the job "
-                       "runs first (module load cuda, source a venv)")
-    group.add_argument("--slurm-exclusive", action=argparse.BooleanOptionalAction, default=None,
-                       help="a node to itself (default: yes; a job beside a benchmark shares its CPU and PCIe)")
-    group.add_argument("--slurm-tasks", type=int, metavar="N", help="jobs per partition, each with whole "
-                       "model-and-batch groups (default 1)")
-    group.add_argument("--slurm-cluster", choices=("slurm", "local"), help="local: submitit's local executor (the "
-                       "jobs as processes on this machine: a dry run of a cluster run)")
-    group.add_argument("--detach", action="store_true", help="submit and return: the jobs write their rows; "
-                       "`amp_bench status RESULTS_DIR` shows progress, `run --resume RUN_DIR` what died")
+def _add(parser, option) -> None:
+    """One declared option, given as suite/options.py says (values.harden gives its value's check)."""
+    switch = {"on": "store_true", "off": "store_false", "on_off": argparse.BooleanOptionalAction}.get(option.given)
+    if switch is not None:
+        parser.add_argument(option.flag, action=switch, default=None, help=option.help)
+        return
+    parser.add_argument(option.flag, action="append" if option.given == "values" else "store", help=option.help,
+                        metavar=option.metavar, choices=option.choices,
+                        **({"nargs": "?", "const": option.bare} if option.bare is not None else {}))
 
 
-def executor_overrides(args) -> dict:
-    names = {"executor": "type", "slurm_partition": "partitions", "slurm_gpus_per_node": "gpus_per_node",
-             "slurm_gres": "gres", "slurm_constraint": "constraint", "slurm_account": "account", "slurm_qos": "qos",
-             "slurm_time_min": "time_min", "slurm_cpus_per_task": "cpus_per_task", "slurm_mem_gb": "mem_gb",
-             "slurm_setup": "setup", "slurm_exclusive": "exclusive", "slurm_tasks": "tasks", "slurm_cluster": "cluster"}
-    given = {field: getattr(args, option, None) for option, field in names.items()}
-    if given["partitions"] is not None and given["type"] is None:
-        given["type"] = "slurm"  # naming partitions means the cluster
-    return {k: v for k, v in given.items() if v is not None}
+def add_options(parser, command: str, executor: bool = False) -> None:
+    """The options of `command` that set a suite field (suite/options.py); with `executor`, those of where it
+    runs, in their group (the suite's `executor:` block takes the same, docs/cluster.md)."""
+    target = parser.add_argument_group("where the cases run (docs/cluster.md)") if executor else parser
+    for option in taken_by(command):
+        if (option.block == "executor") == executor:
+            _add(target, option)
+
+
+def overrides(args, command: str, executor: bool = False) -> dict:
+    """The fields the command line set, by field: the study's settings, or with `executor` where it runs."""
+    given = {o.setting: value for o in taken_by(command) if (o.block == "executor") == executor and o.setting
+             and (value := getattr(args, o.dest)) is not None}
+    if executor and "partitions" in given:
+        given.setdefault("type", "slurm")  # naming partitions means the cluster
+    return given
+
+
+def note_slurm_only(args, command: str, console) -> None:
+    """Options only a SLURM job honours, given to a run that stays here: said, not silently dropped."""
+    named = [o.flag for o in taken_by(command) if o.slurm_only and getattr(args, o.dest) is not None]
+    if named:
+        this = "this run" if command == "run" else f"this {command} run"
+        console.print(f"[yellow]note[/]: {', '.join(named)} {'applies' if len(named) == 1 else 'apply'} to "
+                      f"--executor slurm only; {this} is local: not used", highlight=False, soft_wrap=True)
 
 
 def _refuse_outer_torchrun() -> None:
@@ -131,29 +90,14 @@ def cmd_run(args, console) -> int:
         return _resume(args, console)
     if args.suite is None:
         raise UserError("run: give a SUITE file, or --resume RUN_DIR")
-    overrides = {"nproc_per_node": args.nproc_per_node, "steps": args.steps, "warmup_steps": args.warmup_steps,
-                 "repeats": args.repeats, "batch_sizes": args.batch_size, "precisions": args.precision,
-                 "timeout_s": args.timeout_s, "seed": args.seed, "peak_tflops": args.peak_tflops,
-                 "target_ci": args.target_ci, "min_steps": args.min_steps, "max_steps": args.max_steps,
-                 "case_budget_s": args.case_budget, "budget_s": args.budget, "allow_emulated": args.allow_emulated,
-                 "compile": args.compile, "compile_backend": args.compile_backend,
-                 "compile_fullgraph": args.compile_fullgraph, "compile_optimizer": args.compile_optimizer,
-                 "compile_cache": args.compile_cache, "explain": args.explain, "isolation": args.isolation,
-                 "on_contention": args.on_contention, "cpu_allocator": args.cpu_allocator}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
+    settings = overrides(args, "run")
     from amp_bench.suite import executor_spec, load_suite
-    spec = executor_spec(load_suite(args.suite).executor, executor_overrides(args), str(args.suite))
+    spec = executor_spec(load_suite(args.suite).executor, overrides(args, "run", executor=True), str(args.suite))
     if spec.remote:
-        return _run_on_cluster(args, spec, overrides, console)
-    unused = sorted(name for name in vars(args) if name.startswith("slurm_") and getattr(args, name) is not None)
-    if unused or args.detach:  # said, not silently dropped: they shape SLURM jobs, and this run is local
-        named = ", ".join([f"--{n.replace('_', '-').replace('-time-min', '-time')}" for n in unused]
-                          + (["--detach"] if args.detach else []))
-        verb = "applies" if len(unused) + bool(args.detach) == 1 else "apply"
-        console.print(f"[yellow]note[/]: {named} {verb} to --executor slurm only; this run is local: not used",
-                      highlight=False, soft_wrap=True)
+        return _run_on_cluster(args, spec, settings, console)
+    note_slurm_only(args, "run", console)
     return _here(lambda reporter: run_suite(args.suite, device=args.device, results_dir=args.results_dir,
-                                            reporter=reporter, **overrides),
+                                            reporter=reporter, **settings),
                  args, console, "every finished case is saved; `run --resume RUN_DIR` runs the rest")
 
 
@@ -193,11 +137,11 @@ def _finish(results, args, console) -> None:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
 
 
-def _run_on_cluster(args, spec, overrides, console) -> int:
+def _run_on_cluster(args, spec, settings, console) -> int:
     from amp_bench.studies.cluster import run_on_cluster
     runs = _reporting(render_console.cluster_reporter(console),
                       lambda reporter: run_on_cluster(args.suite, spec, device=args.device, reporter=reporter,
-                                                      results_dir=args.results_dir, detach=args.detach, **overrides),
+                                                      results_dir=args.results_dir, detach=args.detach, **settings),
                       console, "the jobs were cancelled; every finished case is saved (`run --resume RUN_DIR` runs "
                       "the rest)")
     return 130 if runs is None else _after_cluster(runs, args, console)

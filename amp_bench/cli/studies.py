@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from amp_bench.cli import console as render_console
-from amp_bench.cli.run import add_executor_options, auto_report, executor_overrides
+from amp_bench.cli.run import add_options, auto_report, note_slurm_only, overrides
 from amp_bench.errors import UserError
 
 
@@ -18,68 +18,48 @@ def add_parsers(sub) -> None:
     fid.add_argument("suite", type=Path, help="a suite with a fidelity: section")
     fid.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
     fid.add_argument("--results-dir", type=Path, default=Path("results"))
-    fid.add_argument("--epochs", type=int)
-    fid.add_argument("--batch-size", type=int)
-    fid.add_argument("--seed", type=int, action="append", help="repeatable; replaces the section's seeds")
-    fid.add_argument("--precision", action="append", help="repeatable; fp32 always runs as the reference")
-    fid.add_argument("--tolerance-pp", type=float, help="accuracy difference (percentage points) still called parity")
+    add_options(fid, "fidelity")
     fid.add_argument("--no-report", action="store_true")
     fid.add_argument("--reports-dir", type=Path, default=Path("reports"))
-    add_executor_options(fid)
+    add_options(fid, "fidelity", executor=True)
     fid.set_defaults(func=cmd_fidelity)
 
     head = sub.add_parser("headroom", help="largest batch each precision trains at without running out of memory")
     head.add_argument("suite", type=Path)
     head.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
     head.add_argument("--results-dir", type=Path, default=Path("results"))
-    head.add_argument("--memory-cap-gb", type=float, help="GPU: allocator cap; CPU: address space above bare torch")
-    head.add_argument("--start-batch-size", type=int)
-    head.add_argument("--max-batch-size", type=int)
-    head.add_argument("--resolution", type=int, help="stop bisecting when fit and OOM are this close (default 1)")
-    head.add_argument("--precision", action="append", help="repeatable; replaces precisions")
-    head.add_argument("--timeout-s", type=float, help="per probe")
-    head.add_argument("--no-measure", action="store_true", help="skip the throughput measurement at each maximum")
+    add_options(head, "headroom")
     head.add_argument("--no-report", action="store_true")
     head.add_argument("--reports-dir", type=Path, default=Path("reports"))
-    add_executor_options(head)
+    add_options(head, "headroom", executor=True)
     head.set_defaults(func=cmd_headroom)
 
 
 def cmd_fidelity(args, console) -> int:
     from amp_bench.analysis.fidelity import failed_rows
     from amp_bench.studies.fidelity.orchestration import run_fidelity
-    overrides = {"epochs": args.epochs, "seeds": args.seed, "precisions": args.precision,
-                 "tolerance_pp": args.tolerance_pp, "batch_size": args.batch_size}
-    return _study(args, console, run_fidelity, overrides, render_console.fidelity_progress,
+    return _study(args, console, run_fidelity, render_console.fidelity_progress,
                   render_console.print_fidelity, failed_rows, "every finished precision is saved", "fidelity")
 
 
 def cmd_headroom(args, console) -> int:
     from amp_bench.analysis.headroom import failed_rows
     from amp_bench.studies.headroom_search import run_headroom
-    overrides = {"memory_cap_gb": args.memory_cap_gb, "max_batch_size": args.max_batch_size,
-                 "start_batch_size": args.start_batch_size, "resolution": args.resolution, "precisions": args.precision,
-                 "measure": False if args.no_measure else None, "timeout_s": args.timeout_s}
-    return _study(args, console, run_headroom, overrides, render_console.headroom_progress,
+    return _study(args, console, run_headroom, render_console.headroom_progress,
                   render_console.print_headroom, failed_rows, "every finished search is saved", "headroom")
 
 
-def _study(args, console, run, overrides: dict, progress, show, failed_rows, kept: str, kind: str) -> int:
+def _study(args, console, run, progress, show, failed_rows, kept: str, kind: str) -> int:
     """Run a study with its progress display, print its table, write its report, exit on its rows.
     With --executor slurm, one job per partition runs it there (studies/cluster_study.py)."""
     from amp_bench.suite import executor_spec, load_suite
-    spec = executor_spec(load_suite(args.suite).executor, executor_overrides(args), str(args.suite))
-    unused = [{"slurm_time_min": "--slurm-time"}.get(k, f"--{k.replace('_', '-')}") for k, v in vars(args).items()
-              if k.startswith("slurm_") and v is not None]
-    if not spec.remote and (unused or args.detach):
-        console.print(f"[yellow]note[/]: {' '.join(unused + (['--detach'] if args.detach else []))}: not used: "
-                      f"this {kind} runs here (executor local)", highlight=False, soft_wrap=True)
+    spec = executor_spec(load_suite(args.suite).executor, overrides(args, kind, executor=True), str(args.suite))
     if spec.remote:
-        return _study_on_cluster(args, console, spec, kind, {k: v for k, v in overrides.items() if v is not None},
-                                 failed_rows)
+        return _study_on_cluster(args, console, spec, kind, overrides(args, kind), failed_rows)
+    note_slurm_only(args, kind, console)
     try:
         table = run(args.suite, device=args.device, results_dir=args.results_dir, reporter=progress(console),
-                    **{k: v for k, v in overrides.items() if v is not None})
+                    **overrides(args, kind))
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: {kept}; see the results directory above")
         return 130
@@ -90,12 +70,12 @@ def _study(args, console, run, overrides: dict, progress, show, failed_rows, kep
     return _exit_for(failed_rows(table), console)
 
 
-def _study_on_cluster(args, console, spec, kind: str, overrides: dict, failed_rows) -> int:
+def _study_on_cluster(args, console, spec, kind: str, settings: dict, failed_rows) -> int:
     from amp_bench.studies.cluster_study import run_study_on_cluster
     say = lambda line: console.print(escape(line), highlight=False, soft_wrap=True)
     try:
         done = run_study_on_cluster(kind, args.suite, spec, device=args.device, results_dir=args.results_dir,
-                                    detach=args.detach, say=say, **overrides)
+                                    detach=args.detach, say=say, **settings)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: the jobs were cancelled; what they finished is saved")
         return 130

@@ -2,13 +2,12 @@
 runs, so a bad value is one line naming the option (exit 2) and never reaches a worker.
 
 Why one table here rather than a `type=` at each option: the options are declared in each command's
-module, and the same option (--steps, --device, --precision, -o) must mean the same everywhere;
-`harden` gives every value-taking option of every command its check from OPTION_TYPES (by option,
-or by command and option where one name means two things), and tests/test_cli_values.py holds every
-option to having one. Run settings go through the suite's own rule (suite.validate_overrides), executor
-settings through the executor block's (suite/executor.py), so the command line and a suite file agree
-on every limit. An empty value is always an error, never the default. Imports stay inside the checks:
-`--help` imports nothing more.
+module, and the same option (--device, --results-dir, -o) must mean the same everywhere; `harden` gives
+every value-taking option of every command its check from OPTION_TYPES (by option, or by command and
+option where one name means two things), and tests/test_cli_values.py holds every option to having one.
+An option that sets a suite field (suite/options.py) gets `declared`, the field's own check, so the command
+line and a suite file agree on every limit. An empty value is always an error, never the default. Imports
+stay inside the checks: `--help` imports nothing more.
 """
 from __future__ import annotations
 
@@ -17,8 +16,6 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
-
-_OVERRIDE = re.compile(r"^.*?override\.\w+(\[\d+\])?: ")
 
 
 def _fail(message: str):
@@ -58,48 +55,19 @@ def number(lo_exclusive: float, hi: float, what: str = "a number") -> Callable[[
     return parse
 
 
-def _converted(value: str, convert: Callable):
-    """The stripped value through `convert` (int, float, str); a value it refuses names the type expected."""
-    try:
-        return convert(text(value).strip())
-    except ValueError:
-        _fail(f"expected {getattr(convert, '__name__', 'a value')}, got {value!r}")
-
-
-def setting(key: str, convert: Callable = str, item: bool = False) -> Callable:
-    """A run setting (suite/fields.py) checked by the suite's own rule; `item`: one value of a list
-    setting (a repeatable option such as --batch-size)."""
+def declared(option) -> Callable:
+    """The value of an option that sets a suite field (suite/options.py), checked by that field's own check:
+    a repeatable option's value as one item of its list."""
     def parse(value: str):
-        from amp_bench.errors import UserError
-        from amp_bench.suite import validate_overrides
-        converted = _converted(value, convert)
         try:
-            validate_overrides({key: [converted] if item else converted}, Path("command line"))
-        except UserError as exc:
-            _fail(_OVERRIDE.sub("", exc.lines[0]))
-        return converted  # as given: the run checks it again, as it checks a suite's
-    return parse
-
-
-def _executor_fields() -> dict:
-    from amp_bench.suite.executor import FIELDS
-    return FIELDS
-
-
-def _headroom_fields() -> dict:
-    from amp_bench.suite.fields import HEADROOM_FIELDS
-    return HEADROOM_FIELDS
-
-
-def field_of(table: Callable[[], dict], key: str, convert: Callable = str) -> Callable:
-    """A value checked by one field of a suite block's table (the executor's `--slurm-*`, headroom's)."""
-    def parse(value: str):
-        converted = _converted(value, convert)
+            converted = option.convert(text(value).strip())  # int, float or str: the field's type
+        except ValueError:
+            _fail(f"expected {option.convert.__name__}, got {value!r}")
         problems: list[str] = []
-        checked = table()[key](converted, "", problems)
+        option.check()([converted] if option.given == "values" else converted, "", problems)
         if problems:
             _fail(re.sub(r"^(\[\d+\])?: ", "", problems[0]))
-        return converted if checked is not None else value
+        return converted  # as given: the run checks it again, as it checks a suite's
     return parse
 
 
@@ -107,13 +75,6 @@ def device(value: str) -> str:
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text(value)):
         _fail(f"device {value!r}: expected cuda or cuda:N" if value.startswith("cuda") else
               f"expected auto, cpu, cuda or cuda:N, got {value!r}")
-    return value
-
-
-def precision(value: str) -> str:
-    from amp_bench import modes
-    if value not in modes.names():
-        _fail(f"expected one of {', '.join(modes.names())}, got {value!r}")
     return value
 
 
@@ -233,39 +194,17 @@ def output_stem(value: str) -> Path:
     return path
 
 
-def _slurm(key: str, convert: Callable = str) -> Callable:
-    return field_of(_executor_fields, key, convert)
-
-
 def option_types() -> dict[str, Callable]:
     """Option -> its check, for every command that has the option."""
     return {
         "--device": device, "--results-dir": output_dir, "--reports-dir": output_dir, "--resume": existing_dir,
-        "--try": text, "--steps": setting("steps", int), "--min-steps": setting("min_steps", int),
-        "--max-steps": setting("max_steps", int), "--warmup-steps": setting("warmup_steps", int),
-        "--repeats": setting("repeats", int), "--batch-size": setting("batch_sizes", int, item=True),
-        "--precision": precision, "--target-ci": setting("target_ci", float),
-        "--case-budget": setting("case_budget_s", float), "--budget": setting("budget_s", float),
-        "--timeout-s": setting("timeout_s", float), "--nproc-per-node": setting("nproc_per_node", int, item=True),
-        "--compile": setting("compile", item=True), "--compile-backend": setting("compile_backend"),
-        "--seed": setting("seed", int), "--peak-tflops": number(0, 1e6, "TFLOP/s"),
-        "--slurm-partition": _slurm("partitions"), "--slurm-gpus-per-node": _slurm("gpus_per_node", int),
-        "--slurm-gres": _slurm("gres"), "--slurm-constraint": _slurm("constraint"),
-        "--slurm-account": _slurm("account"), "--slurm-qos": _slurm("qos"), "--slurm-time": _slurm("time_min", int),
-        "--slurm-cpus-per-task": _slurm("cpus_per_task", int), "--slurm-mem-gb": _slurm("mem_gb", float),
-        "--slurm-setup": _slurm("setup"), "--slurm-tasks": _slurm("tasks", int),
-        "--trace": existing_file, "--modes": mode_pair, "--cpu-isa": cpu_flags,
+        "--try": text, "--trace": existing_file, "--modes": mode_pair, "--cpu-isa": cpu_flags,
         "--target": gpu_keys, "--source-gpu": gpu, "--csv": output_file,
         "--prices": existing_file, "--annotations": existing_file, "--dashboard": output_file,
         "--reference": text, "--machine": text, "--suite": text, "--note": text, "--history": text,
         "--threshold-time": threshold("time"), "--threshold-throughput": threshold("throughput"),
         "--threshold-speedup": threshold("speedup"), "--threshold-memory": threshold("memory", allow_bytes=True),
-        "--max-age": number(0, 3650, "days"), "--epochs": integer(1, 100_000, "an epoch count"),
-        "--tolerance-pp": number(0, 100, "percentage points"),
-        "--memory-cap-gb": field_of(_headroom_fields, "memory_cap_gb", float),
-        "--start-batch-size": field_of(_headroom_fields, "start_batch_size", int),
-        "--max-batch-size": field_of(_headroom_fields, "max_batch_size", int),
-        "--resolution": field_of(_headroom_fields, "resolution", int),
+        "--max-age": number(0, 3650, "days"),
     }
 
 
@@ -280,7 +219,7 @@ COMMAND_TYPES: dict[tuple[str, str], Callable] = {
     ("compare", "baseline"): text, ("compare", "candidate"): text,
     ("report", "--output"): output_file, ("export", "--output"): lambda value: Path(text(value)),
     **{(command, "--output"): output_stem for command in ("compare", "history", "nightly")},
-    ("report", "--format"): formats(("html", "md", "csv")), ("compare", "--seed"): SEED, ("fidelity", "--seed"): SEED,
+    ("report", "--format"): formats(("html", "md", "csv")), ("compare", "--seed"): SEED,
     **{(command, "--threshold-memory"): threshold("memory") for command in ("history", "nightly")},  # no byte form
 }
 
@@ -292,13 +231,15 @@ def takes_value(action: argparse.Action) -> bool:
 def harden(subparsers: argparse._SubParsersAction) -> None:
     """Give every value-taking option and positional of every command its check (argparse's own
     `choices` stay as they are: they refuse an unknown or empty value already)."""
+    from amp_bench.suite.options import OPTIONS
     table = option_types()
+    by_command = {**COMMAND_TYPES, **{(c, o.flag): declared(o) for o in OPTIONS for c in o.commands}}
     for command, parser in subparsers.choices.items():
         for action in parser._actions:
             if not takes_value(action) or action.choices is not None:
                 continue
             names = action.option_strings or [action.dest]
-            check = next((COMMAND_TYPES[(command, n)] for n in names if (command, n) in COMMAND_TYPES), None)
+            check = next((by_command[(command, n)] for n in names if (command, n) in by_command), None)
             check = check or next((table[n] for n in names if n in table), None)
             if check is not None:
                 action.type = check

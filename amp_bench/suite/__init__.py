@@ -9,6 +9,7 @@ same file runs on a laptop with smaller batches and fewer steps.
   fields.py   the field tables: settings, models: entries, optimizer, fidelity:, headroom:; validate_overrides
   load.py     reading the YAML: load_suite
   executor.py the `executor:` block (where the cases run: here, or SLURM jobs): ExecutorSpec
+  options.py  every command-line option that sets a field, declared once: a new option is an entry there
   matrix.py   Suite, and per device type: settings, the case matrix, the fidelity and headroom specs
 
 Torch-free: model references and datasets are checked through modules imported at call time.

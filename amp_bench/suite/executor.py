@@ -132,20 +132,14 @@ class ExecutorSpec:
         return cls(**data)
 
 
-def flag(key: str) -> str:
-    """The command-line option of an executor field."""
-    return {"type": "--executor", "partitions": "--slurm-partition", "time_min": "--slurm-time"}.get(
-        key, f"--slurm-{key.replace('_', '-')}")
-
-
 def validate_executor(value, path: str, problems: Problems) -> dict | None:
     """The `executor:` block: its fields checked, one line per problem."""
     return checks.validate_section(value, path, problems, FIELDS)
 
 
 def executor_spec(block: dict | None, overrides: dict | None = None, source: str = "") -> ExecutorSpec:
-    """The suite's block (validated), then the CLI's overrides (checked here, named `--executor` and
-    `--slurm-*` in their messages): an ExecutorSpec. A slurm executor without partitions is refused."""
+    """The suite's block (validated), then the CLI's overrides (each checked again, as `override.KEY`): an
+    ExecutorSpec. A slurm executor without partitions is refused."""
     problems: Problems = []
     given = dict(block or {})
     for key, value in (overrides or {}).items():
@@ -154,7 +148,7 @@ def executor_spec(block: dict | None, overrides: dict | None = None, source: str
         if key not in FIELDS:
             problems.append(f"override {key!r}: unknown executor setting (expected one of: {', '.join(FIELDS)})")
             continue
-        checked = FIELDS[key](value, flag(key), problems)
+        checked = FIELDS[key](value, checks.join("override", key), problems)
         if checked is not None:
             given[key] = checked
     for key in ("partitions", "setup"):

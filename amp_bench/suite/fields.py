@@ -66,6 +66,7 @@ _compile_axis = checks.axis(_compile_item, f"compile mode (false, true or one of
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager", "cudagraphs")  # "eager": dynamo only, no codegen (tests)
 COMPILE_CACHES = ("warm", "cold")
 ISOLATIONS = ("fork", "spawn")  # a case's worker: a child of the run's fork server, or a fresh interpreter
+ON_CONTENTION, CPU_ALLOCATORS = ("stop", "flag"), ("keep", "system")
 
 
 # --------------------------------------------------------------------------- models: entries
@@ -241,9 +242,9 @@ def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
         "compile_optimizer": checks.boolean,
         "explain": checks.boolean,
         "isolation": checks.choice(ISOLATIONS),
-        "on_contention": checks.choice(("stop", "flag")),
+        "on_contention": checks.choice(ON_CONTENTION),
         "interleave": checks.choice(("auto", "steps", "repeats")),
-        "cpu_allocator": checks.choice(("keep", "system")),
+        "cpu_allocator": checks.choice(CPU_ALLOCATORS),
         "compile_cache": checks.choice(COMPILE_CACHES),
         "compile_precisions": checks.optional(checks.axis(checks.choice(modes.names()), "precision")),
         "compile_timeout_s": checks.optional(checks.number(0, 7 * 24 * 3600)),
