@@ -84,7 +84,7 @@ def test_a_variant_is_a_case_of_its_own_and_pairs_alternate_which_side_goes_firs
     case = load_suite(ROOT / "suites" / "smoke.yaml").cases("cpu")[0]
     advice = Advice("optimizer_impl", "use the fused sgd", "", 10.0, 8.0, 7.0, 9.0, "", "",
                     variant={"optimizer_impl": "fused"})
-    fused = variant_case(case, advice)
+    fused = variant_case(case, advice.variant)
     assert fused.optimizer.impl == "fused" and fused.variant == "optimizer_impl=fused"
     assert fused.case_id != case.case_id and fused.case_id.startswith(case.case_id.rsplit("-", 1)[0])
     from amp_bench.studies.try_advice import Trial
@@ -95,7 +95,7 @@ def test_a_variant_is_a_case_of_its_own_and_pairs_alternate_which_side_goes_firs
     assert not any(c.explain or c.instrument or c.count_flops for c, _ in planned)  # throughput only
     layout = Advice("channels_last", "train in channels_last", "", 10.0, 9.0, 8.0, 9.5, "", "",
                     variant={"channels_last": True})
-    both, sizes = order([Trial(advice, case, fused), Trial(layout, case, variant_case(case, layout))], 2)
+    both, sizes = order([Trial(advice, case, fused), Trial(layout, case, variant_case(case, layout.variant))], 2)
     assert sizes == [3, 3] and [c.variant for c, _ in both][:3] == ["", "optimizer_impl=fused", "channels_last=True"]
     assert [c.variant for c, _ in both][3:] == ["optimizer_impl=fused", "channels_last=True", ""]  # one original
     assert Path(ROOT / "docs" / "advice.md").is_file()

@@ -54,6 +54,11 @@ def test_smoke_suite_end_to_end_on_cpu(smoke_run):
     ending = proc.stdout.split("On GPUs (predicted, nothing measured here)", 1)[1]
     assert all(gpu in ending for gpu in ("V100 SXM2", "A100 SXM 80GB", "L4", "H100 SXM 80GB"))
     assert "Predicted, nothing measured on a GPU" in " ".join(ending.split()) and (run_dir / "predicted.csv").is_file()
+    # and with the changes those GPU cases could take, priced per GPU (smoke's resnet18 trains NCHW, foreach SGD)
+    gpus = " ".join(proc.stdout.split("advice on GPUs (predicted from fake-tensor steps", 1)[1].split())
+    assert "use the fused sgd (fused=True) (optimizer_impl): " in gpus and "channels_last" in gpus
+    assert all(f"on {gpu}" in gpus for gpu in ("V100 SXM2", "A100 SXM 80GB", "L4", "H100 SXM 80GB"))
+    assert (run_dir / "predicted_advice.csv").is_file()
     # the run wrote its report and said where
     report = out / "reports" / f"{run_dir.name}.html"
     assert f"report: {report}" in proc.stdout.replace("\n", "")

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from amp_bench.cli.run import add_options, overrides
+from amp_bench.cli.run import TARGET_HELP, add_options, overrides
 from amp_bench.suite.options import taken_by
 
 EXIT_NOTHING_EXPLAINED = 3
@@ -30,6 +30,7 @@ def add_parsers(sub) -> None:
     explain.add_argument("--device", help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
     explain.add_argument("--results-dir", type=Path, help="where the run directory goes (default: results)")
     add_options(explain, "explain")
+    explain.add_argument("--target", help=TARGET_HELP)
     explain.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     explain.add_argument("--reports-dir", type=Path, default=Path("reports"))
     explain.set_defaults(func=cmd_explain)
@@ -131,7 +132,14 @@ def cmd_explain(args, console) -> int:
         raise UserError(f"explain SUITE: {' and '.join(_given(args, TRACE_ONLY))} applies to two traces "
                         "(explain --trace A --trace B)")
     from amp_bench.cli import console as render_console
-    from amp_bench.cli.run import _print_advice, _refuse_outer_torchrun, _reporting, auto_report
+    from amp_bench.cli.run import (
+        _print_advice,
+        _refuse_outer_torchrun,
+        _reporting,
+        auto_report,
+        predict_on_gpus,
+        print_gpu_advice,
+    )
     from amp_bench.studies.explain_suite import explain_suite
     _refuse_outer_torchrun()
     explained = _reporting(render_console.rich_reporter(console),
@@ -141,16 +149,18 @@ def cmd_explain(args, console) -> int:
                            console, "every finished case is saved; see the results directory above")
     if explained is None:
         return 130
+    run_dir = explained.results.attrs["run_dir"]
+    predict_on_gpus(run_dir, args.target, console)  # each change the GPU cases could take, priced on GPUs
     for line in explained.unexplained:
         console.print(f"[yellow]not explained[/]: {escape(line)}", highlight=False, soft_wrap=True)
     if explained.nothing:
+        print_gpu_advice(run_dir, console)
         console.print("[red]nothing to explain[/]: no case ran and profiled (see the lines above)")
         return EXIT_NOTHING_EXPLAINED
     console.print(breakdown_table(explained.results))
     for text in explained.sentences:
         console.print(f"- {escape(text)}", highlight=False, soft_wrap=True)
     _print_advice(explained.results, console)  # what to change next (docs/advice.md)
-    run_dir = explained.results.attrs["run_dir"]
     console.print(f"traces (Perfetto opens them): {run_dir}/traces/")
     if not args.no_report:
         auto_report(run_dir, args.reports_dir, console)

@@ -13,6 +13,9 @@ from amp_bench.cli import console as render_console
 from amp_bench.errors import UserError
 from amp_bench.suite.options import taken_by
 
+TARGET_HELP = ("comma-separated GPUs (predict --list-targets) to price the advice's changes on, from fake-tensor "
+               "steps (default without a GPU: the suite's predict.targets, else v100-sxm2,a100-80gb,l4,h100-sxm)")
+
 
 def add_parsers(sub) -> None:
     run = sub.add_parser("run", help="run a suite and write results/<run-id>/ (here, or on SLURM partitions)")
@@ -20,6 +23,7 @@ def add_parsers(sub) -> None:
     run.add_argument("--device", choices=None, help="auto (default: the suite's, else auto), cpu, cuda, cuda:N")
     run.add_argument("--results-dir", type=Path, default=Path("results"))
     add_options(run, "run")
+    run.add_argument("--target", help=TARGET_HELP)
     run.add_argument("--no-report", action="store_true", help="don't write reports/<run-id>.html at the end")
     run.add_argument("--reports-dir", type=Path, default=Path("reports"))
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="run the cases of RUN_DIR that have no row or "
@@ -127,12 +131,15 @@ def _finish(results, args, console) -> None:
     counts = results["status"].value_counts().to_dict()
     console.print(f"finished: {', '.join(f'{v} {k}' for k, v in counts.items())} -> {results.attrs['run_dir']}")
     if not results.empty:
+        predicted = predict_on_gpus(results.attrs["run_dir"], args.target, console)  # the advice quotes its gains
         render_console.print_summary(results, console)
         _print_explained(results, console)
         _print_advice(results, console)
         _print_wall_time(results, console)
         _print_advice_scores(results, console)
-        _print_predicted_gpus(results, console)
+        if predicted is not None:
+            from amp_bench.cli.predict import predicted_gpus_table
+            predicted_gpus_table(predicted, results.attrs["run_dir"], console)
     if not args.no_report and not results.empty:
         auto_report(results.attrs["run_dir"], args.reports_dir, console)
 
@@ -232,27 +239,44 @@ def _print_advice_scores(results, console) -> None:
 
 
 def _print_advice(results, console) -> None:
-    """With explain on, what to change next: each case's advice items, ranked, and how to try each."""
+    """With explain on, what to change next: each case's advice items, ranked, and how to try each; then each
+    change the GPU cases could take, priced on GPUs (predict_on_gpus)."""
     from rich.markup import escape
 
     from amp_bench.analysis.advice.for_run import advice_lines
     for line in advice_lines(results, results.attrs["run_dir"]):
         console.print(f"advice: {escape(line)}", highlight=False, soft_wrap=True)
+    print_gpu_advice(results.attrs["run_dir"], console)
 
 
-def _print_predicted_gpus(results, console) -> None:
-    """On a machine without a GPU the run ends with what its suite's GPU cases would give on GPUs
-    (studies/gpu_predictions.py): predicted, said as such, never a measured row."""
-    from amp_bench.cli.predict import predicted_gpus_table
+def print_gpu_advice(run_dir, console) -> None:
+    """Each change the GPU cases could take and its predicted gain per GPU (predicted_advice.csv)."""
+    from rich.markup import escape
+
+    from amp_bench.analysis.advice.for_run import GPU_TABLE
+    from amp_bench.analysis.advice.targets import gpu_lines
+    from amp_bench.store.results import read_table
+    gpus = read_table([run_dir], GPU_TABLE)
+    if not gpus.empty:
+        console.print("advice on GPUs (predicted from fake-tensor steps, nothing measured here; docs/advice.md):")
+    for line in gpu_lines(gpus) if not gpus.empty else []:
+        console.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
+
+
+def predict_on_gpus(run_dir, targets: list[str] | None, console):
+    """On a machine without a GPU, what its suite's GPU cases would give on GPUs (studies/gpu_predictions.py,
+    returned for the run's table) and what each change they could take would give there (studies/gpu_advice.py,
+    predicted_advice.csv, which the advice lines quote); on a GPU run, the changes only, with --target.
+    Predictions, said as such, never a measured row."""
+    from amp_bench.studies import gpu_advice
     from amp_bench.studies.gpu_predictions import after_cpu_run
-    run_dir = results.attrs["run_dir"]
     try:
-        result = after_cpu_run(run_dir)
+        predicted = after_cpu_run(run_dir, targets=targets)
+        gpu_advice.for_run(run_dir, targets)
     except UserError as exc:
         console.print(f"On GPUs: not predicted: {exc.lines[0]}", highlight=False, soft_wrap=True)
-        return
-    if result is not None:
-        predicted_gpus_table(result, run_dir, console)
+        return None
+    return predicted
 
 
 def _print_wall_time(results, console) -> None:

@@ -107,20 +107,40 @@ def reading_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+ADVICE_NOTE = ("Changes a GPU rewards that these GPU cases do not make yet, each recorded on fake tensors as is and "
+               "changed and priced on each GPU: the step's predicted gain with its interval (docs/advice.md). "
+               "Predicted, nothing measured.")
+
+
+def advice_table(data) -> pd.DataFrame:
+    """One row per GPU case, change and target (predicted_advice.csv, studies/gpu_advice.py) as a reader sees it."""
+    from amp_bench.analysis.advice.targets import said
+    from amp_bench.store.results import read_table
+    table = read_table(data.run_dirs, "predicted_advice")
+    return pd.DataFrame([{"case": row["case"], "mode": row["precision"], "change": row["change"],
+                          "on the GPU": said(row)} for row in table.to_dict("records")])
+
+
 def section_html(data, html_table) -> str:
     table, lines = predictions(data)
     parts = [f"<p class='note'>{html.escape(HOW_TO)}</p>"]
     if not table.empty:
         parts.append(html_table(reading_table(table)))
     parts += [f"<p class='note'>{html.escape(line)}</p>" for line in lines]
+    advice = advice_table(data)
+    if not advice.empty:
+        parts += [f"<p class='note'>{html.escape(ADVICE_NOTE)}</p>", html_table(advice)]
     return "\n".join(parts)
 
 
 def markdown(data, markdown_table) -> list[str]:
     table, lines = predictions(data)
-    if table.empty and not lines:
+    advice = advice_table(data)
+    if table.empty and not lines and advice.empty:
         return []
     out = [f"## {SECTION[1]}", "", HOW_TO, ""]
     if not table.empty:
         out += [markdown_table(reading_table(table)), ""]
+    if not advice.empty:
+        out += [ADVICE_NOTE, "", markdown_table(advice), ""]
     return out + [f"- {line}" for line in lines] + [""]

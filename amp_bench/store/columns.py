@@ -398,6 +398,10 @@ STUDY_TABLES: dict[str, dict[str, str]] = {
         "case precision target target_label status reason step_ms:f step_ms_low:f step_ms_high:f throughput:f "
         "throughput_low:f throughput_high:f speedup:f speedup_low:f speedup_high:f baseline peak_memory_bytes:f "
         "memory_saving:f source interval_from"),
+    # a change's gain on a GPU, priced on fake-tensor steps as is and changed (studies/gpu_advice.py)
+    "predicted_advice": _table(
+        "case precision model rule change target target_label status reason step_ms:f predicted_ms:f low_ms:f "
+        "high_ms:f gain:f gain_low:f gain_high:f how"),
     "overhead": _table(
         "round:i device model image_size:i batch:i channels_last:b optimizer impl device_name precision warmup:i "
         "steps:i harness_throughput:f plain_throughput:f ratio:f harness_ms:f plain_ms:f harness_gap_fraction:f "

@@ -119,9 +119,9 @@ def predict_source(source, targets: list[str], fp32_as: str | None = None, sourc
     return predict_suite(source / SUITE_FILE, targets, fp32_as)  # reading a run writes nothing into it
 
 
-def after_cpu_run(run_dir, server=None):
-    """The end of a run on a machine without a GPU: its suite's GPU cases predicted on its predict: block's
-    targets (else DEFAULT_TARGETS), written to RUN_DIR/predicted.csv (a prediction, beside the measured
+def after_cpu_run(run_dir, server=None, targets: list[str] | None = None):
+    """The end of a run on a machine without a GPU: its suite's GPU cases predicted on `targets`, else its
+    predict: block's, else DEFAULT_TARGETS, written to RUN_DIR/predicted.csv (a prediction, beside the measured
     results, never in them); None when the run measured on a GPU or kept no suite."""
     from amp_bench.analysis.predict.settings import SUITE_FILE, suite_settings
     from amp_bench.analysis.predict.source import is_gpu_run
@@ -131,7 +131,7 @@ def after_cpu_run(run_dir, server=None):
         return None
     settings = suite_settings(run_dir)
     fp32_as = None if settings.get("fp32_as") in (None, "mode") else settings["fp32_as"]
-    result = predict_suite(run_dir / SUITE_FILE, list(settings.get("targets") or DEFAULT_TARGETS), fp32_as,
+    result = predict_suite(run_dir / SUITE_FILE, list(targets or settings.get("targets") or DEFAULT_TARGETS), fp32_as,
                            log_dir=run_dir / "logs", server=server)
     write_table(run_dir, "predicted", result.table.to_dict("records"))
     return result

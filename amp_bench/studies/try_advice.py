@@ -32,9 +32,10 @@ class Trial:
     variant: Case
 
 
-def variant_case(case: Case, advice: Advice) -> Case:
-    """The case with the advice item applied (its `variant` names it, so its rows are a case of their own)."""
-    change = dict(advice.variant or {})
+def variant_case(case: Case, variant: dict) -> Case:
+    """The case with an advice item's `variant` (the case fields it changes) applied; the variant names it,
+    so its rows are a case of their own."""
+    change = dict(variant)
     name = ",".join(f"{k}={v}" for k, v in sorted(change.items()))
     fields: dict = {"variant": name}
     if "optimizer_impl" in change:
@@ -50,15 +51,14 @@ def trials(run_dir: Path, rule: str) -> list[Trial]:
     its first repeat's profiled step, whatever its verdict (advice, uncertain or expected slower: each is a
     prediction to check); the cases as its plan ran them."""
     rows = load_results(run_dir)
-    plan = {item["case"]["suite"] + "/" + Case.from_json(item["case"]).case_id: Case.from_json(item["case"])
-            for item in _plan(run_dir)["items"]}
+    plan = {f"{case.suite}/{case.case_id}": case for case in plan_cases(run_dir)}
     found, seen = [], []
     for row in rows[(rows["status"] == "ok") & (rows["repeat"] == 0)].to_dict("records"):
         for advice in assess(from_row(row, run_dir)):
             seen.append(advice.rule)
             case = plan.get(f"{row['suite']}/{row['case_id']}")
             if advice.variant and case is not None and rule in (advice.rule, "all"):
-                found.append(Trial(advice, case, variant_case(case, advice)))
+                found.append(Trial(advice, case, variant_case(case, advice.variant)))
     if not found:
         said = f"advice found: {', '.join(sorted(set(seen)))}" if seen else "no advice applies to its cases"
         raise UserError(f"{run_dir}: nothing to try for {rule!r} ({said}; the run's `advice:` lines and its "
@@ -72,6 +72,11 @@ def _plan(run_dir: Path) -> dict:
     if not path.is_file() or read_manifest(run_dir) is None:
         raise UserError(f"{run_dir}: not a run directory with a plan (plan.json)")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def plan_cases(run_dir: Path) -> list[Case]:
+    """The cases of RUN_DIR as its plan ran them (plan.json)."""
+    return [Case.from_json(item["case"]) for item in _plan(run_dir)["items"]]
 
 
 def order(found: list[Trial], repeats: int) -> tuple[list[tuple[Case, int]], list[int]]:

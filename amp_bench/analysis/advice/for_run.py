@@ -8,7 +8,11 @@ import pandas as pd
 
 from amp_bench.analysis.advice.evidence import from_row
 from amp_bench.analysis.advice.rules import Advice, assess, intrinsic
+from amp_bench.analysis.advice.targets import on_gpus
 from amp_bench.identity import case_label
+from amp_bench.store.results import read_table
+
+GPU_TABLE = "predicted_advice"  # the store's name for what studies/gpu_advice.py writes
 
 
 def run_advice(results: pd.DataFrame, run_dirs) -> list[tuple[dict, Advice | str]]:
@@ -34,14 +38,21 @@ def advice_lines(results: pd.DataFrame, run_dir) -> list[str]:
     advice (uncertain: how to settle them; expected slower: said as such), then what is by design."""
     lines, by_case = [], {}
     for row, item in run_advice(results, [run_dir]):
-        by_case.setdefault(f"{case_label(row)} {row.get('precision')}", []).append(item)
-    for label, items in by_case.items():
-        advice = [i for i in items if isinstance(i, Advice) and i.verdict == "advice"]
-        lines += [f"{label}: {n}. {item.line()}{_tried(item, run_dir)}" for n, item in enumerate(advice, 1)]
-        lines += [f"{label}: {item.line()}{_tried(item, run_dir)}" for item in items
+        by_case.setdefault(f"{case_label(row)} {row.get('precision')}", []).append((row, item))
+    gpus = read_table([run_dir], GPU_TABLE)  # each change priced on GPUs (studies/gpu_advice.py), where it was
+    for label, pairs in by_case.items():
+        items = [item for _, item in pairs]
+        advice = [(row, i) for row, i in pairs if isinstance(i, Advice) and i.verdict == "advice"]
+        lines += [f"{label}: {n}. {item.line()}{_tried(item, run_dir)}{_on_gpus(gpus, row, item)}"
+                  for n, (row, item) in enumerate(advice, 1)]
+        lines += [f"{label}: {item.line()}{_tried(item, run_dir)}{_on_gpus(gpus, row, item)}" for row, item in pairs
                   if isinstance(item, Advice) and item.verdict != "advice"]
         lines += [f"{label}: by design: {item}" for item in items if isinstance(item, str)]
     return lines
+
+
+def _on_gpus(gpus: pd.DataFrame, row: dict, item: Advice) -> str:
+    return on_gpus(gpus, row.get("model_label"), row.get("precision"), item.rule) if not gpus.empty else ""
 
 
 def _tried(item: Advice, run_dir) -> str:
