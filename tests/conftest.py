@@ -110,18 +110,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _session_folder(tmp_path_factory, name: str, variable: str):
+    """A folder shared by every xdist process of this test command, named in `variable` while it runs."""
+    session = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one id for every xdist process of this command
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent / f"{name}-{session}" if session else base / name
+    folder.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(variable, str(folder))
+        yield folder
+
+
 @pytest.fixture(scope="session", autouse=True)
 def probe_cache(tmp_path_factory):
     """Runs of this session reuse one CPU probe per environment (amp_bench/studies/probe_cache.py):
     some 45 runs would each start a worker that imports torch only to describe this CPU. The CLI
     runs the tests start inherit it. Tests of the probe itself unset it."""
-    session = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # one folder for every xdist process of this command
-    base = tmp_path_factory.getbasetemp()
-    folder = base.parent / f"probe-cache-{session}" if session else base / "probe-cache"
-    folder.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AMP_BENCH_PROBE_CACHE", str(folder))
-        yield folder
+    yield from _session_folder(tmp_path_factory, "probe-cache", "AMP_BENCH_PROBE_CACHE")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -129,13 +134,7 @@ def inventory_cache(tmp_path_factory):
     """Steps recorded on fake tensors for predictions (amp_bench/store/inventories.py) are kept for this test
     command, shared by its xdist processes (each file is written under a temporary name and renamed), and
     never in the user's cache."""
-    session = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    base = tmp_path_factory.getbasetemp()
-    folder = base.parent / f"inventory-cache-{session}" if session else base / "inventory-cache"
-    folder.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AMP_BENCH_CACHE", str(folder))
-        yield folder
+    yield from _session_folder(tmp_path_factory, "inventory-cache", "AMP_BENCH_CACHE")
 
 
 @pytest.fixture
