@@ -4,11 +4,10 @@ step and its forward and backward timed as it runs now and as the change would r
 budget left untimed. A malformed file is one line naming it and the field."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amp_bench.errors import UserError
+from amp_bench.errors import UserError, read_json
 
 
 @dataclass
@@ -95,12 +94,7 @@ def _work(record) -> float:
 def read_probe(path) -> ProbeReading:
     """STEM.probe.json -> its readings (a shape without both sides timed is left out)."""
     path = Path(path)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable shape probe readings ({exc.__class__.__name__})") from None
-    if not isinstance(record, dict):
-        raise UserError(f"{path}: expected a JSON object of shape probe readings")
+    record = read_json(path, "shape probe readings", dict)
     changes = {}
     for rule, change in (record.get("changes") or {}).items():
         shapes = []

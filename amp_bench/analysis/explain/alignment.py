@@ -19,12 +19,11 @@ weight), the convention FlopCounterMode's training counts follow.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from amp_bench.errors import UserError
+from amp_bench.errors import UserError, read_json
 
 CPU_NOTE = ("measured on a CPU: alignment matters on Tensor Core GPUs (multiples of 8 for fp16/bf16, 16 "
             "for fp8); it is listed so the same model can be judged before it runs on one")
@@ -102,12 +101,7 @@ def read_layers(path) -> list[Layer]:
     """The layer records the worker saved beside a trace (a JSON list of {name, kind, dims, calls});
     a malformed file is one line naming it and the field."""
     path = Path(path)
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: unreadable layer records ({exc.__class__.__name__})") from None
-    if not isinstance(records, list):
-        raise UserError(f"{path}: expected a JSON list of layer records")
+    records = read_json(path, "layer records", list)
     layers = []
     for i, r in enumerate(records):
         for key in ("name", "kind", "dims"):
