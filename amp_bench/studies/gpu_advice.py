@@ -95,15 +95,17 @@ def price(cases: list[Case], targets: list[str], fp32_as: str | None = None, log
     record_missing(cases, log_dir, server)
     planned = _planned(cases)
     failed = record_missing([variant for _, _, variant in planned], log_dir, server)
-    items = []
+    items, bases = [], {}  # a case's source, read once for all its changes
     for case, change, variant in planned:
         item = GpuItem(identity.case_label(case.axes), case.precision, case.model.label, change)
-        if inventories.key(variant.to_json()) in failed:
-            item.not_priced = {spec.key: f"the changed step could not be recorded: "
-                               f"{failed[inventories.key(variant.to_json())]}" for spec in specs}
+        why_not = failed.get(inventories.key(variant.to_json()))
+        if why_not is not None:
+            item.not_priced = {spec.key: f"the changed step could not be recorded: {why_not}" for spec in specs}
             items.append(item)
             continue
-        base, changed = _source(case), _source(variant)
+        if case.case_id not in bases:
+            bases[case.case_id] = _source(case)
+        base, changed = bases[case.case_id], _source(variant)
         for spec in specs:
             before, status, why = predict_mode(base, case.precision, spec, fp32_as)
             after, _, why_after = predict_mode(changed, case.precision, spec, fp32_as)
