@@ -109,11 +109,13 @@ def _read_node(node: ev.EventNode, step: int, reading: CastReading, kernels: dic
         weight = dims[1] if len(dims) > 1 else None
         if isinstance(weight, list) and len(weight) >= 2:
             reading.weight_shapes.add(tuple(weight))
-    in_op = [a for a in node.ancestors() if a.event.get("cat") == "cpu_op"]
-    if node.event.get("cat") == "cpu_op" and not in_op and not _is_backward(node):
+    if node.event.get("cat") == "cpu_op" and not node.in_op and not _is_backward(node):
         reading.ops_ms.setdefault(step, []).append((node.start, node.end, (node.end - node.start) / 1e3))
-    if node.name not in _CAST_OPS or any(a.name in _CAST_OPS for a in in_op[:1]):
-        return  # not a cast, or the inner op of one (aten::to's own _to_copy)
+    if node.name not in _CAST_OPS:
+        return  # not a cast
+    in_op = [a for a in node.ancestors() if a.event.get("cat") == "cpu_op"]
+    if any(a.name in _CAST_OPS for a in in_op[:1]):
+        return  # the inner op of one (aten::to's own _to_copy)
     formats = _copy_types(node)
     dims = (args.get("Input Dims") or [[]])[0]
     if formats is None or not isinstance(dims, list):

@@ -165,6 +165,10 @@ class EventNode:
     end: float
     parent: EventNode | None = None
     children: list = field(default_factory=list)
+    # set as the node is nested (nest_events): what its ancestors are, asked of every op of every step
+    # (walking the ancestors each time was most of a trace's reading)
+    in_optimizer: bool = False  # under an Optimizer.* region
+    in_op: bool = False  # under a cpu_op
 
     @property
     def name(self) -> str:
@@ -192,9 +196,11 @@ def nest_events(events: list[dict]) -> list[EventNode]:
             while stack and start >= stack[-1].end - 1e-3:
                 stack.pop()
             if stack:
-                node.parent = stack[-1]
-                node.end = min(node.end, stack[-1].end)  # a child never outlives its parent (rounding)
-                stack[-1].children.append(node)
+                parent = node.parent = stack[-1]
+                node.end = min(node.end, parent.end)  # a child never outlives its parent (rounding)
+                node.in_optimizer = parent.in_optimizer or _is_optimizer_region(parent)
+                node.in_op = parent.in_op or parent.event.get("cat") == "cpu_op"
+                parent.children.append(node)
             stack.append(node)
             nodes.append(node)
     return nodes
@@ -222,13 +228,13 @@ def _is_optimizer_region(node: EventNode) -> bool:
 
 
 def under_optimizer(node: EventNode) -> bool:
-    return any(_is_optimizer_region(a) for a in node.ancestors())
+    return node.in_optimizer
 
 
 def _counted_annotation(node: EventNode) -> bool:
     """A region whose own time is work, not host time: Inductor's `## Call CompiledFxGraph ... ##`
     (its generated kernels run there) and any region nested inside an op."""
-    return node.name.startswith(COMPILED_GRAPH) or any(a.event.get("cat") == "cpu_op" for a in node.ancestors())
+    return node.name.startswith(COMPILED_GRAPH) or node.in_op
 
 
 def _op_category(node: EventNode) -> str:

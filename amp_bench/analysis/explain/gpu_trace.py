@@ -64,7 +64,7 @@ def _category(e: dict, launch: ev.EventNode | None) -> str:
     category = categories.classify_kernel(e.get("name", ""))
     if launch is None or categories.kernel_kind(e.get("name", "")) != "computation":
         return category  # NCCL and memcpy/memset stay themselves, wherever they were launched
-    if any(ev._is_optimizer_region(a) for a in launch.ancestors()):
+    if launch.in_optimizer:
         return "optimizer"
     ops = [a for a in launch.ancestors() if a.event.get("cat") == "cpu_op"]
     if category in ("layout", "elementwise") and ops and ops[0].name == "aten::copy_" and \

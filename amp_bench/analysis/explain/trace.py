@@ -32,10 +32,10 @@ def _cpu_step(nodes: list[ev.EventNode], phases: ev._Phases, phase_ms: dict) -> 
     intervals = []
     for node in nodes:
         cat = node.event.get("cat")
-        in_optimizer = ev._is_optimizer_region(node) or ev.under_optimizer(node)
+        in_optimizer = ev._is_optimizer_region(node) or node.in_optimizer
         if cat == "user_annotation" and not in_optimizer and not ev._counted_annotation(node):
             continue  # our marks, the step region, ProfilerStep#: their own time is host time
-        if not any(a.event.get("cat") == "cpu_op" or ev._is_optimizer_region(a) for a in node.ancestors()):
+        if not (node.in_op or node.in_optimizer):
             intervals.append((node.start, node.end))  # a top-level op or optimizer region
         category = "optimizer" if in_optimizer else ev._op_category(node)
         ms = ev._self_time(node) / 1e3
