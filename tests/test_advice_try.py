@@ -41,14 +41,14 @@ def explained_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("advice")
     (folder / "suite.yaml").write_text(SUITE)
     proc = cli("run", folder / "suite.yaml", "--device", "cpu", "--results-dir", folder / "results", "--no-report",
-               "--on-contention", "flag")
+               "--on-contention", "flag", "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return next((folder / "results").iterdir())
 
 
 def test_an_advice_item_is_tried_in_pairs_and_scored(explained_run, tmp_path):
     proc = cli("run", "--try", "optimizer_impl", explained_run, "--repeats", "2", "--results-dir", tmp_path,
-               "--no-report", "--on-contention", "flag")
+               "--no-report", "--on-contention", "flag", "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (tried,) = list(tmp_path.iterdir())
     manifest = json.loads((tried / "manifest.json").read_text())

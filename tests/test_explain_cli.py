@@ -46,7 +46,8 @@ def test_explain_smoke_on_cpu(tmp_path):
                      .replace("image_size: 32", "image_size: 16"))
     proc = amp_bench_cli("explain", str(suite), "--device", "cpu", "--precision", "fp32", "--precision",
                          "amp_bf16", "--steps", "3", "--batch-size", "2", "--allow-emulated", "--repeats", "1",
-                         "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"))
+                         "--target", "none", "--results-dir", str(tmp_path / "results"),
+                         "--reports-dir", str(tmp_path / "reports"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     run_dir = next((tmp_path / "results").iterdir())

@@ -169,7 +169,7 @@ def test_emulated_cpu_run_of_gpt2_tiny_and_a_user_mlp(write_suite, tmp_path):
                        "precisions: [fp32, fp8]\nallow_emulated: true\nfp8_compile: false\n"
                        "warmup_steps: 1\nsteps: 2\ntimeout_s: 300\n")
     proc = subprocess.run([sys.executable, "-m", "amp_bench", "run", str(path), "--device", "cpu",
-                           "--results-dir", str(tmp_path / "results"), "--no-report"],
+                           "--results-dir", str(tmp_path / "results"), "--no-report", "--target", "none"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = pd.read_csv(glob.glob(str(tmp_path / "results" / "*" / "results.csv"))[0])
@@ -183,6 +183,8 @@ def test_emulated_cpu_run_of_gpt2_tiny_and_a_user_mlp(write_suite, tmp_path):
     fp8_rows = summary[summary["precision"] == "fp8"]
     assert len(fp8_rows) == 2 and fp8_rows["speedup_vs_fp32"].notna().all()
     assert "fp8 (float8 linears)" in proc.stdout and "emulated" in proc.stdout
+    assert "On GPUs: not predicted (--target none)" in proc.stdout  # the GPU predictions have tests of their own
+    assert not glob.glob(str(tmp_path / "results" / "*" / "predicted*.csv"))
     data = collect([tmp_path / "results"])
     assert "fp8" in set(data.summary["precision"])
     assert "fp8" in {trace.name for trace in speedup_chart(data.summary).data}

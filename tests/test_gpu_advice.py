@@ -146,6 +146,24 @@ def test_explain_prints_each_changes_gain_on_the_targets_it_is_given(tmp_path, c
         "pad_dims", "channels_last", "optimizer_impl"}
 
 
+def test_target_none_predicts_nothing_and_only_run_and_explain_take_it(tmp_path, capsys):
+    """`--target none`: no recording and no predicted table at a run's or an explain's end, said in one line;
+    `predict`, whose whole job is the prediction, refuses it."""
+    from amp_bench.studies.explain_suite import Explained
+    run = _cpu_run(tmp_path)
+    results = load_results(run)
+    results.attrs["run_dir"] = run
+    with mock.patch("amp_bench.studies.explain_suite.explain_suite", return_value=Explained(results)), \
+            mock.patch("amp_bench.studies.gpu_predictions.record_missing") as record:
+        assert main(["explain", str(run / "suite.yaml"), "--target", "none", "--no-report"]) == 0
+    assert not record.called and "On GPUs: not predicted (--target none)" in capsys.readouterr().out
+    assert not (run / "predicted_advice.csv").exists() and not (run / "predicted.csv").exists()
+    assert main(["predict", str(run / "suite.yaml"), "--target", "none"]) == 2
+    assert "--target: unknown GPU 'none'" in capsys.readouterr().err
+    assert main(["run", str(run / "suite.yaml"), "--target", "a100-80gb,none"]) == 2  # none is alone or not at all
+    assert "--target: unknown GPU 'none'" in capsys.readouterr().err
+
+
 def test_a_gpu_run_prices_changes_only_when_given_targets(tmp_path):
     run = _cpu_run(tmp_path)
     with mock.patch("amp_bench.analysis.predict.source.is_gpu_run", return_value=True):

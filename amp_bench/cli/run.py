@@ -14,7 +14,8 @@ from amp_bench.errors import UserError
 from amp_bench.suite.options import taken_by
 
 TARGET_HELP = ("comma-separated GPUs (predict --list-targets) to price the advice's changes on, from fake-tensor "
-               "steps (default without a GPU: the suite's predict.targets, else v100-sxm2,a100-80gb,l4,h100-sxm)")
+               "steps (default without a GPU: the suite's predict.targets, else v100-sxm2,a100-80gb,l4,h100-sxm); "
+               "none: no GPU predictions (the fake-tensor recordings they need take seconds a case)")
 
 
 def add_parsers(sub) -> None:
@@ -267,7 +268,10 @@ def predict_on_gpus(run_dir, targets: list[str] | None, console):
     """On a machine without a GPU, what its suite's GPU cases would give on GPUs (studies/gpu_predictions.py,
     returned for the run's table) and what each change they could take would give there (studies/gpu_advice.py,
     predicted_advice.csv, which the advice lines quote); on a GPU run, the changes only, with --target.
-    Predictions, said as such, never a measured row."""
+    Predictions, said as such, never a measured row. `targets` empty (--target none): nothing predicted."""
+    if targets is not None and not targets:
+        console.print("On GPUs: not predicted (--target none)", highlight=False)
+        return None
     from amp_bench.studies import gpu_advice
     from amp_bench.studies.gpu_predictions import after_cpu_run
     try:

@@ -13,7 +13,9 @@ copies nothing and is not one. Its time: the op's on a CPU, the kernels it launc
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from amp_bench.analysis.explain import events as ev
 
@@ -83,7 +85,24 @@ def _kernel_ms(node: ev.EventNode, kernels: dict) -> float:
 
 
 def read_casts(source) -> CastReading | None:
-    """The casts of every step of a trace (a path or a dict); None where its ops carry no recorded types."""
+    """The casts of every step of a trace (a path or a dict); None where its ops carry no recorded types.
+    A file is read once a process while it is unchanged: a run's advice is asked for two to four times (its
+    lines, the report, the try), and reading a trace is most of that. The reading is not to be changed."""
+    if isinstance(source, dict):
+        return _read(source)
+    try:
+        stat = Path(source).stat()
+    except OSError:
+        return _read(source)  # load_trace says what is wrong, in one line
+    return _read_file(str(Path(source).resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _read_file(path: str, mtime_ns: int, size: int) -> CastReading | None:
+    return _read(path)
+
+
+def _read(source) -> CastReading | None:
     trace = ev.load_trace(source)
     events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
     kernels: dict = {}
