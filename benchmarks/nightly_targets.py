@@ -34,44 +34,56 @@ def red_nights(values, first=6):
     return [i - 1 for i in range(first, len(values) + 1) if state(values[:i]).red]
 
 
-def detection_rates(trials: int = 400, seed: int = 0, noise_series: int = 0) -> dict[str, float]:
+def detection_rates(trials: int = 400, seed: int = 0, noise_series: int = 0,
+                    only: set[str] | None = None) -> dict[str, float]:
     """noise_series: how many pure-noise series measure the false-alarm rate (default 3 per trial;
-    a 0.1% rate needs thousands)."""
+    a 0.1% rate needs thousands). only: the rates to judge (default all; the shared-machine one is always
+    judged); every series is drawn either way, so a rate is the same figure whichever others are asked for."""
     rng = np.random.default_rng(seed)
     out: dict[str, list] = {k: [] for k in ("step10_within_2", "step5_within_3", "step5_dated", "step3_within_5",
                                             "noise_ever_red", "spike_ever_red", "spike_red_at_spike",
                                             "fixed_green_within_2",
                                             "spike2_green_within_2", "bimodal_tree_ever_red", "drift_before_5pct")}
+    wanted = (lambda *keys: only is None or bool(set(keys) & only))
     for _ in range(trials):
         for key, size, within in (("step10_within_2", 0.10, 2), ("step5_within_3", 0.05, 3),
                                   ("step3_within_5", 0.03, 5)):
             v = nights(rng)
             v[AT:] *= 1 + size
+            if not wanted(key, "step5_dated" if key == "step5_within_3" else key):
+                continue
             hits = [i for i in range(AT + 1, AT + within + 1) if state(v[:i]).red]
             out[key].append(bool(hits))
             if key == "step5_within_3":
                 out["step5_dated"].append(bool(hits) and state(v[:hits[0]]).start == AT)
         for _ in range(0 if noise_series else 3):
-            out["noise_ever_red"].append(bool(red_nights(nights(rng))))
+            v = nights(rng)
+            if wanted("noise_ever_red"):
+                out["noise_ever_red"].append(bool(red_nights(v)))
         v = nights(rng)
         v[AT] *= 1.2
-        red = red_nights(v)
-        out["spike_ever_red"].append(bool(red))
-        out["spike_red_at_spike"].append(any(i in red and i - 1 not in red for i in (AT, AT + 1)))
+        if wanted("spike_ever_red", "spike_red_at_spike"):
+            red = red_nights(v)
+            out["spike_ever_red"].append(bool(red))
+            out["spike_red_at_spike"].append(any(i in red and i - 1 not in red for i in (AT, AT + 1)))
         for key, length, size in (("fixed_green_within_2", 6, 0.05), ("spike2_green_within_2", 2, 0.2)):
             v = nights(rng)
             v[AT:AT + length] *= 1 + size
             back = AT + length  # first night at the old level
-            out[key].append(not [i for i in red_nights(v) if i >= back + 1])
+            if wanted(key):
+                out[key].append(not [i for i in red_nights(v) if i >= back + 1])
         slow = rng.random(NIGHTS) < 0.3  # a shared machine: 30% of nights 4% slower, all cases alike
+        # judged whatever is asked: how many series it draws depends on what it finds
         out["bimodal_tree_ever_red"].append(any(red_nights(nights(rng) * np.where(slow, 1.04, 1.0)) for _ in range(3)))
         v = nights(rng)
         v *= 1 + 0.005 * np.clip(np.arange(NIGHTS) - (AT - 10) + 1, 0, None)  # +0.5%/night from night 11
-        first = next(iter(red_nights(v)), None)
-        out["drift_before_5pct"].append(first is not None and 0.005 * (first - (AT - 10) + 1) < 0.05)
+        if wanted("drift_before_5pct"):
+            first = next(iter(red_nights(v)), None)
+            out["drift_before_5pct"].append(first is not None and 0.005 * (first - (AT - 10) + 1) < 0.05)
     noise_rng = np.random.default_rng(seed + 1)
-    out["noise_ever_red"] += [bool(red_nights(nights(noise_rng))) for _ in range(noise_series)]
-    rates = {k: float(np.mean(v)) for k, v in out.items()}
+    if wanted("noise_ever_red"):
+        out["noise_ever_red"] += [bool(red_nights(nights(noise_rng))) for _ in range(noise_series)]
+    rates = {k: float(np.mean(v)) for k, v in out.items() if v}
     rates["noise_series"] = float(len(out["noise_ever_red"]))
     return rates
 

@@ -62,7 +62,9 @@ def test_detection_rates_meet_the_targets():
     """The same figures benchmarks/nightly_targets.py prints, on fewer trials."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from nightly_targets import detection_rates
-    r = detection_rates(60, seed=11)  # seeded: the same series every run
+    # seeded: the same series every run; only the rates asserted below are judged (the same figures)
+    r = detection_rates(60, seed=11, only={"step10_within_2", "step5_within_3", "noise_ever_red",
+                                           "fixed_green_within_2"})
     assert r["step10_within_2"] == 1.0 and r["step5_within_3"] >= 0.9
     assert r["noise_ever_red"] <= 0.01 and r["fixed_green_within_2"] >= 0.9
 
