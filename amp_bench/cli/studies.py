@@ -13,26 +13,22 @@ from amp_bench.errors import UserError
 
 
 def add_parsers(sub) -> None:
-    fid = sub.add_parser("fidelity", help="train on real shipped data under fp32 and each AMP mode; compare "
-                                          "held-out accuracy, loss curves and GradScaler health")
-    fid.add_argument("suite", type=Path, help="a suite with a fidelity: section")
-    fid.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
-    fid.add_argument("--results-dir", type=Path, default=Path("results"))
-    add_options(fid, "fidelity")
-    fid.add_argument("--no-report", action="store_true")
-    fid.add_argument("--reports-dir", type=Path, default=Path("reports"))
-    add_options(fid, "fidelity", executor=True)
-    fid.set_defaults(func=cmd_fidelity)
+    _study_parser(sub, "fidelity", cmd_fidelity, "train on real shipped data under fp32 and each AMP mode; "
+                  "compare held-out accuracy, loss curves and GradScaler health", "a suite with a fidelity: section")
+    _study_parser(sub, "headroom", cmd_headroom,
+                  "largest batch each precision trains at without running out of memory")
 
-    head = sub.add_parser("headroom", help="largest batch each precision trains at without running out of memory")
-    head.add_argument("suite", type=Path)
-    head.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
-    head.add_argument("--results-dir", type=Path, default=Path("results"))
-    add_options(head, "headroom")
-    head.add_argument("--no-report", action="store_true")
-    head.add_argument("--reports-dir", type=Path, default=Path("reports"))
-    add_options(head, "headroom", executor=True)
-    head.set_defaults(func=cmd_headroom)
+
+def _study_parser(sub, name: str, command, description: str, suite_help: str | None = None) -> None:
+    study = sub.add_parser(name, help=description)
+    study.add_argument("suite", type=Path, help=suite_help)
+    study.add_argument("--device", help="auto (default: the suite's), cpu, cuda, cuda:N")
+    study.add_argument("--results-dir", type=Path, default=Path("results"))
+    add_options(study, name)
+    study.add_argument("--no-report", action="store_true")
+    study.add_argument("--reports-dir", type=Path, default=Path("reports"))
+    add_options(study, name, executor=True)
+    study.set_defaults(func=command)
 
 
 def cmd_fidelity(args, console) -> int:

@@ -98,11 +98,6 @@ def gpu_keys(value: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-def gpu_keys_or_none(value: str) -> tuple[str, ...]:
-    """gpu_keys, or `none`: no GPU at all (an empty tuple; a run's or explain's predictions left out)."""
-    return () if text(value).strip() == "none" else gpu_keys(value)
-
-
 def gpu(value: str) -> str:
     """One GPU of the spec table, by key, label or torch device name."""
     from amp_bench.platform.gpu_specs import by_key, find
@@ -225,7 +220,8 @@ COMMAND_TYPES: dict[tuple[str, str], Callable] = {
     ("report", "--output"): output_file, ("export", "--output"): lambda value: Path(text(value)),
     **{(command, "--output"): output_stem for command in ("compare", "history", "nightly")},
     ("report", "--format"): formats(("html", "md", "csv")), ("compare", "--seed"): SEED,
-    **{(command, "--target"): gpu_keys_or_none for command in ("run", "explain")},
+    **{(command, "--target"): lambda value: () if value == "none" else gpu_keys(value)  # none: no predictions
+       for command in ("run", "explain")},
     **{(command, "--threshold-memory"): threshold("memory") for command in ("history", "nightly")},  # no byte form
 }
 

@@ -7,6 +7,7 @@ the reason recorded; no NVML at all leaves every column empty and the run goes o
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
@@ -52,15 +53,11 @@ def device_handle(nvml, uuid: str | None, index: int, pci_bus_id: str | None = N
     if uuid:
         bare = uuid.split("-", 1)[1] if uuid.startswith(("GPU-", "MIG-")) else uuid
         for text in (f"GPU-{bare}", f"MIG-{bare}"):
-            try:
+            with contextlib.suppress(Exception):  # not this form: the next, then the bus id
                 return nvml.nvmlDeviceGetHandleByUUID(text), ""
-            except Exception:
-                continue
     if pci_bus_id:
-        try:
+        with contextlib.suppress(Exception):
             return nvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id), ""
-        except Exception:
-            pass
     if visible_devices:
         raise RuntimeError(f"cannot match CUDA device {index} to an NVML device (CUDA_VISIBLE_DEVICES="
                            f"{visible_devices}; no UUID or PCI match): NVML columns left empty")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -45,18 +46,29 @@ def number(lo_exclusive: float, hi: float) -> Callable:
     return check
 
 
-def boolean(value, path, problems):
-    if not isinstance(value, bool):
-        problems.append(f"{path}: expected true or false, got {value!r} ({type_name(value)})")
-        return None
-    return value
+def matching(pattern: re.Pattern, expected: str, hint: str = "") -> Callable:
+    """A string the whole of which `pattern` matches; else "expected <expected>, got <value><hint>"."""
+    def check(value, path, problems):
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            problems.append(f"{path}: expected {expected}, got {value!r}{hint}")
+            return None
+        return value
+    return check
 
 
-def text(value, path, problems):
-    if not isinstance(value, str) or not value.strip():
-        problems.append(f"{path}: expected a non-empty string, got {value!r} ({type_name(value)})")
-        return None
-    return value
+def _accepting(accepts: Callable[[Any], bool], expected: str) -> Callable:
+    """A value `accepts` takes; else "expected <expected>, got <value> (<its type>)"."""
+    def check(value, path, problems):
+        if not accepts(value):
+            problems.append(f"{path}: expected {expected}, got {value!r} ({type_name(value)})")
+            return None
+        return value
+    return check
+
+
+boolean = _accepting(lambda value: isinstance(value, bool), "true or false")
+text = _accepting(lambda value: isinstance(value, str) and bool(value.strip()), "a non-empty string")
+mapping = _accepting(lambda value: isinstance(value, dict), "a mapping")
 
 
 def choice(choices: tuple[str, ...]) -> Callable:
@@ -96,13 +108,6 @@ def axis(item_check: Callable, what: str) -> Callable:
             out.append(checked)
         return out if ok else None
     return check
-
-
-def mapping(value, path, problems):
-    if not isinstance(value, dict):
-        problems.append(f"{path}: expected a mapping, got {value!r} ({type_name(value)})")
-        return None
-    return value
 
 
 def optional(check: Callable) -> Callable:

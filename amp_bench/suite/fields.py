@@ -74,13 +74,9 @@ ON_CONTENTION, CPU_ALLOCATORS = ("stop", "flag"), ("keep", "system")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 
-def _label(value, path, problems):
-    """Labels name cases and their log files: keep them to safe file-name characters."""
-    if not isinstance(value, str) or not _LABEL.fullmatch(value):
-        problems.append(f"{path}: expected a label of letters, digits, '.', '_', '+', '-' (at most 64, "
-                        f"starting with a letter or digit), got {value!r}; set 'label' to name this model")
-        return None
-    return value
+# labels name cases and their log files: safe file-name characters only
+_label = checks.matching(_LABEL, "a label of letters, digits, '.', '_', '+', '-' (at most 64, starting with a "
+                         "letter or digit)", "; set 'label' to name this model")
 
 
 _MODEL_FIELDS = ("ref", "label", "config", "task", "attn_implementation", "options", "num_classes",
@@ -188,21 +184,8 @@ def _peak_tflops(value, path, problems):
     return None if number is None else {mode: number for mode in modes.names()}
 
 
-_ENDPOINT = re.compile(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}")
-
-
-def _endpoint(value, path, problems):
-    if not isinstance(value, str) or not _ENDPOINT.fullmatch(value):
-        problems.append(f"{path}: expected HOST:PORT of the rendezvous (node 0), got {value!r}")
-        return None
-    return value
-
-
-def _rdzv_id(value, path, problems):
-    if not isinstance(value, str) or not _LABEL.fullmatch(value):
-        problems.append(f"{path}: expected a job id of letters, digits, '.', '_', '+', '-', got {value!r}")
-        return None
-    return value
+_endpoint = checks.matching(re.compile(r"[A-Za-z0-9_.:\[\]-]+:\d{1,5}"), "HOST:PORT of the rendezvous (node 0)")
+_rdzv_id = checks.matching(_LABEL, "a job id of letters, digits, '.', '_', '+', '-'")
 
 
 def _setting_fields(search_dirs: tuple[str, ...]) -> dict[str, Callable]:
@@ -302,15 +285,8 @@ HEADROOM_FIELDS: dict[str, Callable] = {
 # --------------------------------------------------------------------------- predict: other GPUs (analysis/predict/)
 # The GPU names are keys of amp_bench/platform/gpu_specs.py's table, which this layer may not import:
 # their form is checked here, the names themselves where the table is (analysis/predict/settings.py).
-_GPU_KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
-
-
-def _gpu_key(value, path, problems):
-    if not isinstance(value, str) or not _GPU_KEY.fullmatch(value):
-        problems.append(f"{path}: expected a GPU key such as h100-sxm (python -m amp_bench predict RUN "
-                        f"--list-targets), got {value!r}")
-        return None
-    return value
+_gpu_key = checks.matching(re.compile(r"[a-z0-9][a-z0-9-]{0,39}"),
+                           "a GPU key such as h100-sxm (python -m amp_bench predict RUN --list-targets)")
 
 
 PREDICT_FIELDS: dict[str, Callable] = {"targets": checks.axis(_gpu_key, "GPU"),

@@ -86,19 +86,15 @@ def _kernel_ms(node: ev.EventNode, kernels: dict) -> float:
 
 def read_casts(source) -> CastReading | None:
     """The casts of every step of a trace (a path or a dict); None where its ops carry no recorded types.
-    A file is read once a process while it is unchanged: a run's advice is asked for two to four times (its
-    lines, the report, the try), and reading a trace is most of that. The reading is not to be changed."""
-    if isinstance(source, dict):
-        return _read(source)
-    try:
-        stat = Path(source).stat()
-    except OSError:
-        return _read(source)  # load_trace says what is wrong, in one line
-    return _read_file(str(Path(source).resolve()), stat.st_mtime_ns, stat.st_size)
+    A file is read once a process while unchanged (a run's advice is asked for up to four times: its lines,
+    the report, the try; reading the trace is most of it). The reading is not to be changed."""
+    if isinstance(source, dict) or not Path(source).is_file():
+        return _read(source)  # a missing file: load_trace's one line
+    return _read_file(str(Path(source).resolve()), Path(source).stat().st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=32)
-def _read_file(path: str, mtime_ns: int, size: int) -> CastReading | None:
+def _read_file(path: str, mtime_ns: int) -> CastReading | None:
     return _read(path)
 
 

@@ -165,8 +165,7 @@ class EventNode:
     end: float
     parent: EventNode | None = None
     children: list = field(default_factory=list)
-    # set as the node is nested (nest_events): what its ancestors are, asked of every op of every step
-    # (walking the ancestors each time was most of a trace's reading)
+    # set by nest_events: walking the ancestors for every op of every step was most of reading a trace
     in_optimizer: bool = False  # under an Optimizer.* region
     in_op: bool = False  # under a cpu_op
 
