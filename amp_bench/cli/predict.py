@@ -14,7 +14,7 @@ FP32_AS = ("mode", "pytorch-default")
 
 
 def add_parsers(sub) -> None:
-    from amp_bench.studies.gpu_predictions import DEFAULT_TARGETS
+    from amp_bench.analysis.predict.settings import DEFAULT_TARGETS
     predict = sub.add_parser("predict", help="predict each case's step time, throughput, AMP speedup and peak memory "
                                              "on GPUs you do not have, from a suite or a run, with no GPU")
     predict.add_argument("run_dir", type=Path, nargs="?", metavar="suite_or_run_dir",
@@ -84,12 +84,8 @@ def percent(value) -> str:
 
 def _targets(args) -> tuple[list[str], str | None]:
     """The targets and fp32 meaning: the options, else the suite's `predict:` block, else defaults."""
-    from amp_bench.analysis.predict.settings import suite_settings
-    from amp_bench.studies.gpu_predictions import DEFAULT_TARGETS
-    settings = suite_settings(args.run_dir)
-    targets = list(args.target or settings.get("targets") or DEFAULT_TARGETS)
-    fp32_as = args.fp32_as or settings.get("fp32_as")
-    return targets, (None if fp32_as in (None, "mode") else fp32_as)
+    from amp_bench.analysis.predict.settings import chosen
+    return chosen(args.run_dir, args.target, args.fp32_as)
 
 
 def _unused(args, result) -> list[str]:

@@ -29,7 +29,7 @@ _CACHE: dict[tuple, tuple] = {}
 def predictions(data) -> tuple[pd.DataFrame, list[str]]:
     """(every prediction of the runs that asked for them, one line per run that could not be predicted)."""
     from amp_bench.analysis.predict.model import predict_run
-    from amp_bench.analysis.predict.settings import notes, recorded_line, suite_settings
+    from amp_bench.analysis.predict.settings import chosen, notes, recorded_line, suite_settings
     from amp_bench.store.results import read_table
     key = tuple((str(d), _mtime(d)) for d in data.run_dirs)
     if key in _CACHE:
@@ -41,16 +41,15 @@ def predictions(data) -> tuple[pd.DataFrame, list[str]]:
             lines.append(recorded_line())
             continue
         try:
-            settings = suite_settings(run_dir)
-            if not settings.get("targets"):
+            if not suite_settings(run_dir).get("targets"):
                 continue
-            fp32_as = None if settings.get("fp32_as") in (None, "mode") else settings["fp32_as"]
-            result = predict_run(run_dir, settings["targets"], fp32_as)
+            targets, fp32_as = chosen(run_dir)
+            result = predict_run(run_dir, targets, fp32_as)
         except UserError as exc:
             lines.append(f"{run_dir}: not predicted: {exc.lines[0]}")
             continue
         frames.append(result.table.assign(run=run_dir.name))
-        lines += notes(result, settings["targets"], fp32_as)
+        lines += notes(result, targets, fp32_as)
     _CACHE[key] = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), list(dict.fromkeys(lines)))
     return _CACHE[key]
 

@@ -154,17 +154,14 @@ def for_run(run_dir, targets: list[str] | None = None, server=None) -> list[GpuI
     """The end of a run or an explain: each change its GPU cases could take, priced on `targets` (by default,
     on a machine without a GPU, the suite's predict: targets, else the "On GPUs" section's), written to
     RUN_DIR/predicted_advice.csv. None on a GPU run not given targets (its advice was measured there)."""
-    from amp_bench.analysis.predict.settings import suite_settings
+    from amp_bench.analysis.predict.settings import chosen
     from amp_bench.analysis.predict.source import is_gpu_run
     from amp_bench.store.results import write_table
-    from amp_bench.studies.gpu_predictions import DEFAULT_TARGETS
     run_dir = Path(run_dir)
     on_gpu = is_gpu_run(run_dir)
     if on_gpu and not targets:
         return None
-    settings = suite_settings(run_dir)
-    targets = list(targets or settings.get("targets") or DEFAULT_TARGETS)
-    fp32_as = None if settings.get("fp32_as") in (None, "mode") else settings["fp32_as"]
+    targets, fp32_as = chosen(run_dir, targets)
     items = price(_run_cases(run_dir, on_gpu), targets, fp32_as, log_dir=run_dir / "logs", server=server)
     write_table(run_dir, TABLE, rows(items, targets))
     return items

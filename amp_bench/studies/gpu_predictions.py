@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from amp_bench import identity
+from amp_bench.analysis.predict.settings import SUITE_FILE, chosen
 from amp_bench.errors import UserError
 from amp_bench.store import inventories
 from amp_bench.suite import Case, load_suite
 
-DEFAULT_TARGETS = ("v100-sxm2", "a100-80gb", "l4", "h100-sxm")  # Volta, Ampere, Ada, Hopper: the generations compared
 RECORD_TIMEOUT_S = 600.0
 
 
@@ -102,7 +102,6 @@ def predict_source(source, targets: list[str], fp32_as: str | None = None, sourc
     """`predict SOURCE`: a suite file's GPU cases; a GPU run's profiled steps, rescaled; a run from a machine
     without a GPU, its suite's GPU cases (the cases a GPU user would run, not the CPU block's)."""
     from amp_bench.analysis.predict.model import predict_run
-    from amp_bench.analysis.predict.settings import SUITE_FILE
     from amp_bench.analysis.predict.source import is_gpu_run
     source = Path(source)
     if source.is_file():
@@ -123,15 +122,11 @@ def after_cpu_run(run_dir, server=None, targets: list[str] | None = None):
     """The end of a run on a machine without a GPU: its suite's GPU cases predicted on `targets`, else its
     predict: block's, else DEFAULT_TARGETS, written to RUN_DIR/predicted.csv (a prediction, beside the measured
     results, never in them); None when the run measured on a GPU or kept no suite."""
-    from amp_bench.analysis.predict.settings import SUITE_FILE, suite_settings
     from amp_bench.analysis.predict.source import is_gpu_run
     from amp_bench.store.results import write_table
     run_dir = Path(run_dir)
     if is_gpu_run(run_dir) or not (run_dir / SUITE_FILE).is_file():
         return None
-    settings = suite_settings(run_dir)
-    fp32_as = None if settings.get("fp32_as") in (None, "mode") else settings["fp32_as"]
-    result = predict_suite(run_dir / SUITE_FILE, list(targets or settings.get("targets") or DEFAULT_TARGETS), fp32_as,
-                           log_dir=run_dir / "logs", server=server)
+    result = predict_suite(run_dir / SUITE_FILE, *chosen(run_dir, targets), log_dir=run_dir / "logs", server=server)
     write_table(run_dir, "predicted", result.table.to_dict("records"))
     return result

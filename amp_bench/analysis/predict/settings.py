@@ -20,6 +20,7 @@ RESOURCES = ("fp32", "tf32", "fp16", "bf16", "fp8", "bandwidth")
 # The default fractions (gpu_specs.ACHIEVABLE) are this project's H200 measurements, a bf16 matmul and a
 # device copy: on the H200 those two are measured, not assumed
 DEFAULT_MEASURED_ON = {"h200": ("bf16", "bandwidth")}
+DEFAULT_TARGETS = ("v100-sxm2", "a100-80gb", "l4", "h100-sxm")  # Volta, Ampere, Ada, Hopper: the generations compared
 
 
 def suite_settings(source) -> dict:
@@ -39,6 +40,14 @@ def suite_settings(source) -> dict:
         if name not in known:
             raise UserError(f"{path}: predict.targets[{i}]: unknown GPU {name!r} (known: {', '.join(known)})")
     return {"targets": targets, "fp32_as": block.get("fp32_as")}
+
+
+def chosen(source, targets=None, fp32_as: str | None = None) -> tuple[list[str], str | None]:
+    """The GPUs and the FP32 meaning a prediction of `source` (a suite file or a run directory) uses: those given,
+    else its suite's predict: block's, else DEFAULT_TARGETS and amp_bench's own fp32 mode (None)."""
+    settings = suite_settings(source)
+    fp32 = fp32_as or settings.get("fp32_as")
+    return list(targets or settings.get("targets") or DEFAULT_TARGETS), None if fp32 in (None, "mode") else fp32
 
 
 def fp32_line(spec: GpuSpec, fp32_as: str | None) -> str:
