@@ -182,11 +182,26 @@ def test_a_run_the_zygote_would_start_differently_starts_its_own(zygote, monkeyp
     assert ForkServer.join(path, []) is None
     monkeypatch.delenv("TORCH_LOGS")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")  # what importing inductor sets: joined
+    for key, value in (("KMP_DUPLICATE_LIB_OK", "True"), ("KMP_INIT_AT_FORK", "FALSE")):
+        monkeypatch.setenv(key, value)  # what importing scikit-learn sets (the fidelity data): joined
     again = ForkServer.join(path, [])
     assert again is not None
     again.close()
+    monkeypatch.setenv("KMP_AFFINITY", "compact")  # read as an OpenMP runtime loads: not joined
+    assert ForkServer.join(path, []) is None
     assert ForkServer.join(str(tmp_path / "nobody.sock"), ["torch"]) is None
     assert forkserver.what_a_fork_keeps({"OMP_WAIT_POLICY": "PASSIVE"})["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_importing_what_a_runs_parent_imports_keeps_it_on_the_zygote():
+    """scikit-learn (the fidelity data) sets two OpenMP variables as it loads: a process that imported it
+    once lost the tests' zygote, and every later run in it imported torch for a server of its own."""
+    import subprocess
+    code = ("import os; from amp_bench.launchers.forkserver import what_a_fork_keeps as keeps; "
+            "before = keeps(os.environ); import sklearn.datasets, scipy.stats, pandas, plotly.graph_objects, rich; "
+            "print(before == keeps(os.environ))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["True"], out.stdout + out.stderr
 
 
 @pytest.mark.slow

@@ -253,9 +253,12 @@ def server_env(environ) -> dict[str, str]:
 # IMPORT_TIME_ENV: their settings read once at import (huggingface_hub's cache and offline switches,
 # torch's logs, dynamo's and inductor's config defaults) and where Python finds modules
 READ_AT_IMPORT_ENV = IMPORT_TIME_ENV + ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "PYTHONPATH")
-# set by torch itself as inductor loads (a process that imported torch has it, one that has not does
-# not) and read when a compile uses it; each case sets its own (launch.worker_setting)
-SET_BY_TORCH_ENV = ("TORCHINDUCTOR_CACHE_DIR",)
+# set by a library as it loads, so a process has them when it imported the library, however it was started:
+# torch sets TORCHINDUCTOR_CACHE_DIR as inductor loads (read when a compile uses it; each case sets its own,
+# launch.worker_setting); scikit-learn sets KMP_DUPLICATE_LIB_OK (read when a second OpenMP runtime loads,
+# in the child, under the run's environment) and KMP_INIT_AT_FORK=FALSE (whether Intel's or LLVM's OpenMP
+# starts afresh in a forked child: a server's children need the default, and get it from a zygote)
+SET_BY_LIBRARIES_ENV = ("TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 
 
 def what_a_fork_keeps(environ) -> dict:
@@ -265,7 +268,7 @@ def what_a_fork_keeps(environ) -> dict:
     env = server_env(environ)
     return {"python": sys.executable, "amp_bench": process.package_pythonpath(), "cwd": os.getcwd(),
             "env": {key: value for key, value in env.items()
-                    if key.startswith(READ_AT_IMPORT_ENV) and key not in SET_BY_TORCH_ENV}}
+                    if key.startswith(READ_AT_IMPORT_ENV) and key not in SET_BY_LIBRARIES_ENV}}
 
 
 def forkable_env(extra_env: dict[str, str] | None) -> bool:
