@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import amp_bench
-from amp_bench.launchers import forkserver
+from amp_bench.launchers import forkserver, process
 from amp_bench.launchers.forkserver import ForkServer, launch
 from amp_bench.platform.forking import unsafe_to_fork
 from amp_bench.suite.model_refs import preload_modules
@@ -189,6 +189,14 @@ def test_a_run_the_zygote_would_start_differently_starts_its_own(zygote, monkeyp
     again.close()
     monkeypatch.setenv("KMP_AFFINITY", "compact")  # read as an OpenMP runtime loads: not joined
     assert ForkServer.join(path, []) is None
+    monkeypatch.delenv("KMP_AFFINITY")
+    package = process.package_pythonpath()  # the package's folder named again (the GPU check's script): joined
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (package, os.environ.get("PYTHONPATH")))))
+    named_twice = ForkServer.join(path, [])
+    assert named_twice is not None
+    named_twice.close()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (os.environ["PYTHONPATH"], "/elsewhere"))))
+    assert ForkServer.join(path, []) is None  # another folder to import from: not joined
     assert ForkServer.join(str(tmp_path / "nobody.sock"), ["torch"]) is None
     assert forkserver.what_a_fork_keeps({"OMP_WAIT_POLICY": "PASSIVE"})["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
 
