@@ -137,6 +137,26 @@ def inventory_cache(tmp_path_factory):
     yield from _session_folder(tmp_path_factory, "inventory-cache", "AMP_BENCH_CACHE")
 
 
+def amp_bench_cli(*args, env: dict[str, str] | None = None):
+    """`python -m amp_bench ARGS` from the repository root, run in this process: what a subprocess would
+    return (exit code, stdout, stderr), without a second interpreter's imports (pandas and scipy, ~1.7 s of
+    CPU a call). For the commands that read and judge results; tests of the command as a process (its exit
+    through `python -m`, a killed run) start one (tests/test_cli_e2e.py)."""
+    import contextlib
+    import io
+    import subprocess
+
+    from amp_bench.cli import main
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.chdir(ROOT), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        for key, value in (env or {}).items():
+            patch.setenv(key, value)
+        code = main(argv)
+    return subprocess.CompletedProcess(["amp_bench", *argv], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def write_suite(tmp_path):
     """Write a suite file next to the toy models and return its path."""

@@ -10,7 +10,7 @@ import pytest
 
 from amp_bench.analysis.intervals import Threshold, bootstrap_median_ratio, judge
 from amp_bench.errors import UserError
-from conftest import ROOT
+from conftest import ROOT, amp_bench_cli
 
 
 def series(rng, median, noise, repeats=2, steps=20):
@@ -75,8 +75,7 @@ def runs(tmp_path_factory):
 
 
 def run_compare(*args):
-    return subprocess.run([sys.executable, "-m", "amp_bench", "compare", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return amp_bench_cli("compare", *args)
 
 
 @pytest.mark.slow

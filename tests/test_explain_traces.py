@@ -5,8 +5,6 @@ one and two traces from the CLI and in its report, and a CUDA trace without GPU 
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +13,7 @@ from amp_bench.analysis.explain.categories import classify_kernel, kernel_kind
 from amp_bench.analysis.explain.events import CPU_CATS, GPU_CATS, NoGpuActivity, load_trace, nest_events, step_windows
 from amp_bench.analysis.explain.kernels import NO_TENSOR_CORE, TENSOR_CORE, UNKNOWN, gemm_dims, tensor_core_use
 from amp_bench.analysis.explain.trace import read_profile
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, amp_bench_cli
 
 HTA = ROOT / "tests" / "data" / "hta"
 HTA_FIGURES = json.loads((HTA / "hta_figures.json").read_text())
@@ -202,8 +200,7 @@ def test_cupti_teardown_is_off_before_the_first_profiler_session(monkeypatch):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "amp_bench", "explain", *map(str, args)], cwd=ROOT, text=True,
-                          capture_output=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    return amp_bench_cli("explain", *args, env={"COLUMNS": "200"})
 
 
 def test_explain_one_trace_and_two_from_the_cli_and_in_the_report(tmp_path):

@@ -14,7 +14,7 @@ from amp_bench.studies.fidelity.datasets import load
 from amp_bench.studies.fidelity.orchestration import run_fidelity
 from amp_bench.studies.fidelity.train import train_one
 from amp_bench.suite import load_suite
-from conftest import ROOT
+from conftest import ROOT, amp_bench_cli
 
 
 def _runs(rows):
@@ -204,13 +204,11 @@ def test_a_fidelity_section_in_a_device_block_only(write_suite):
 
 def test_a_fidelity_only_suite_refuses_run_with_a_clear_line(write_suite, tmp_path):
     suite = write_suite("fidelity: {dataset: digits}")
-    proc = subprocess.run([sys.executable, "-m", "amp_bench", "run", str(suite), "--device", "cpu",
-                           "--results-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = amp_bench_cli("run", suite, "--device", "cpu", "--results-dir", tmp_path)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "models, batch_sizes: missing" in proc.stderr and "amp_bench fidelity" in proc.stderr
-    validate = subprocess.run([sys.executable, "-m", "amp_bench", "validate", str(suite)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+    validate = amp_bench_cli("validate", suite)
     assert validate.returncode == 0 and "fidelity on cpu: small_cnn on digits" in validate.stdout
 
 

@@ -1,5 +1,4 @@
 """History: series keyed by case and fingerprint, persistent changes found, annotations accepted."""
-import subprocess
 import sys
 
 import numpy as np
@@ -10,7 +9,7 @@ from amp_bench.analysis.gate.changepoints import detect, state
 from amp_bench.analysis.gate.history import alerts, analyse, evaluate, load_annotations
 from amp_bench.errors import UserError
 from amp_bench.store.results import RunStore
-from conftest import ROOT
+from conftest import ROOT, amp_bench_cli
 
 
 def test_detector_on_known_truth():
@@ -149,10 +148,7 @@ def test_annotations_file_errors(tmp_path):
 def test_history_cli_exit_codes(tmp_path):
     rng = np.random.default_rng(5)
     nightly(tmp_path / "results", list(rng.normal(800, 4, 10)) + [900, 905, 898])
-    cmd = [sys.executable, "-m", "amp_bench", "history", str(tmp_path / "results"), "-o", str(tmp_path / "h")]
-    import os
-    env = {**os.environ, "COLUMNS": "200"}
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    proc = amp_bench_cli("history", tmp_path / "results", "-o", tmp_path / "h", env={"COLUMNS": "200"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     # one case on one machine: one series, red in step time and throughput; header and summary agree
     assert "regression" in proc.stdout and "1 red series (2 red metrics)" in proc.stdout
@@ -162,7 +158,7 @@ def test_history_cli_exit_codes(tmp_path):
     assert "| regression | no |" in markdown and (tmp_path / "h.json").exists()
     run_id = pd.read_json(tmp_path / "h.json", typ="series")["changes"][0]["run_id"]
     (tmp_path / "results" / "annotations.yaml").write_text(f"- {{run: {run_id}, note: intended}}\n")
-    accepted = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    accepted = amp_bench_cli("history", tmp_path / "results", "-o", tmp_path / "h", env={"COLUMNS": "200"})
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
     assert "accepted" in accepted.stdout and "0 red series (0 red metrics)" in accepted.stdout
 
@@ -192,8 +188,7 @@ def test_contended_runs_are_not_points_of_a_series(tmp_path):
     md = to_markdown(result)
     assert "## Contended runs: not judged" in md and "tonight's run was contended: not judged" in md
     assert "load 3.2 on 2 cores" in to_json(result)
-    proc = subprocess.run([sys.executable, "-m", "amp_bench", "history", tmp_path / "results", "-o", tmp_path / "h"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = amp_bench_cli("history", tmp_path / "results", "-o", tmp_path / "h")
     assert proc.returncode == 0 and "tonight's run was contended: not judged" in proc.stdout, proc.stdout + proc.stderr
     # the same tree without the column: the slow nights are points again
     for path in (tmp_path / "results").glob("*/results.csv"):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from amp_bench.store.results import RunStore
-from conftest import ROOT
+from conftest import ROOT, amp_bench_cli
 
 MACHINES = {"node-a": "fp-aaaa", "node-b": "fp-bbbb"}
 SUITES = ("resnet50", "bert")
@@ -37,9 +37,7 @@ def write_night(root, night, rng, slow=None, skip=(), contended=()):
 
 
 def run(*args):
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "amp_bench", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=env)
+    return amp_bench_cli(*args, env={"COLUMNS": "200"})
 
 
 @pytest.fixture

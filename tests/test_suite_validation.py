@@ -6,7 +6,7 @@ import pytest
 
 from amp_bench.errors import SuiteError
 from amp_bench.suite import load_suite
-from conftest import ROOT
+from conftest import ROOT, amp_bench_cli
 
 GOOD = """
 models: [torchvision/resnet18]
@@ -149,8 +149,7 @@ def test_resnet50_suites_gpu_block_is_every_mode_at_the_anchor_case_with_repeats
 
 def test_cli_validate_exit_code_2_one_line_per_problem_no_traceback(write_suite):
     path = write_suite(GOOD.replace("[2, 4]", "[0]") + "stepz: 1\n")
-    proc = subprocess.run([sys.executable, "-m", "amp_bench", "validate", str(path)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = amp_bench_cli("validate", path)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2, proc.stderr
@@ -159,8 +158,7 @@ def test_cli_validate_exit_code_2_one_line_per_problem_no_traceback(write_suite)
 
 
 def test_cli_validate_ok(write_suite):
-    proc = subprocess.run([sys.executable, "-m", "amp_bench", "validate", str(write_suite(GOOD))],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = amp_bench_cli("validate", write_suite(GOOD))
     assert proc.returncode == 0, proc.stderr
     assert "ok" in proc.stdout
 
