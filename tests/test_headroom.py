@@ -114,7 +114,7 @@ headroom: {memory_cap_gb: 0.5, max_batch_size: 1024, resolution: 1, measure: fal
 def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_suite, tmp_path):
     from amp_bench.launchers.launch import run_one
     from amp_bench.platform.device import DeviceInfo, precision_support
-    from amp_bench.studies.session import probe
+    from amp_bench.studies.session import probe, server_for
     from amp_bench.suite import load_suite
 
     suite_path = write_suite(CAPPED)
@@ -138,8 +138,12 @@ def test_search_under_a_cpu_memory_cap_is_within_one_step_of_the_limit(write_sui
     from amp_bench.store.results import RunStore
     store = RunStore(tmp_path / "check", "check")
     support = precision_support(case.precision, device)
-    fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store, support)
-    over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store, support)
+    # each a fresh child of a fork server, as the search's probes were (a spawned interpreter imports torch again)
+    with server_for("fork", [case.model.ref], (str(suite_path.parent),)) as server:
+        fits, _ = run_one(dataclasses.replace(case, batch_size=largest), 0, device, probed["versions"], store, support,
+                          server=server)
+        over, _ = run_one(dataclasses.replace(case, batch_size=largest + 1), 0, device, probed["versions"], store,
+                          support, server=server)
     assert fits["status"] == "ok", fits.get("reason")
     assert over["status"] == "oom", (largest, probes[["batch_size", "status"]].values.tolist(), over.get("reason"))
     assert fits["memory_cap_kind"] == "address space above the bare torch process"
