@@ -253,11 +253,10 @@ def server_env(environ) -> dict[str, str]:
 # IMPORT_TIME_ENV: their settings read once at import (huggingface_hub's cache and offline switches,
 # torch's logs, dynamo's and inductor's config defaults) and where Python finds modules
 READ_AT_IMPORT_ENV = IMPORT_TIME_ENV + ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TORCH", "PYTORCH_", "PYTHONPATH")
-# set by a library as it loads, so a process has them when it imported the library, however it was started:
-# torch sets TORCHINDUCTOR_CACHE_DIR as inductor loads (read when a compile uses it; each case sets its own,
-# launch.worker_setting); scikit-learn sets KMP_DUPLICATE_LIB_OK (read when a second OpenMP runtime loads,
-# in the child, under the run's environment) and KMP_INIT_AT_FORK=FALSE (whether Intel's or LLVM's OpenMP
-# starts afresh in a forked child: a server's children need the default, and get it from a zygote)
+# set by a library as it loads, however the process was started: torch's TORCHINDUCTOR_CACHE_DIR (read when a
+# compile uses it; each case sets its own, launch.worker_setting), scikit-learn's KMP_DUPLICATE_LIB_OK (read when
+# a second OpenMP runtime loads: in the child, with the run's environment) and KMP_INIT_AT_FORK (whether Intel's
+# or LLVM's OpenMP starts afresh in a forked child: a server's children need its default, a zygote's have it)
 SET_BY_LIBRARIES_ENV = ("TORCHINDUCTOR_CACHE_DIR", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK")
 
 

@@ -45,9 +45,8 @@ _tokens = itertools.count()
 
 
 def package_pythonpath(existing: str = "") -> str:
-    """PYTHONPATH for a worker: the same amp_bench as the parent's, installed or not. A folder named
-    twice is named once, where Python would first look in it (the same search path, and one spelling of
-    it: a run whose PYTHONPATH already names the package joins a zygote started without it)."""
+    """PYTHONPATH for a worker: the same amp_bench as the parent's, installed or not; a folder named twice is
+    named once, where Python looks first (the same search path, spelled as a zygote started without it has it)."""
     package_root = str(Path(__file__).resolve().parents[2])
     return os.pathsep.join(dict.fromkeys(p for p in (package_root, *existing.split(os.pathsep)) if p))
 
