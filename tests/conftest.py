@@ -149,8 +149,8 @@ def amp_bench_cli(*args, env: dict[str, str] | None = None):
     from amp_bench.cli import main
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch, contextlib.chdir(ROOT), contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(err):
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        patch.chdir(ROOT)
         for key, value in (env or {}).items():
             patch.setenv(key, value)
         code = main(argv)
