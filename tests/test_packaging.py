@@ -55,6 +55,16 @@ def test_readme_has_the_two_setup_commands_and_ci_runs_the_test_one():
     assert "about 2 minutes on 2 cores" in " ".join((ROOT / "README.md").read_text().split())
 
 
+def test_the_solo_command_names_every_file_that_holds_a_solo_test():
+    """The test command's last pytest call collects only the files it names (collecting all of them cost
+    ~7 s of one core): a solo test put in another file would silently never run."""
+    test = next(c for c in _readme_commands() if "pytest" in c and "pip install" in c)
+    named = set(test.split("pytest -m solo", 1)[1].split())
+    holding = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py")
+               if re.search(r"^\s*@pytest\.mark\.solo\b", path.read_text(), re.M)}
+    assert holding and holding <= named, (holding, named)
+
+
 def test_top_level_layout():
     for name in ("pyproject.toml", "environment.yml", "amp_bench", "suites", "results", "reports", "tests",
                  "README.md", ".ci/run"):
