@@ -249,7 +249,8 @@ def test_the_torch_import_check_can_fail(tmp_path):
     (tmp_path / "imports_torch.py").write_text("import torch\n")
     out = subprocess.run([sys.executable, "-c", FORK_EACH, "amp_bench.modes", "imports_torch", "no_such_module"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                                                       os.environ.get("PYTHONPATH")]))})
     assert json.loads(out.stdout) == {"amp_bench.modes": [], "imports_torch": ["torch"],
                                       "no_such_module": ["(the import failed)"]}
 
