@@ -57,7 +57,7 @@ def test_readme_has_the_two_setup_commands_and_ci_runs_the_test_one():
 
 def test_the_solo_command_names_every_file_that_holds_a_solo_test():
     """The test command's last pytest call collects only the files it names (collecting all of them cost
-    ~7 s of one core): a solo test put in another file would silently never run."""
+    ~7 s of CPU): a solo test put in another file would silently never run."""
     test = next(c for c in _readme_commands() if "pytest" in c and "pip install" in c)
     named = set(test.split("pytest -m solo", 1)[1].split())
     holding = {f"tests/{path.name}" for path in (ROOT / "tests").glob("test_*.py")
