@@ -39,6 +39,24 @@ def test_no_false_alarms_on_pure_noise():
     assert alarms <= 1
 
 
+def test_the_bootstrap_pools_repeats_of_different_lengths():
+    """Each iteration pools its chosen repeats' resampled steps; repeats of different lengths are padded
+    inside the computation, and the padding never reaches a median."""
+    from amp_bench.analysis.intervals import _resampled_medians
+    rng = np.random.default_rng(5)
+    # two repeats are never resampled: two draws from (1, 2) and the 100; the median is the larger draw
+    assert set(_resampled_medians([np.array([1.0, 2.0]), np.array([100.0])], rng, 400)) == {1.0, 2.0}
+    side = [np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0]), np.array([5.0])]
+
+    def one(rng):  # the definition, one iteration at a time
+        chosen = rng.integers(0, 3, 3)
+        return np.median(np.concatenate([rng.choice(side[j], len(side[j])) for j in chosen]))
+    looped = np.array([one(rng) for _ in range(4000)])
+    blocks = _resampled_medians(side, rng, 4000, block_values=7)  # many small blocks: their seams too
+    assert np.isfinite(blocks).all() and set(blocks) == set(looped)  # the same 13 medians are possible
+    assert abs(blocks.mean() - looped.mean()) < 0.3 and abs(np.median(blocks) - np.median(looped)) <= 1.0
+
+
 def test_thresholds_parse():
     assert Threshold.parse("3%", "time").relative == pytest.approx(0.03)
     assert Threshold.parse("64MiB", "memory", allow_bytes=True).absolute_bytes == 64 * 2**20
