@@ -159,6 +159,7 @@ def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fing
     from amp_bench.store.results import RunStore
     rng = rng or np.random.default_rng(0)
     store = RunStore(root, name)
+    store.flush_every_s = float("inf")  # the tables once, at the end: rewriting them after every row took seconds
     for case in cases:
         for r in range(repeats):
             busy = {"contended": True, "contention": "another process at 100% CPU"} if r in contended else {}
@@ -177,6 +178,7 @@ def generated_run(root, name, ms, repeats, steps, cases=("mlp",), rng=None, fing
         for r in range(repeats):
             store.add({"run_id": store.run_id, "case_id": case, "status": "unsupported", "reason": reason,
                        "device": "cpu", "repeat": r, "batch_size": 4, "fingerprint": fingerprint}, [])
+    store.flush()
     return store.dir
 
 
@@ -419,6 +421,7 @@ def paired_run(root, name, levels, speedup=1.6, fp32_ms=100.0, noise=0.01, seed=
     from amp_bench.store.results import RunStore
     rng = np.random.default_rng(seed)
     store = RunStore(root, name)
+    store.flush_every_s = float("inf")  # the tables once, at the end
     for r, level in enumerate(levels):
         for precision, ms in (("fp32", fp32_ms), ("amp_bf16", fp32_ms / speedup)):
             case_id = f"mlp-bs4-{precision}"
@@ -436,6 +439,7 @@ def paired_run(root, name, levels, speedup=1.6, fp32_ms=100.0, noise=0.01, seed=
                       [{"run_id": store.run_id, "case_id": case_id, "precision": precision, "repeat": r,
                         "phase": "measure", "step": i, "step_time_ms": float(t), "loss": 1.0}
                        for i, t in enumerate(times)])
+    store.flush()
     return store.dir
 
 
