@@ -1,9 +1,11 @@
 """Harness overhead: amp_bench's worker vs a plain hand-written AMP loop, side by side.
 
 Both run the same workload in fresh processes, alternating harness/plain so machine drift hits
-both. By default on the CPU: torchvision resnet18, weights=None, 64 px, batch 16, SGD foreach. The
-comparison is wall-clock window throughput (samples over the synchronised window, the harness row's
-`throughput`): that is where a harness's host-side cost shows. Median step times (CUDA events on a
+both: the harness's worker forked from a fork server as a run's workers are (its imports done once,
+before the first round), the plain loop a fresh interpreter as a user's script is. By default on the
+CPU: torchvision resnet18, weights=None, 64 px, batch 16, SGD foreach. The comparison is wall-clock
+window throughput (samples over the synchronised window, the harness row's `throughput`): that is
+where a harness's host-side cost shows. Median step times (CUDA events on a
 GPU) are printed beside it, but on a GPU-bound model they agree by construction. The GPU check runs
 its own ResNet-50 case this way, so the summary puts suite, harness and plain loop side by side.
 Prints each round's throughputs, the ratio of the medians, and the median of the per-round (paired)
@@ -105,8 +107,8 @@ def plain_loop(precision: str, warmup: int, steps: int, work: Workload = Workloa
 
 
 def harness_round(precision: str, warmup: int, steps: int, workdir: Path, device: dict,
-                  work: Workload = Workload()) -> tuple[float, float]:
-    from amp_bench.launchers.process import run_worker
+                  work: Workload = Workload(), server=None) -> tuple[float, float]:
+    from amp_bench.launchers.forkserver import launch
     from amp_bench.platform.device import DeviceInfo, precision_support
     from amp_bench.suite import Case, ModelSpec, OptimizerSpec
 
@@ -119,7 +121,7 @@ def harness_round(precision: str, warmup: int, steps: int, workdir: Path, device
     spec, result = workdir / "spec.json", workdir / "result.json"
     support = precision_support(precision, DeviceInfo.from_json(device))  # the gate, decided here as a run does
     spec.write_text(json.dumps({"case": case.to_json(), "device": device, "support": asdict(support)}))
-    outcome = run_worker(["case", str(spec), str(result)], result, workdir / "worker.log", case.timeout_s)
+    outcome = launch(["case", str(spec), str(result)], result, workdir / "worker.log", case.timeout_s, server=server)
     if not outcome.result or outcome.result.get("status") != "ok":
         tail = (workdir / "worker.log").read_text(errors="replace").splitlines()[-15:]
         print(f"harness worker failed: {outcome.result}\n" + "\n".join(tail), file=sys.stderr)
@@ -159,12 +161,16 @@ def main() -> int:
     harness, plain, rows = [], [], []  # samples/s over each round's wall-clock window
     # probe once, in a worker, so this process never runs torch work (its thread pool would
     # compete with the measured process for the cores)
+    from amp_bench.launchers.forkserver import ForkServer
     from amp_bench.store.columns import STUDY_TABLES
     from amp_bench.studies.session import probe
+    from amp_bench.suite.model_refs import preload_modules
     device = probe(args.device)["device"]
-    with tempfile.TemporaryDirectory() as tmp:
+    server = ForkServer.start(preload_modules([f"torchvision/{work.model}"]))
+    with tempfile.TemporaryDirectory() as tmp, server:
         for i in range(args.rounds):
-            harness_ms, harness_rate = harness_round(args.precision, args.warmup, args.steps, Path(tmp), device, work)
+            harness_ms, harness_rate = harness_round(args.precision, args.warmup, args.steps, Path(tmp), device, work,
+                                                     server)
             plain_ms, plain_rate = plain_round(args.precision, args.warmup, args.steps, work)
             harness.append(harness_rate)
             plain.append(plain_rate)
