@@ -379,8 +379,6 @@ def matmul_tflops(path: Path, n: int = 8192, repeats: int = 20) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["plan"]:
-        return plan.main(argv[1:])
     if len(argv) >= 3 and argv[0] == "summary":
         part = int(argv[argv.index("--part") + 1]) if "--part" in argv[:-1] else None
         status, reasons = summarize(Path(argv[1]), Path(argv[2]), part)
