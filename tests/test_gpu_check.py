@@ -486,7 +486,16 @@ def test_a_gpu_that_the_machine_lists_but_torch_cannot_see_fails_the_part(tmp_pa
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text('#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H200 (UUID: GPU-1)"\n')
     (bin_dir / "nvidia-smi").chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(tmp_path / "nodev")}
+    # a stand-in interpreter: the check's two questions to torch answered as a CPU-only wheel answers them,
+    # without importing torch for each; every other command runs in the real one
+    cpu_wheel = tmp_path / "python"
+    cpu_wheel.write_text('#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "0 - 1"; exit 0 ;;\n'
+                         '  *is_available*) echo "torch 2.14.1 built for CUDA none (a CPU-only wheel)"; exit 0 ;; '
+                         'esac\n'
+                         f'exec {sys.executable} "$@"\n')
+    cpu_wheel.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(tmp_path / "nodev"),
+           "PYTHON": str(cpu_wheel)}
     proc, took = _run_script(tmp_path, env, "--part", "1")
     log = proc.stdout
     assert proc.returncode == 1 and took < 60, log[-3000:]
@@ -498,12 +507,6 @@ def test_a_gpu_that_the_machine_lists_but_torch_cannot_see_fails_the_part(tmp_pa
     dev.mkdir()
     (dev / "nvidia0").touch()
     (bin_dir / "nvidia-smi").unlink()
-    cpu_wheel = tmp_path / "python"  # answers torch's questions as the CPU wheel above did, without importing it
-    cpu_wheel.write_text('#!/usr/bin/env bash\ncase "$*" in *get_device_capability*) echo "0 - 1"; exit 0 ;;\n'
-                         '  *is_available*) echo "torch 2.14.1 built for CUDA none (a CPU-only wheel)"; exit 0 ;; '
-                         'esac\n'
-                         f'exec {sys.executable} "$@"\n')
-    cpu_wheel.chmod(0o755)
     proc, _ = _run_script(tmp_path, {"PATH": f"{bin_dir}:{os.environ['PATH']}", "GPU_CHECK_DEV_DIR": str(dev),
                                      "PYTHON": str(cpu_wheel)}, "--part", "2")
     assert proc.returncode == 1 and f"a GPU is present (device node {dev}/nvidia0)" in proc.stdout
