@@ -53,22 +53,18 @@ def bootstrap_median_ratio(base: list[np.ndarray], cand: list[np.ndarray], rng: 
 
 def _resampled_medians(side: list[np.ndarray], rng: np.random.Generator, iterations: int,
                        block_values: int = 2_000_000) -> np.ndarray:
-    """One median per iteration, computed a block of iterations at a time (numpy has no median over rows
-    of different lengths, and a loop of 2000 medians took most of `compare`'s time): row i holds iteration
-    i's chosen repeats, each resampled and padded to the longest repeat with +inf, so that the sorted row
-    starts with its pooled samples. A block holds at most `block_values` samples (16 MB)."""
-    lengths = np.array([len(x) for x in side])
-    starts, pooled = np.cumsum(lengths) - lengths, np.concatenate([np.asarray(x, float) for x in side] + [[np.inf]])
-    repeats, slot = len(side), np.arange(lengths.max())
-    medians = []
-    for done in range(0, iterations, max(1, block_values // (repeats * slot.size))):
-        block = min(iterations - done, max(1, block_values // (repeats * slot.size)))
-        chosen = (rng.integers(0, repeats, (block, repeats)) if repeats >= 3
-                  else np.broadcast_to(np.arange(repeats), (block, repeats)))
-        length = lengths[chosen][..., None]  # (block, repeats, 1)
-        picks = starts[chosen][..., None] + (rng.random((block, repeats, slot.size)) * length).astype(int)
-        rows = np.sort(pooled[np.where(slot < length, picks, pooled.size - 1)].reshape(block, -1), axis=1)
-        counts, row = length[:, :, 0].sum(axis=1), np.arange(block)
+    """One median per iteration, a block of iterations at a time (a loop of 2000 medians took most of
+    `compare`'s time): row i holds iteration i's chosen repeats, each resampled and padded with +inf to the
+    longest, so that the sorted row starts with its pooled samples. A block holds <= block_values samples."""
+    lengths, repeats = np.array([len(x) for x in side]), len(side)
+    starts, pooled = np.cumsum(lengths) - lengths, np.concatenate([*map(np.asarray, side), [np.inf]])
+    slot, block, medians = np.arange(lengths.max()), max(1, block_values // (repeats * lengths.max())), []
+    for n in [min(block, iterations - done) for done in range(0, iterations, block)]:
+        chosen = rng.integers(0, repeats, (n, repeats)) if repeats >= 3 else np.tile(np.arange(repeats), (n, 1))
+        length = lengths[chosen][..., None]  # (n, repeats, 1)
+        picks = starts[chosen][..., None] + (rng.random((n, repeats, slot.size)) * length).astype(int)
+        rows = np.sort(pooled[np.where(slot < length, picks, -1)].reshape(n, -1), axis=1)
+        counts, row = length.sum(axis=(1, 2)), np.arange(n)
         medians.append((rows[row, (counts - 1) // 2] + rows[row, counts // 2]) / 2)
     return np.concatenate(medians)
 
