@@ -142,3 +142,15 @@ def test_every_declared_table_reads_back_typed(tmp_path):
     assert steps["scale"].dtype == np.float64 and str(steps["step"].dtype) == "Int64"
     for name, kinds in columns.STUDY_TABLES.items():
         assert set(kinds.values()) <= set(columns.KINDS) and kinds, name
+
+
+@pytest.mark.parametrize("table", sorted(columns.TABLE_KINDS))
+def test_a_column_absent_or_read_empty_is_typed_as_an_empty_one_is(table):
+    """typed() makes a declared column the frame lacks, or that came back from CSV as float NaN, directly in
+    its kind: the same dtype, values and read default as converting an empty text column cell by cell."""
+    kinds, frame = columns.TABLE_KINDS[table], pd.DataFrame({"extra": ["x", "y"]})
+    by_cell = typed(frame.join(pd.DataFrame(None, index=frame.index, columns=list(kinds), dtype=object)), table=table)
+    for given in (frame, frame.join(pd.DataFrame(np.nan, index=frame.index, columns=list(kinds)))):
+        got = typed(given, table=table)
+        for name in kinds:
+            assert str(got[name].dtype) == str(by_cell[name].dtype) and got[name].equals(by_cell[name]), (table, name)
