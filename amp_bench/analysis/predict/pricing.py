@@ -29,8 +29,6 @@ TF32_CAPABILITY = (8, 0)
 COMPUTE = ("gemm", "conv", "attention")
 BYTE_CLASSES = {"elementwise": "elementwise", "layout": "elementwise", "other": "elementwise", "host": "elementwise",
                 "cast": "cast", "reduction": "reduction", "norm": "norm", "optimizer": "optimizer"}
-STACKS = {"eager": "eager PyTorch, as amp_bench runs it: every op its own kernel",
-          "fused": "a stack that fuses elementwise chains (NVIDIA's NGC containers, the published tables)"}
 # name: (prior, (low, high), what it is). The prior is the value where no data decides it; the range is
 # what physics allows the fit. Efficiencies are fractions of a datasheet dense peak; "time per byte" is
 # relative to what standalone copies reached of the chip's datasheet bandwidth (1.0: at that rate).
