@@ -85,9 +85,7 @@ class Comparison:
         # never a pass for lack of data (nor when every case was not run on either side)
         if "not enough data" in verdicts or CONTENDED in verdicts or not verdicts - set(NEUTRAL):
             return EXIT_NO_DATA
-        if "unstable" in verdicts and not self.speedups_decide:
-            return EXIT_UNSTABLE
-        return EXIT_OK
+        return EXIT_UNSTABLE if "unstable" in verdicts and not self.speedups_decide else EXIT_OK
 
     @property
     def speedups_decide(self) -> bool:

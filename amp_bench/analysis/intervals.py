@@ -179,9 +179,7 @@ def judge(ratio_low: float, ratio_high: float, threshold: float, worse_when_high
     # to +threshold, on the log scale, so the verdict is the same whichever way the ratio is taken (a
     # speedup's 0.84-1.02 is a slowdown's 0.98-1.19); at 5% that is a ratio width of about 0.2
     band = np.log1p(threshold) - np.log1p(-threshold) if threshold < 1 else np.inf
-    if np.log(ratio_high / ratio_low) > 2 * band:
-        return "unstable"
-    return "no change"
+    return "unstable" if np.log(ratio_high / ratio_low) > 2 * band else "no change"
 
 
 def spread_text(base: list[np.ndarray], cand: list[np.ndarray]) -> str:

@@ -51,9 +51,7 @@ def make_console(stderr: bool = False) -> Console:
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return Console(stderr=stderr, width=int(columns))
-    if stream.isatty():
-        return Console(stderr=stderr)
-    return Console(stderr=stderr, width=LOG_WIDTH)
+    return Console(stderr=stderr) if stream.isatty() else Console(stderr=stderr, width=LOG_WIDTH)
 
 
 def dispatch(args, console) -> int:

@@ -17,8 +17,6 @@ def _fmt_bytes(value) -> str:
 
 def _fmt(value, spec: str, suffix: str = "") -> str:
     try:
-        if value is None or value != value:
-            return "-"
-        return f"{value:{spec}}{suffix}"
+        return "-" if value is None or value != value else f"{value:{spec}}{suffix}"
     except (TypeError, ValueError):
         return "-"

@@ -105,6 +105,4 @@ def _transformers_workload(spec: dict, seq_len: int) -> Workload:
 def forward(model: torch.nn.Module, inputs):
     if isinstance(inputs, dict):
         return model(**inputs)
-    if isinstance(inputs, (tuple, list)):
-        return model(*inputs)
-    return model(inputs)
+    return model(*inputs) if isinstance(inputs, (tuple, list)) else model(inputs)

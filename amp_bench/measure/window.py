@@ -57,9 +57,7 @@ class StopRule:
             return None
         if self.target_ci is not None and n >= MIN_CI_SAMPLES and relative_half_width(samples_ms) <= self.target_ci:
             return "precision reached"
-        if self.over_budget(n, elapsed_s):
-            return "budget"
-        return None
+        return "budget" if self.over_budget(n, elapsed_s) else None
 
 
 def stop_rule(case, rank=None):

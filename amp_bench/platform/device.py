@@ -32,9 +32,7 @@ class DeviceInfo:
 
     @property
     def architecture(self) -> str:
-        if self.type == "cpu":
-            return "CPU"
-        return architecture(self.capability or (0, 0))
+        return "CPU" if self.type == "cpu" else architecture(self.capability or (0, 0))
 
     @property
     def label(self) -> str:

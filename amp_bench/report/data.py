@@ -112,9 +112,7 @@ def verdict(value: float, band: tuple[float, float], missing: str = "not measure
         return missing
     if value < band[0]:
         return "below"
-    if value > band[1]:
-        return "above"
-    return "within"
+    return "above" if value > band[1] else "within"
 
 
 def _qualified(text: str, case: pd.Series, base: str) -> str:

@@ -36,9 +36,7 @@ def _fmt_cell(value, column: str) -> str:
     if isinstance(value, (float, np.floating)):
         if "saving" in column or column in ("mfu", "scaling efficiency"):
             return f"{value:.1%}"
-        if "speedup" in column:
-            return f"{value:.2f}x"
-        return f"{value:.4g}"
+        return f"{value:.2f}x" if "speedup" in column else f"{value:.4g}"
     return str(value)
 
 

@@ -31,9 +31,7 @@ def fingerprint_columns(device: dict, versions: dict, gpu: dict, hostname: str,
 
 def fingerprints(results) -> set[str]:
     """The machine fingerprints a results table carries."""
-    if "fingerprint" not in results:
-        return set()
-    return set(results["fingerprint"].dropna().astype(str))
+    return set() if "fingerprint" not in results else set(results["fingerprint"].dropna().astype(str))
 
 
 def fingerprint_mismatch(base_rows, cand_rows) -> tuple[bool, str]:

@@ -16,9 +16,7 @@ def true_rows(column: pd.Series | None, index=None) -> pd.Series:
     """A whole column as booleans; a missing column (None) is all False over `index`."""
     if column is None:
         return pd.Series(False, index=index, dtype=bool)
-    if column.dtype == bool:
-        return column
-    return column.map(is_true).astype(bool)
+    return column if column.dtype == bool else column.map(is_true).astype(bool)
 
 
 def text_column(table: pd.DataFrame, column: str) -> pd.Series:

@@ -45,9 +45,7 @@ def kind_of(ref: str) -> str | None:
 
 
 def short_name(ref: str) -> str:
-    if ref.startswith("python:"):
-        return ref.rsplit(":", 1)[-1]
-    return ref.split("/", 1)[-1]
+    return ref.rsplit(":", 1)[-1] if ref.startswith("python:") else ref.split("/", 1)[-1]
 
 
 def _package_dir(name: str) -> Path | None:

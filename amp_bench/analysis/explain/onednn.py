@@ -48,9 +48,7 @@ def unit(impl: str) -> str:
         return "AVX512-BF16/FP16"
     if low.startswith("ref") or ":ref" in low or "simple" in low:
         return "reference C"
-    if "avx" in low or "sse" in low:
-        return "FP32 vector (AVX-512/AVX2)"
-    return "ISA not named"
+    return "FP32 vector (AVX-512/AVX2)" if "avx" in low or "sse" in low else "ISA not named"
 
 
 def describe(records: list[dict] | None) -> dict:
