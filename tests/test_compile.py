@@ -56,7 +56,7 @@ def test_bad_compile_keys_name_file_and_field(write_suite, text, expected):
 def test_cpu_run_reports_compile_breaks_and_window_recompiles(write_suite, tmp_path):
     path = write_suite(MODELS + SETTINGS + "compile_backend: eager\n")
     proc = cli("run", str(path), "--device", "cpu", "--compile", "false", "--compile", "true",
-               "--results-dir", str(tmp_path / "results"), "--no-report")
+               "--results-dir", str(tmp_path / "results"), "--no-report", "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = next((tmp_path / "results").iterdir())
     table = pd.read_csv(run_dir / "results.csv").set_index("case_id")
@@ -88,7 +88,7 @@ def test_fullgraph_on_a_graph_break_is_a_compile_error(write_suite, tmp_path):
     path = write_suite("models:\n" + MODELS.splitlines()[2] + "\n" + SETTINGS +
                        "compile: true\ncompile_backend: eager\ncompile_fullgraph: true\ncompile_cache: cold\n")
     proc = cli("run", str(path), "--device", "cpu", "--results-dir", str(tmp_path / "results"),
-               "--reports-dir", str(tmp_path / "reports"))
+               "--reports-dir", str(tmp_path / "reports"), "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = next((tmp_path / "results").iterdir())
     row = pd.read_csv(run_dir / "results.csv").iloc[0]
@@ -108,7 +108,7 @@ def test_inductor_cpu_compiles_eager_and_compiled(write_suite, tmp_path):
     path = write_suite("\n".join(MODELS.splitlines()[:2]) + "\n" +
                        SETTINGS.replace("steps: 10", "steps: 5") + "compile: [false, true]\n")
     proc = cli("run", str(path), "--device", "cpu", "--results-dir", str(tmp_path / "results"),
-               "--reports-dir", str(tmp_path / "reports"))
+               "--reports-dir", str(tmp_path / "reports"), "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = next((tmp_path / "results").iterdir())
     table = pd.read_csv(run_dir / "results.csv").set_index("case_id")
