@@ -43,7 +43,8 @@ def test_smoke_on_two_partitions_is_two_runs_and_one_report_of_both(slurm, tmp_p
                "--precision", "fp32", "--precision", "tf32", "--steps", "2", "--warmup-steps", "1", "--no-explain",
                # both partitions at once: plumbing
                "--no-report", "--no-slurm-exclusive", "--slurm-cpus-per-task", "1", "--repeats", "1",
-               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"))
+               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
+               "--target", "none")  # it reads no GPU prediction
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs = sorted((tmp_path / "results").iterdir())
     assert [r.name.split("-", 1)[1] for r in runs] == ["gpu-a-cpu", "gpu-b-cpu"]  # named by partition
