@@ -305,6 +305,62 @@ def test_a_killed_oom_or_hung_rank_ends_its_case_and_the_run_goes_on(write_suite
     assert not list(Path(run_dir, "work").glob("*.rank*"))
     log = Path(run_dir, rows.loc["killed", "log_file"]).read_text()
     assert "Root Cause" in log
+    assert "fresh interpreter" not in log  # the launcher forked its ranks
+
+
+def test_forked_ranks_that_end_badly_are_all_named_in_the_summary():
+    """The launcher's watch over ranks it forks: each says its rank as it starts; one killed outright and one
+    that exits 1 are both named, in the lines the parent reads exit codes from, though torchrun's agent would
+    name only the first it reaps."""
+    import os
+    import signal
+    previous = signal.getsignal(signal.SIGCHLD)
+    exits = torchrun.RankExits()
+    try:
+        pids = []
+        for rank, ending in ((0, "exit"), (1, "kill"), (2, "ok")):
+            pid = os.fork()
+            if pid == 0:  # the child: as a forked rank starts, then its ending
+                exits.started(rank)
+                os.kill(os.getpid(), signal.SIGKILL) if ending == "kill" else os._exit(1 if ending == "exit" else 0)
+            pids.append(pid)
+        deadline = time.monotonic() + 30
+        while len(exits.exits) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            exits.peek()
+        assert {rank: code for rank, (_, code) in exits.exits.items()} == {0: 1, 1: -9, 2: 0}
+        assert torchrun.torchrun_exits(exits.summary()) == {0: 1, 1: -9}  # the ranks that ended badly
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+        for pid in pids:
+            os.waitpid(pid, 0)  # peeking left them to be reaped
+        os.close(exits.read_fd)
+        os.close(exits.write_fd)
+
+
+def test_the_launcher_forks_ranks_only_where_its_imports_left_it_one_thread(tmp_path):
+    """It imports what a rank imports (OpenMP held to one thread meanwhile, the suite's own setting back after);
+    a model module that starts a thread as it imports keeps the ranks on fresh interpreters, with the reason."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "plain_models.py").write_text("def mlp(**_):\n    pass\n")
+    (tmp_path / "threaded_models.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n")
+    for name in ("plain", "threaded"):
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"case": {"model": {"ref": f"python:{name}_models:mlp"}, "search_dirs": [str(tmp_path)]}}))
+    check = ("import os, sys\nfrom amp_bench.launchers.torchrun import _import_what_ranks_import as check\n"
+             "for name in ('plain', 'threaded', 'missing'):\n"
+             "    argv = ['--standalone', '-m', 'amp_bench.worker', 'case', f'{sys.argv[1]}/{name}.json', 'r.json']\n"
+             "    print(name, repr(check(argv)), os.environ['OMP_NUM_THREADS'])\n")
+    proc = subprocess.run([sys.executable, "-c", check, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "3"})
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 3, proc.stdout + proc.stderr
+    assert lines[0] == "plain '' 3"
+    assert "the torchrun launcher runs 2 threads after its imports" in lines[1] and lines[1].endswith(" 3")
+    assert "no case spec to read (FileNotFoundError)" in lines[2]
 
 
 def test_no_process_carries_an_unknown_token():

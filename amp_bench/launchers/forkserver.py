@@ -339,7 +339,7 @@ def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, tim
 
 # --------------------------------------------------------------------------- the server process
 
-def _preload(names: list[str], search_dirs: list[str]) -> tuple[list[str], dict[str, str]]:
+def import_modules(names: list[str], search_dirs: list[str]) -> tuple[list[str], dict[str, str]]:
     for directory in search_dirs:
         if directory not in sys.path:
             sys.path.insert(0, directory)
@@ -374,10 +374,7 @@ def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
         os.environ.update(request["env"])
         os.environ.update(AMP_BENCH_EVENT_FD=str(event_fd), AMP_BENCH_PARENT_PID=str(server_pid))
         os.chdir(request["cwd"])
-        import torch  # preloaded: already imported
-        # the count a fresh worker would start with: its OMP_NUM_THREADS, else one per CPU it may use
-        threads = os.environ.get("OMP_NUM_THREADS", "")
-        torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0)))
+        set_fresh_thread_count()
         sys.argv = ["amp_bench.worker", *request["args"]]
         import runpy
         runpy.run_module("amp_bench.worker", run_name="__main__", alter_sys=True)
@@ -389,6 +386,14 @@ def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
         traceback.print_exc()
     from amp_bench.measure.ending import exit_without_teardown
     exit_without_teardown(code)
+
+
+def set_fresh_thread_count() -> None:
+    """In a forked child: the thread count a fresh worker would start with (its OMP_NUM_THREADS, else one per CPU
+    it may use); the server imported torch with OpenMP held to one."""
+    import torch  # preloaded: already imported
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0)))
 
 
 def _serve(sock: socket.socket) -> None:
@@ -473,7 +478,7 @@ def _zygote(path: str, preload: list[str], same: dict) -> int:
     listener.bind(path + ".new")
     listener.listen(64)  # listening before the imports: a run that connects meanwhile waits for them
     os.rename(path + ".new", path)  # the path appears once it listens (start_zygote waits for it)
-    _preload(preload, [])
+    import_modules(preload, [])
     unsafe = unsafe_to_fork()
     if unsafe:
         print(f"fork zygote: not used: {unsafe}", flush=True)
@@ -528,7 +533,7 @@ def _run_session(conn: socket.socket, zygote_pid: int, same: dict) -> int:
         conn.send(json.dumps({"mismatch": sorted(k for k in same if theirs.get(k) != same[k])}).encode())
         return 0
     started = time.monotonic()
-    imported, failed = _preload(options.get("preload", []), options.get("search_dirs", []))
+    imported, failed = import_modules(options.get("preload", []), options.get("search_dirs", []))
     unsafe = unsafe_to_fork()
     conn.send(json.dumps({"imported": imported, "failed": failed, "unsafe": unsafe, "zygote": True,
                           "seconds": round(time.monotonic() - started, 3)}).encode())
@@ -546,7 +551,7 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
     options = json.loads(argv[1])
     started = time.monotonic()
-    imported, failed = _preload(options["preload"], options.get("search_dirs", []))
+    imported, failed = import_modules(options["preload"], options.get("search_dirs", []))
     unsafe = unsafe_to_fork()
     sock.send(json.dumps({"imported": imported, "failed": failed, "unsafe": unsafe,
                           "seconds": round(time.monotonic() - started, 3)}).encode())

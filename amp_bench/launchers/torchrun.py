@@ -5,13 +5,17 @@ amp_bench.launchers.torchrun launch TORCHRUN-ARGS...` is torchrun itself, run in
 die-with-parent guard, so that torchrun (and through it every rank) dies with the orchestrator.
 Rank side (`Rank`, every rank's record aggregated into one row, weak scaling): measure/ddp.py.
 
-torchrun starts each rank in a session of its own and closes inherited file descriptors, so the
-parent's process-group kill does not reach the ranks, and the event pipe is not inherited; ranks
-therefore carry die-with-parent too, rank 0 reopens the pipe through /proc, and the parent sweeps
-up any process still carrying the case's token (process.py).
+Ranks are forked from the launcher, which imports once what every rank imports (torch, torch._dynamo, the
+measuring modules, the model library: 4-5 s of CPU a rank on a 2-core VM) and gives torchrun's agent a function
+entrypoint with its `fork` start method; where those imports leave it more than one thread or touch CUDA
+(platform/forking.py), torchrun starts each rank as a fresh interpreter, in a session of its own with inherited
+descriptors closed. Either way ranks carry die-with-parent too, rank 0 reopens the event pipe through /proc,
+and the parent sweeps up any process still carrying the case's token (process.py).
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import sys
@@ -98,6 +102,9 @@ def first_rank_failure(result_path, world_size: int) -> dict | None:
 
 # --------------------------------------------------------------------------- launcher
 
+_EXITS = None  # a launcher's RankExits, when it forks its ranks (which inherit it)
+
+
 def _launch(argv: list[str]) -> int:
     from amp_bench.measure.ending import die_with_parent
     die_with_parent()
@@ -105,15 +112,119 @@ def _launch(argv: list[str]) -> int:
     if fd:  # torchrun closes inherited fds; rank 0 reopens this process's end of the pipe by path
         os.environ["AMP_BENCH_EVENT_PATH"] = f"/proc/{os.getpid()}/fd/{fd}"
     os.environ["AMP_BENCH_PARENT_PID"] = str(os.getpid())  # the ranks' parent is this process
+    unsafe = _import_what_ranks_import(argv)
     from torch.distributed.run import main
     try:
-        main(argv)
+        if unsafe:
+            print(f"torchrun launcher: each rank starts as a fresh interpreter: {unsafe}", file=sys.stderr, flush=True)
+            main(argv)
+        else:
+            _launch_forked(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
     except Exception as exc:  # ChildFailedError: its text is the per-rank failure summary
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)  # the parent reads the root cause from it
+        if _EXITS is not None:  # forked ranks: every one that ended badly (RankExits)
+            _EXITS.peek()
+            print(_EXITS.summary(), file=sys.stderr)
         return 1
     return 0
+
+
+def _import_what_ranks_import(argv: list[str]) -> str:
+    """Import what a rank of this case imports; why its ranks may not be forked from here ('' when they may)."""
+    from amp_bench.platform.forking import unsafe_to_fork
+    try:
+        worker_args = argv[argv.index("amp_bench.worker") + 1:]
+        with open(worker_args[1], encoding="utf-8") as fh:
+            case = json.load(fh)["case"]
+    except (ValueError, IndexError, OSError, KeyError) as exc:
+        return f"no case spec to read ({type(exc).__name__})"
+    from unittest import mock
+
+    from amp_bench.launchers.forkserver import import_modules
+    from amp_bench.suite.model_refs import preload_modules
+    # as the fork server imports (forkserver.server_env): OpenMP's pool held back, CUDA asked through NVML
+    with mock.patch.dict(os.environ, {"OMP_NUM_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}):
+        import_modules(preload_modules([case["model"]["ref"]]) + ["torch.distributed.run"], case.get("search_dirs", []))
+    return unsafe_to_fork("the torchrun launcher")
+
+
+def _launch_forked(argv: list[str]) -> None:
+    """torchrun's own launch (torch.distributed.run.run), each rank forked from this process."""
+    import uuid
+
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+    args = parse_args(argv)
+    if args.standalone:  # as torch.distributed.run.run does: c10d on localhost, a free port
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    config, _, _ = config_from_args(args)
+    config.start_method = "fork"
+    global _EXITS
+    _EXITS = RankExits()
+    elastic_launch(config=config, entrypoint=_forked_rank)(*args.training_script_args)
+
+
+class RankExits:
+    """How each forked rank ended: torchrun's agent names only the first failed one it reaps, often a peer that
+    failed on the closed connection of a rank killed outright. Each rank writes its rank and pid to a pipe as it
+    starts; on SIGCHLD the launcher peeks at their exits (waitid WNOWAIT: the agent still reaps them)."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self.pending, self.pids, self.exits = b"", {}, {}  # pid -> rank; rank -> (pid, exit code, -N: signal N)
+        import signal
+        signal.signal(signal.SIGCHLD, lambda *_: self.peek())
+
+    def started(self, rank: int) -> None:
+        """In a forked rank: say which rank this pid is; the signal handling of a fresh interpreter (not the
+        agent's, which turns the SIGTERM it stops ranks with into an exception; nor this watch)."""
+        import signal
+        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.close(self.read_fd)
+        os.write(self.write_fd, f"{rank} {os.getpid()}\n".encode())
+        os.close(self.write_fd)
+
+    def peek(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            self.pending += os.read(self.read_fd, 65536)
+        *lines, self.pending = self.pending.split(b"\n")
+        self.pids.update({int(pid): int(rank) for rank, pid in (line.split() for line in lines)})
+        for pid, rank in self.pids.items():
+            if rank in self.exits:
+                continue
+            try:
+                ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # reaped before this peek: the agent's own summary names it, or nothing does
+                continue
+            if ended is not None:
+                killed = ended.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+                self.exits[rank] = (pid, -ended.si_status if killed else ended.si_status)
+
+    def summary(self) -> str:
+        """The ranks that ended badly, in the lines of torchrun's failure summary."""
+        return "\n".join(f"rank : {rank} (local_rank: -) exitcode : {code} (pid: {pid})"
+                         for rank, (pid, code) in sorted(self.exits.items()) if code != 0)
+
+
+def _forked_rank(*worker_args: str) -> int:
+    """One rank, forked: the worker's main, run as the fork server runs the worker (the program a launcher starts,
+    not a library it imports), with a fresh rank's thread count. It returns: torchrun's agent collects every
+    rank's return value (a failed rank has already exited)."""
+    import runpy
+
+    from amp_bench.launchers.forkserver import set_fresh_thread_count
+    _EXITS.started(int(os.environ["RANK"]))
+    set_fresh_thread_count()
+    code = runpy.run_module("amp_bench.worker")["main"](list(worker_args))
+    if code:
+        from amp_bench.measure.ending import exit_without_teardown
+        exit_without_teardown(code)
+    return code
 
 
 def main(argv: list[str]) -> int:
