@@ -1,6 +1,7 @@
 """The code's structure holds what the design promises: no import circle, analysis without torch,
 one definition of a precision mode, of throughput and of a case's set-up, and small modules."""
 import ast
+import functools
 import json
 import os
 import re
@@ -37,14 +38,25 @@ def _package_names() -> dict[str, str]:
     return found
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once for every check of this file that reads it (ast.walk only reads)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _import_graph() -> dict[str, set[str]]:
-    """module -> the amp_bench modules it imports, at module level or inside functions alike."""
+    """module -> the amp_bench modules it imports, at module level or inside functions alike (a copy a call)."""
+    return {module: set(targets) for module, targets in _graph_once().items()}
+
+
+@functools.cache
+def _graph_once() -> dict[str, set[str]]:
     files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in files}
     resolves = _package_names()
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(path)):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -262,7 +274,7 @@ def long_functions(paths, root: Path = ROOT) -> dict[str, int]:
     """'file:line name' -> lines, for every function or method longer than MAX_FUNCTION_LINES."""
     long = {}
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
