@@ -14,7 +14,8 @@ from conftest import FIXTURES
 pytestmark = pytest.mark.slow
 
 SUITE = """
-models: [{{ref: "python:toy_models:clocked", label: sleepy, options: {{ms: {ms}, jitter: 0.0}}}}]
+models: [{{ref: "python:toy_models:clocked", label: sleepy, options: {{ms: {ms}, jitter: 0.0}}}},
+         {{ref: "python:toy_models:clocked", label: drowsy, options: {{ms: {bf16_ms}, jitter: 0.0}}}}]
 batch_sizes: [4]
 precisions: [fp32, amp_bf16]
 allow_emulated: true  # bf16 runs on every CPU (emulated where it has no bf16 ISA)
@@ -28,14 +29,14 @@ def test_sleepy_fp32(amp_benchmark):
     assert extra["output_dtype"] == "float32"
     assert extra["cpu_allocator"] in ("keep", "system (not glibc)")  # the worker's default, here too
 
-def test_sleepy_bf16(amp_benchmark):
-    extra = amp_benchmark("suite.yaml", "sleepy-bs4-amp_bf16", device="cpu")
+def test_drowsy_bf16(amp_benchmark):
+    extra = amp_benchmark("suite.yaml", "drowsy-bs4-amp_bf16", device="cpu")
     assert extra["output_dtype"] == "bfloat16"
 """
 
 
-def bench_session(workdir, ms, *args):
-    (workdir / "suite.yaml").write_text(SUITE.format(ms=ms))
+def bench_session(workdir, ms, bf16_ms, *args):
+    (workdir / "suite.yaml").write_text(SUITE.format(ms=ms, bf16_ms=bf16_ms))
     # the model advances amp_bench's host clock by `ms` a step and pytest-benchmark reads that clock:
     # the gate below is tested on exact step times, whatever else the machine is doing
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_amp.py",
@@ -60,7 +61,7 @@ def workdir(tmp_path):
 
 
 def test_fixture_saves_and_compare_fail_gates(workdir):
-    first = bench_session(workdir, 10, "--benchmark-autosave", "--benchmark-save-data")
+    first = bench_session(workdir, 10, 10, "--benchmark-autosave", "--benchmark-save-data")
     assert first.returncode == 0, first.stdout + first.stderr
     saved = sorted((workdir / "storage").rglob("*.json"))
     assert len(saved) == 1
@@ -71,10 +72,12 @@ def test_fixture_saves_and_compare_fail_gates(workdir):
     assert bench["stats"]["median"] == pytest.approx(0.010)  # exactly the injected 10 ms
     assert len(bench["extra_info"]["step_times_ms"]) == 8
     assert min(bench["extra_info"]["step_times_ms"]) == pytest.approx(10)
-    same = bench_session(workdir, 10, "--benchmark-compare", "--benchmark-compare-fail=median:50%")
-    assert same.returncode == 0, same.stdout + same.stderr
-    slower = bench_session(workdir, 30, "--benchmark-compare", "--benchmark-compare-fail=median:50%")
-    assert slower.returncode != 0 and "Performance has regressed" in slower.stdout + slower.stderr
+    # one comparing session: the fp32 case as fast as saved passes the gate, the bf16 one 3x slower fails it
+    compared = bench_session(workdir, 10, 30, "--benchmark-compare", "--benchmark-compare-fail=median:50%")
+    output = compared.stdout + compared.stderr
+    assert compared.returncode != 0 and "Performance has regressed" in output, output
+    regressed = [line for line in output.splitlines() if line.startswith("\t") and "median" in line]
+    assert len(regressed) == 1 and "test_drowsy_bf16" in regressed[0], output
 
     # ingest round-trips the saved JSON into a results directory
     run_dir = ingest(saved[0], workdir / "results")
