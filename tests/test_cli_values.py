@@ -34,6 +34,15 @@ class WorkerWouldStart(AssertionError):
 
 STARTED = "a worker would start"
 
+
+@pytest.fixture(autouse=True)
+def one_parser(monkeypatch):
+    """main() builds its parser per call (8 ms, once a process for a user); these tests call it some 800 times.
+    One parser a test serves them all: argparse keeps no state between parse_args calls."""
+    import amp_bench.cli
+    parser = build_parser()
+    monkeypatch.setattr(amp_bench.cli, "build_parser", lambda: parser)
+
 WORKER_STARTS = ("amp_bench.studies.session.start_server", "amp_bench.studies.session.probe",
                  "amp_bench.launchers.forkserver.launch", "amp_bench.studies.cluster.run_on_cluster",
                  "amp_bench.studies.cluster.resume", "amp_bench.studies.cluster_study.run_study_on_cluster",
@@ -212,7 +221,7 @@ def test_a_negative_value_after_a_space_is_refused_too(argv):
     assert code == 2 and out == "" and err.count("\n") == 1 and argv[-2] in err
 
 
-def test_the_cli_errors_of_issue_47_are_refused():
+def test_a_bogus_source_gpu_or_an_empty_target_is_refused_and_a_source_gpu_on_a_cpu_run_said_unused():
     """`predict RUN --source-gpu bogus` on a CPU run, and `--target ""`, were accepted; a real GPU key on a
     CPU run is said not to apply, in one line."""
     for argv in (["predict", str(RUN_DIR), "--target", "h100-sxm", "--source-gpu", "bogus"],
