@@ -3,8 +3,6 @@ and scored: the advice table holds the predicted and measured gains with their i
 ResNet-18 whose foreach SGD the optimizer rule prices; what the machine's speed does to the measured figure is
 what the pairs cancel, so the test asserts what was run and recorded, never the gain itself."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +11,7 @@ import pytest
 from amp_bench.store.columns import STUDY_TABLES
 from amp_bench.store.results import read_table
 from amp_bench.studies.try_advice import order, variant_case
-from conftest import ROOT
+from conftest import ROOT, amp_bench_cli
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +30,9 @@ timeout_s: 120
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "amp_bench", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600, env={**__import__("os").environ, "COLUMNS": "200"})
+    """The command run in this process (the run's workers are forked as from a command's): no second interpreter
+    importing the CLI's libraries."""
+    return amp_bench_cli(*args, env={"COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,6 @@
 worker (dynamo's counters for graph breaks and recompiles, compile_error, the summary's pairing).
 Most runs use the "eager" backend (dynamo only, no code generation) so they take seconds; one runs
 inductor's C++ backend. No assertion depends on a timing."""
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -11,7 +9,7 @@ import pytest
 from amp_bench.analysis.speedups import summarize
 from amp_bench.errors import SuiteError
 from amp_bench.suite import load_suite
-from conftest import ROOT
+from conftest import ROOT, amp_bench_cli
 
 MODELS = """models:
   - {ref: "python:toy_models:mlp", label: mlp}
@@ -21,9 +19,10 @@ MODELS = """models:
 SETTINGS = "batch_sizes: [4]\nprecisions: [fp32]\nwarmup_steps: 2\nsteps: 10\ntimeout_s: 300\n"
 
 
-def cli(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "amp_bench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
+def cli(*args):
+    """The command run in this process (the run's workers are forked as from a command's): no second interpreter
+    importing the CLI's libraries."""
+    return amp_bench_cli(*args, env={"COLUMNS": "200"})
 
 
 def test_compile_axis_and_case_ids(write_suite):
