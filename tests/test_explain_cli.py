@@ -1,20 +1,20 @@
 """`explain SUITE` and `run --explain` through the CLI on this CPU: real workers, one profiled step per
 case after its window; a suite with nothing to explain says so per case and exits non-zero."""
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
+import conftest
 from amp_bench.cli import build_parser
 from amp_bench.store.results import EXPLAIN_COLUMNS
 from conftest import ROOT
 
 
-def amp_bench_cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "amp_bench", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**__import__("os").environ, "COLUMNS": "200"})
+def amp_bench_cli(*args):
+    """The command run in this process (its workers are forked as from a command's): no second interpreter
+    importing the CLI's libraries."""
+    return conftest.amp_bench_cli(*args, env={"COLUMNS": "200"})
 
 
 def test_the_suite_key_and_the_run_flag():

@@ -6,8 +6,6 @@ On a CPU fp8 only runs emulated (torch's _scaled_mm in software), so every run h
 import glob
 import importlib.metadata
 import importlib.util
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -20,7 +18,7 @@ from amp_bench.measure import fp8
 from amp_bench.platform.device import DeviceInfo, may_run, precision_support
 from amp_bench.platform.peaks import peak_tflops
 from amp_bench.suite import load_suite
-from conftest import ROOT
+from conftest import amp_bench_cli
 
 GPUS = {"Tesla V100-SXM2-16GB": (7, 0), "NVIDIA A100-SXM4-80GB": (8, 0), "NVIDIA L4": (8, 9),
         "NVIDIA H100 80GB HBM3": (9, 0), "NVIDIA H200": (9, 0)}
@@ -168,9 +166,8 @@ def test_emulated_cpu_run_of_gpt2_tiny_and_a_user_mlp(write_suite, tmp_path):
     path = write_suite("models:\n" + GPT2_TINY + MLP + "seq_len: 16\nbatch_sizes: [4]\n"
                        "precisions: [fp32, fp8]\nallow_emulated: true\nfp8_compile: false\n"
                        "warmup_steps: 1\nsteps: 2\ntimeout_s: 300\n")
-    proc = subprocess.run([sys.executable, "-m", "amp_bench", "run", str(path), "--device", "cpu",
-                           "--results-dir", str(tmp_path / "results"), "--no-report", "--target", "none"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    proc = amp_bench_cli("run", path, "--device", "cpu", "--results-dir", tmp_path / "results", "--no-report",
+                         "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = pd.read_csv(glob.glob(str(tmp_path / "results" / "*" / "results.csv"))[0])
     assert set(rows["status"]) == {"ok"}
