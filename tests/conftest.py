@@ -140,8 +140,9 @@ def inventory_cache(tmp_path_factory):
 def amp_bench_cli(*args, env: dict[str, str] | None = None):
     """`python -m amp_bench ARGS` from the repository root, run in this process: what a subprocess would
     return (exit code, stdout, stderr), without a second interpreter's imports (pandas and scipy, ~1.7 s of
-    CPU a call). For the commands that read and judge results; tests of the command as a process (its exit
-    through `python -m`, a killed run) start one (tests/test_cli_e2e.py)."""
+    CPU a call). For any command whose test does not check the process itself (a run's workers are forked from
+    the zygote as a command's are); tests of the command as a process (its exit through `python -m`, a killed
+    run) start one (tests/test_cli_e2e.py)."""
     import contextlib
     import io
     import subprocess
