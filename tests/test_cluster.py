@@ -110,7 +110,7 @@ def _cases(groups: int, precisions=("fp32", "amp_bf16"), repeats=2):
     from amp_bench.studies.run_plan import schedule
     text = ("models: [{ref: 'python:toy_models:mlp', label: mlp}]\n"
             f"batch_sizes: {[2 ** i for i in range(groups)]}\nprecisions: {list(precisions)}\n"
-            f"repeats: {repeats}\nsteps: 2\nwarmup_steps: 1\ntimeout_s: 60\n")
+            f"repeats: {repeats}\nsteps: 2\nwarmup_steps: 1\ntimeout_s: 60\nexplain: false\n")
     return text, schedule
 
 

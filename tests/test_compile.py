@@ -16,7 +16,7 @@ MODELS = """models:
   - {ref: "python:toy_models:graph_break", label: breaks}
   - {ref: "python:toy_models:shape_change", label: reshapes, options: {at_call: 12}}
 """
-SETTINGS = "batch_sizes: [4]\nprecisions: [fp32]\nwarmup_steps: 2\nsteps: 10\ntimeout_s: 300\n"
+SETTINGS = "batch_sizes: [4]\nprecisions: [fp32]\nwarmup_steps: 2\nsteps: 10\ntimeout_s: 300\nexplain: false\n"
 
 
 def cli(*args):

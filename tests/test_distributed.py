@@ -30,6 +30,7 @@ threads_per_rank: 1
 warmup_steps: 2
 steps: 8
 timeout_s: 120
+explain: false
 """
 
 
@@ -281,6 +282,7 @@ threads_per_rank: 1
 warmup_steps: 1
 steps: 4
 timeout_s: 45
+explain: false
 """
 # timeout_s covers torchrun and two ranks importing torch: 7-10 s alone, over 20 s under CI's load
 # (stop 36: the oom case ran out of a 20 s timeout); the hang costs it once. The oom case runs last:

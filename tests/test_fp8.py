@@ -165,7 +165,7 @@ def test_emulated_cpu_run_of_gpt2_tiny_and_a_user_mlp(write_suite, tmp_path):
     from amp_bench.report.data import claims_table, collect
     path = write_suite("models:\n" + GPT2_TINY + MLP + "seq_len: 16\nbatch_sizes: [4]\n"
                        "precisions: [fp32, fp8]\nallow_emulated: true\nfp8_compile: false\n"
-                       "warmup_steps: 1\nsteps: 2\ntimeout_s: 300\n")
+                       "warmup_steps: 1\nsteps: 2\ntimeout_s: 300\nexplain: false\n")
     proc = amp_bench_cli("run", path, "--device", "cpu", "--results-dir", tmp_path / "results", "--no-report",
                          "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -106,6 +106,7 @@ precisions: [fp32]
 warmup_steps: 1
 steps: 1
 timeout_s: 60
+explain: false
 headroom: {memory_cap_gb: 0.5, max_batch_size: 1024, resolution: 1, measure: false}
 """  # 16 MB a tensor per sample: the limit is ~10 samples, and each probe touches half a GB, not two
 
@@ -157,6 +158,7 @@ precisions: [fp32]
 warmup_steps: 1
 steps: 2
 timeout_s: 60
+explain: false
 headroom: {max_batch_size: 64, resolution: 4}
 """
 

@@ -21,6 +21,7 @@ precisions: [fp32, amp_bf16]
 allow_emulated: true  # bf16 runs on every CPU (emulated where it has no bf16 ISA)
 warmup_steps: 2
 steps: 8
+explain: false
 """
 
 TEST_FILE = """

@@ -29,6 +29,7 @@ batch_sizes: [4]
 precisions: [fp32, tf32]
 warmup_steps: 1
 steps: 3
+explain: false
 timeout_s: 25  # the sleeper times out; every other case is done in seconds, even on a busy machine
 """
 
@@ -105,6 +106,7 @@ precisions: [amp_fp16]
 allow_emulated: true
 warmup_steps: 2
 steps: 4
+explain: false
 """)
     row = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path).iloc[0]
     assert row.status == "ok", row.reason
@@ -121,6 +123,7 @@ precisions: [fp32]
 warmup_steps: 1
 steps: 2
 timeout_s: 20
+explain: false
 """)
     started = time.monotonic()
     results = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path, isolation="spawn")
@@ -167,7 +170,7 @@ def _cmdline(proc_dir: Path) -> str:
 
 def test_failed_instrumentation_keeps_the_measurement(write_suite, tmp_path):
     suite = write_suite("models: [python:toy_models:fails_under_flop_counter]\nbatch_sizes: [4]\n"
-                        "precisions: [fp32]\nwarmup_steps: 1\nsteps: 3\n")
+                        "precisions: [fp32]\nwarmup_steps: 1\nsteps: 3\nexplain: false\n")
     row = amp_bench.run_suite(suite, device="cpu", results_dir=tmp_path).iloc[0]
     assert row.status == "ok" and row.step_time_ms_median > 0
     assert "FLOP/phase instrumentation failed: RuntimeError: unsupported under the FLOP counter" in row.warnings
@@ -191,6 +194,7 @@ precisions: [fp32]
 warmup_steps: 1
 steps: 2
 timeout_s: 600
+explain: false
 """
 
 

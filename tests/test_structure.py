@@ -481,7 +481,7 @@ def test_pytest_fixture_sets_a_case_up_through_the_workers_function(monkeypatch,
     suite = tmp_path / "s.yaml"
     (tmp_path / "toy_models.py").write_text((ROOT / "tests" / "fixtures" / "toy_models.py").read_text())
     suite.write_text("models: ['python:toy_models:mlp']\nbatch_sizes: [4]\nprecisions: [fp32, amp_bf16]\n"
-                     "allow_emulated: true\nwarmup_steps: 1\nsteps: 2\ncudnn_benchmark: false\n")
+                     "allow_emulated: true\nwarmup_steps: 1\nsteps: 2\ncudnn_benchmark: false\nexplain: false\n")
 
     class Bench:
         extra_info: dict = {}
