@@ -83,7 +83,7 @@ def test_each_part_fits_its_budget_with_margin_and_both_fit_the_device_window():
     assert [s.name for s in plan.PARTS[1].stages if s.extra] == ["pytest", "overhead"]
     assert [s.name for s in plan.PARTS[2].stages if s.extra] == ["fidelity", "headroom"]
     assert plan.SUITES[1] == "suites/resnet50.yaml"  # the main job as a user types it
-    assert plan.PARTS[1].stage("suite").estimate_s <= 300  # the main job's target on an H200
+    assert {s.name: s for s in plan.PARTS[1].stages}["suite"].estimate_s <= 300  # the main job's target on an H200
 
 
 def test_the_check_suites_are_the_cases_the_plan_estimates_and_explain_is_where_the_plan_says():
@@ -96,7 +96,7 @@ def test_the_check_suites_are_the_cases_the_plan_estimates_and_explain_is_where_
         cases = load_suite(ROOT / path).cases("cuda")
         found = {(c.model.label, c.precision, c.compiled, c.explain) for c in cases}
         assert found == set(plan.SUITE_CASES[path]), (path, found)
-        assert plan.PARTS[number].stage("suite").estimate_s == plan.suite_estimate(path)
+        assert {s.name: s for s in plan.PARTS[number].stages}["suite"].estimate_s == plan.suite_estimate(path)
         assert ("fp8" in {c.precision for c in cases}) == (number == plan.FP8_PART)
     part2 = load_suite(ROOT / plan.SUITES[2]).cases("cuda")
     assert [(c.model.label, c.compiled) for c in part2 if c.explain] == [("gpt2-explain", False)]

@@ -73,9 +73,6 @@ class Part:
     def estimate_s(self) -> int:
         return self.pre_s + sum(s.estimate_s for s in self.stages if not s.extra) + self.summaries_s
 
-    def stage(self, name: str) -> Stage:
-        return next(s for s in self.stages if s.name == name)
-
 
 # (model label, precision, compile, explain) -> estimated seconds, per check suite.
 # ResNet-50 (the main job's GPU block): its first-light worker forked, plus 10 warmup and 3 windows of 10
@@ -141,9 +138,8 @@ def shell(part: Part) -> str:
     names = " ".join(s.name for s in part.stages)
     lines = [f"stages=({names})", f"gpu_budget={part.budget_s}", f"cpu_budget={CPU_BUDGET_S}",
              f"suite_file={shlex.quote(SUITES[part.number])}", f"cpu_suite_file={shlex.quote(CPU_SUITES[part.number])}"]
-    for stage in part.stages:
-        lines.append(f"cap[{stage.name}]={stage.cap_s}; floor[{stage.name}]={stage.floor_s}; "
-                     f"cpu_cap[{stage.name}]={stage.cpu_cap_s or stage.cap_s}; extra[{stage.name}]={int(stage.extra)}")
+    lines += [f"cap[{s.name}]={s.cap_s}; floor[{s.name}]={s.floor_s}; cpu_cap[{s.name}]={s.cpu_cap_s or s.cap_s}; "
+              f"extra[{s.name}]={int(s.extra)}" for s in part.stages]
     return "\n".join(lines)
 
 

@@ -143,12 +143,10 @@ def failures(data: dict) -> list[str]:
                 continue
             reason = str(row.get("reason") or "").splitlines()[0][:200] if isinstance(row.get("reason"), str) else ""
             out.append(f"suite {row['case_id']}: {row['status']}" + (f" ({reason})" if reason else ""))
-    if not data["fidelity"].empty:
-        out += [f"fidelity {line}" for line in fidelity_failed(data["fidelity"], allow_unsupported=False)]
-        out += [f"fidelity {line}" for line in worse_fidelity(data["fidelity"])]
-    if not data["headroom"].empty:
-        out += [f"headroom {line}" for line in headroom_failed(data["headroom"], allow_unsupported=False)]
-        out += [f"headroom {line}" for line in less_headroom(data["headroom"])]
+    for key, failed, worse in (("fidelity", fidelity_failed, worse_fidelity),
+                               ("headroom", headroom_failed, less_headroom)):
+        if not data[key].empty:
+            out += [f"{key} {line}" for line in failed(data[key], allow_unsupported=False) + worse(data[key])]
     if cap is not None and data.get("part") == 2 and data["stages"].get("suite", {}).get("status") == "ok":
         out += explain_failures(suite)
     return out
@@ -160,9 +158,7 @@ def explain_failures(suite: pd.DataFrame) -> list[str]:
     A trace without GPU events, a classifier that misses Hopper's kernel names, or a profile that
     failed would all pass unnoticed otherwise."""
     from amp_bench.store.flags import is_true
-    if suite.empty or "explain_status" not in suite:
-        return ["explain: no case ran with explain on"]
-    rows = suite[suite["explain_status"].notna()]  # typed on read: an empty cell is NA
+    rows = suite[suite["explain_status"].notna()] if "explain_status" in suite else suite.iloc[:0]  # an empty cell: NA
     if rows.empty:
         return ["explain: no case ran with explain on"]
     out = []

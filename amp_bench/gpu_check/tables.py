@@ -277,9 +277,7 @@ EXPLAIN_COLUMNS = {"explain_status": "status", "explain_busy_ms": "busy ms", "ex
 def explain_section(suite: pd.DataFrame, top: int = 20) -> list[str]:
     """The explain case's breakdown and its `top` longest GPU kernels by name, with the category the
     classifier gave each: what to read against a real trace when the classifier is in doubt."""
-    if suite.empty or "explain_status" not in suite:
-        return []
-    rows = suite[suite["explain_status"].notna()]  # typed on read: an empty cell is NA
+    rows = suite[suite["explain_status"].notna()] if "explain_status" in suite else suite.iloc[:0]  # an empty cell: NA
     if rows.empty:
         return []
     shown = rows[["case_id", *[c for c in EXPLAIN_COLUMNS if c in rows]]].rename(columns=EXPLAIN_COLUMNS)
