@@ -186,9 +186,7 @@ def _layer_of(name: str, module, inputs, output) -> dict | None:
         k, n = module.weight.shape[0], module.nf
     elif isinstance(module, torch.nn.modules.conv._ConvNd):
         out = output if isinstance(output, torch.Tensor) else None
-        positions = out.shape[0] if out is not None else x.shape[0]
-        for size in (out.shape[2:] if out is not None else ()):
-            positions *= size
+        positions = out.numel() // out.shape[1] if out is not None else x.shape[0]  # batch x output positions
         return {"name": _strip(name), "kind": type(module).__name__, "calls": 1, "dims": {
             "in": module.in_channels, "out": module.out_channels, "groups": module.groups,
             "kernel": list(module.kernel_size), "positions": int(positions)}}

@@ -26,6 +26,7 @@ import copy
 import dataclasses
 import itertools
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,14 +156,7 @@ class Leaf:
             return self.out_numel * weight[0].numel()
         if weight is not None and weight.dim() == 2:
             return self.out_numel * weight.shape[1]
-        return 8.0 * max(self.out_numel, _numel(self.shape))
-
-
-def _numel(shape) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
+        return 8.0 * max(self.out_numel, math.prod(self.shape))
 
 
 def record_leaves(model, inputs, autocast) -> list[Leaf]:
