@@ -153,11 +153,6 @@ def find(name: str) -> GpuSpec | None:
     """The spec whose key, label or torch device name is `name` (case-insensitive; the 16/32GB V100 and
     40/80GB names of the same part match their entry); None when none does."""
     low = name.strip().lower()
-    for spec in SPECS:
-        if low in (spec.key, spec.label.lower(), spec.device_name.lower()):
-            return spec
+    found = next((spec for spec in SPECS if low in (spec.key, spec.label.lower(), spec.device_name.lower())), None)
     aliases = {r"tesla v100-sxm2-(16|32)gb": "v100-sxm2", r"tesla v100-pcie-(16|32)gb": "v100-pcie"}
-    for pattern, key in aliases.items():
-        if re.fullmatch(pattern, low):
-            return by_key()[key]
-    return None
+    return found or next((by_key()[key] for pattern, key in aliases.items() if re.fullmatch(pattern, low)), None)

@@ -147,10 +147,8 @@ class NvmlReader:
         processes = self.read("process_memory", lambda: self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle))
         if processes is None:
             return None
-        for process in processes:
-            if int(process.pid) == pid and process.usedGpuMemory is not None:
-                return int(process.usedGpuMemory)
-        return None
+        return next((int(process.usedGpuMemory) for process in processes
+                     if int(process.pid) == pid and process.usedGpuMemory is not None), None)
 
     def other_processes(self) -> list[int] | None:
         """PIDs of the other compute processes on the device; None when NVML can't list them. Inside

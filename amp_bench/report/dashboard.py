@@ -18,10 +18,9 @@ from amp_bench.errors import UserError
 def _night_link(root: Path, run_id: str, page: Path) -> str | None:
     """The run's own report, when `amp_bench run` wrote one into the tree (RUN/report.html or
     reports/RUN.html), relative to the page; else the run directory."""
-    for candidate in (root / run_id / "report.html", root / "reports" / f"{run_id}.html", root / run_id):
-        if candidate.exists():
-            return os.path.relpath(candidate, page.parent)
-    return None
+    return next((os.path.relpath(candidate, page.parent) for candidate in
+                 (root / run_id / "report.html", root / "reports" / f"{run_id}.html", root / run_id)
+                 if candidate.exists()), None)
 
 
 def build_figures(result, max_charts: int = 60) -> list[tuple[str, dict, bool]]:

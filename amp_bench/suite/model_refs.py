@@ -202,9 +202,8 @@ def check_model(ref: str, *, config: dict | None = None, task: str | None = None
         if config and not set(config) <= _declared_config_keys(name):
             from transformers import AutoConfig
             defaults = AutoConfig.for_model(name)
-            for key in config:
-                if not hasattr(defaults, key):
-                    problems.append((f".config.{key}", f"not an attribute of {type(defaults).__name__}"))
+            problems += [(f".config.{key}", f"not an attribute of {type(defaults).__name__}") for key in config
+                         if not hasattr(defaults, key)]
         return problems
     try:
         if not _defined_in_source(*_split_python_ref(ref), search_dirs):

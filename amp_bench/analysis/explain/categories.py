@@ -89,10 +89,7 @@ def kernel_kind(name: str) -> str:
 def classify_kernel(name: str) -> str:
     """Category of one CUDA kernel, memcpy or memset by its trace name ('other' when no rule matches)."""
     low = name.lower()
-    for category, rule in _KERNEL_RULES:
-        if rule.search(low):
-            return category
-    return "other"
+    return next((category for category, rule in _KERNEL_RULES if rule.search(low)), "other")
 
 
 _OP_SETS: dict[str, set[str]] = {

@@ -240,10 +240,8 @@ def _op_category(node: EventNode) -> str:
     """A CPU op's category; `aten::to`/`aten::_to_copy` follow their copy child (cast or layout)."""
     args = node.event.get("args") or {}
     if node.name in ("aten::to", "aten::_to_copy") and not under_optimizer(node):
-        for child in _descendants(node):
-            if child.name == "aten::copy_":
-                return classify_op(child.name, (child.event.get("args") or {}).get("Input type"))
-        return "cast"
+        return next((classify_op(child.name, (child.event.get("args") or {}).get("Input type"))
+                     for child in _descendants(node) if child.name == "aten::copy_"), "cast")
     return classify_op(node.name, args.get("Input type"), under_optimizer(node))
 
 

@@ -51,10 +51,7 @@ _RULES: list[tuple[str, re.Pattern]] = [(use, re.compile(pattern)) for use, patt
 def tensor_core_use(name: str) -> str:
     """TENSOR_CORE, NO_TENSOR_CORE or UNKNOWN for one GEMM / conv / attention kernel's name."""
     low = name.lower()
-    for use, rule in _RULES:
-        if rule.search(low):
-            return use
-    return UNKNOWN
+    return next((use for use, rule in _RULES if rule.search(low)), UNKNOWN)
 
 
 def tensor_core_summary(kernel_ms: dict[str, float]) -> dict:
@@ -138,10 +135,7 @@ _DTYPE_WORDS = re.compile(r"c10::bfloat16|c10::half|c10::float8_\w+|__nv_bfloat1
 def kernel_math(name: str) -> str | None:
     """'fp32', 'tf32', 'fp16', 'bf16' or 'fp8' for a GEMM / conv kernel's name; None when it does not say."""
     low = name.lower()
-    for math, rule in _MATH_RULES:
-        if rule.search(low):
-            return math
-    return None
+    return next((math for math, rule in _MATH_RULES if rule.search(low)), None)
 
 
 def dominant_math(ms_by_math: dict[str, float]) -> tuple[str | None, float]:

@@ -57,9 +57,8 @@ def load(path: Path | None) -> list[dict]:
         if not isinstance(entry, dict):
             problems.append(f"{where}: expected a mapping with run (or from) and note, got {entry!r}")
             continue
-        for key in entry:
-            if key not in KEYS:
-                problems.append(f"{where}.{key}: unknown key (expected one of: {', '.join(KEYS)})")
+        problems += [f"{where}.{key}: unknown key (expected one of: {', '.join(KEYS)})" for key in entry
+                     if key not in KEYS]
         if not entry.get("run") and not entry.get("from"):
             problems.append(f"{where}.run: missing (the run id or glob where the accepted change starts, "
                             "or from: a date)")

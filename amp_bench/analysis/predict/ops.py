@@ -98,10 +98,8 @@ def _lists(concrete) -> list[list[int]]:
 
 def _groups(concrete) -> int:
     """A convolution's groups: the last plain integer among Concrete Inputs (1 when none)."""
-    for text in reversed(concrete or []):
-        if isinstance(text, str) and text.strip().lstrip("-").isdigit():
-            return max(int(text), 1)
-    return 1
+    return next((max(int(text), 1) for text in reversed(concrete or [])
+                 if isinstance(text, str) and text.strip().lstrip("-").isdigit()), 1)
 
 
 def _gemm(name: str, tensors) -> OpCost | None:
