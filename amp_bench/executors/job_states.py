@@ -116,11 +116,9 @@ def query(job_ids: list[str], runner: Runner = run_command) -> dict[str, JobStat
 
 
 def _process_running(pid: int) -> bool:
-    try:
+    with contextlib.suppress(ChildProcessError):  # not our child (a detached run's job): ask the kernel
         if os.waitpid(pid, os.WNOHANG)[0]:  # our own child, and it exited: reaped, no zombie left
             return False
-    except ChildProcessError:
-        pass  # not our child (a detached run's job): ask the kernel
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

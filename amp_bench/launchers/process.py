@@ -235,14 +235,9 @@ def processes_with_token(token: str) -> list[int]:
     needle = f"AMP_BENCH_CASE_TOKEN={token}\0".encode()
     found = []
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                if needle in fh.read() + b"\0":
-                    found.append(int(entry.name))
-        except OSError:  # gone, another user's, or a zombie
-            continue
+        with contextlib.suppress(OSError):  # gone, another user's, or a zombie
+            if entry.name.isdigit() and needle in Path(f"/proc/{entry.name}/environ").read_bytes() + b"\0":
+                found.append(int(entry.name))
     return found
 
 

@@ -88,15 +88,10 @@ def _is_peer_loss(reason: str) -> bool:
 def first_rank_failure(result_path, world_size: int) -> dict | None:
     """The earliest failure a rank recorded itself (a rank that raised; not one that was killed).
     Earliest, because a peer's failure makes the others fail too (connection closed)."""
-    import json
     found = []
     for rank in range(world_size):
-        path = rank_result_path(str(result_path), rank)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                found.append(json.load(fh))
-        except (OSError, ValueError):
-            continue
+        with contextlib.suppress(OSError, ValueError), open(rank_result_path(str(result_path), rank)) as fh:
+            found.append(json.load(fh))
     return min(found, key=lambda r: r.get("failed_at", float("inf"))) if found else None
 
 

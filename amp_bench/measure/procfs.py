@@ -2,17 +2,13 @@
 pages it faulted in (getrusage). Torch-free; imports nothing of amp_bench."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 
 def read_status_bytes(key: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith(key):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as fh:
+        return next((int(line.split()[1]) * 1024 for line in fh if line.startswith(key)), None)
     return None
 
 

@@ -6,6 +6,7 @@ the orchestrating parent, so the parent never creates a CUDA context.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -179,19 +180,16 @@ def nvml_uuid(bare: str) -> str:
 def read_cpu_info(path: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
     """CPU model name and ISA flags (the first processor's; they are the same on all)."""
     model, flags = "", None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and not model:
-                    model = value.strip()
-                elif key in ("flags", "Features") and flags is None:
-                    flags = frozenset(value.split())
-                if model and flags is not None:
-                    break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name" and not model:
+                model = value.strip()
+            elif key in ("flags", "Features") and flags is None:
+                flags = frozenset(value.split())
+            if model and flags is not None:
+                break
     return model or platform.processor() or platform.machine(), flags or frozenset()
 
 

@@ -7,6 +7,7 @@ from the cache. A tree that cannot be written is read without caching.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pickle
@@ -86,14 +87,12 @@ def load_tree(root: str | os.PathLike, use_cache: bool = True) -> pd.DataFrame:
 
 
 def _write(path: Path, payload: dict) -> None:
-    try:
+    with contextlib.suppress(OSError):  # read-only tree: work without a cache
         path.parent.mkdir(exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
         with open(tmp, "wb") as fh:
             pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
-    except OSError:
-        pass  # read-only tree: work without a cache
 
 
 def load_cached(inputs: list[str | os.PathLike], use_cache: bool = True) -> pd.DataFrame:

@@ -14,6 +14,7 @@ no library keeps this record for a directory of results.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import json
@@ -91,11 +92,10 @@ class Heartbeat:
         with self._lock:
             data = {**self.fields, "at": _now().isoformat()}
             tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-            try:
+            # a full or read-only disk must not stop the measurement; staleness tells later
+            with contextlib.suppress(OSError):
                 tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
                 os.replace(tmp, self.path)
-            except OSError:
-                pass  # a full or read-only disk must not stop the measurement; staleness tells later
 
     def set(self, **fields) -> None:
         self.fields.update(fields)
@@ -124,10 +124,8 @@ def read_heartbeats(run_dir: str | os.PathLike) -> list[dict]:
     folder = Path(run_dir) / HEARTBEAT_DIR
     beats = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
+        with contextlib.suppress(OSError, ValueError):  # being replaced this instant, or damaged: the others tell
             beats.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue  # being replaced this instant, or damaged: the others still tell
     return beats
 
 

@@ -9,6 +9,7 @@ AMP's extra headroom buys.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,13 +82,10 @@ def search_max_batch(probe: Callable[[int], tuple[str, str]], start: int, limit:
 
 def default_cpu_cap() -> int:
     """Half the memory available now: a CPU search with no cap given stays clear of the OOM killer."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 // 2
     import os
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
 

@@ -15,6 +15,7 @@ library keys a cache on this set of facts, so it is written here.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -88,8 +89,6 @@ def save(path: Path | None, probed: dict) -> None:
     """Keep a probe that found a CPU (see the module's docstring for why only those)."""
     if path is None or not _found_cpu(probed):
         return
-    try:
+    with contextlib.suppress(OSError):  # an unwritable cache only costs the next run its probe
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(probed))
-    except OSError:
-        pass  # an unwritable cache only costs the next run its probe

@@ -10,6 +10,7 @@ in MKL's sgemm, not oneDNN, so an FP32 step's matmuls are absent (said in the su
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from amp_bench.stats import onednn_path as records_path  # noqa: F401 (judge and advice read it here)
@@ -25,10 +26,8 @@ def parse(lines) -> list[dict]:
         if not fields or fields[0] not in ("onednn_verbose", "dnnl_verbose") or "exec" not in fields:
             continue
         i = fields.index("exec")
-        try:
+        with contextlib.suppress(IndexError, ValueError):
             out.append({"kind": fields[i + 2], "impl": fields[i + 3], "ms": float(fields[-1])})
-        except (IndexError, ValueError):
-            continue
     return out
 
 

@@ -2,6 +2,7 @@
 address-space cap), and there is no device meter or peak-rate table."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 from amp_bench.measure.devices.base import DeviceOps
@@ -32,13 +33,11 @@ def _predictable_malloc() -> None:
     """glibc: one arena and a fixed mmap threshold. Otherwise whether a thread reserves its own 64 MiB
     arena, and whether a large block comes from mmap or the heap, varies from run to run, and the
     address space a batch needs with it: the same batch would fit in one probe and not the next."""
-    try:
-        import ctypes
+    import ctypes
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the cap still holds, only less sharply
         libc = ctypes.CDLL(None)
         libc.mallopt(-8, 1)  # M_ARENA_MAX
         libc.mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD: large blocks always mmap, returned on free
-    except (OSError, AttributeError):  # not glibc: the cap still holds, only less sharply
-        pass
 
 
 # glibc's ceiling for M_MMAP_THRESHOLD on 64-bit (HEAP_MAX_SIZE / 2): alone, blocks above it still come from
