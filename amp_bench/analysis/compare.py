@@ -232,7 +232,9 @@ def _judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context: _C
         comparison.unmatched.append(f"{case_id}: no ok result in the {side} ({status})")
         return [MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
                              f"{side}: {status}")]
-    return _compare_case(case_id, b, c, context)
+    step = _step_time(case_id, b, c, context)
+    return [step, _throughput(case_id, b, c, context, step if step.ratio is not None else None),
+            _peak_memory(case_id, b, c, context.memory)]
 
 
 def _too_few_clean(rows: pd.DataFrame, ok: pd.DataFrame, busy: pd.Series) -> bool:
@@ -330,12 +332,6 @@ def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None)
                         intervals.judge(low, high, context.throughput.relative, worse_when_higher=False),
                         f"{len(base)} vs {len(cand)} repeats"
                         + (f"; night noise {floor:.2%} from history" if floor else ""))
-
-
-def _compare_case(case_id, b, c, context: _CaseContext) -> list[MetricResult]:
-    step = _step_time(case_id, b, c, context)
-    return [step, _throughput(case_id, b, c, context, step if step.ratio is not None else None),
-            _peak_memory(case_id, b, c, context.memory)]
 
 
 def _step_time(case_id, b, c, context: _CaseContext) -> MetricResult:
