@@ -51,10 +51,6 @@ def package_pythonpath(existing: str = "") -> str:
     return os.pathsep.join(dict.fromkeys(p for p in (package_root, *existing.split(os.pathsep)) if p))
 
 
-def new_token() -> str:
-    return f"{os.getpid()}-{next(_tokens)}-{time.monotonic_ns()}"
-
-
 def worker_env(event_fd: int, token: str, environ=None) -> dict[str, str]:
     """A worker's environment: the parent's, with its event pipe, its case token, the no-network
     switches and the moment it was launched (for worker_start_s)."""
@@ -119,7 +115,7 @@ def start_worker(start, log_path: Path, extra_env: dict[str, str] | None, conten
     subprocess or the fork server's child: anything with a pid), the pipe's writing end closed here
     either way, and the contention watch's first reading as it starts, so its whole life can be judged.
     Returns (child, the pipe's reading end, token, the monotonic start, the watch or None)."""
-    token = new_token()
+    token = f"{os.getpid()}-{next(_tokens)}-{time.monotonic_ns()}"
     read_fd, write_fd = os.pipe()
     env = {**worker_env(write_fd, token), **(extra_env or {})}
     started = time.monotonic()
