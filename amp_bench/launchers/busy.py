@@ -25,6 +25,7 @@ share of a host; the /proc parsing is measure.telemetry.contention's.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter, deque
@@ -53,13 +54,10 @@ def read_processes(proc: Path = Path("/proc")) -> dict:
     """pid -> (ppid, utime + stime + cutime + cstime in seconds, comm) for every process readable."""
     found = {}
     for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"{entry.path}/stat", encoding="ascii", errors="replace") as fh:
-                found[int(entry.name)] = parse_proc_stat(fh.read())
-        except (OSError, IndexError, ValueError):  # gone, or not a stat line
-            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):  # gone, or not a stat line
+            if entry.name.isdigit():
+                stat = Path(f"{entry.path}/stat").read_text(encoding="ascii", errors="replace")
+                found[int(entry.name)] = parse_proc_stat(stat)
     return found
 
 
