@@ -57,10 +57,9 @@ def html_table(frame: pd.DataFrame, cell_class=None) -> str:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns)]
-    for _, row in frame.iterrows():
-        lines.append("| " + " | ".join(_fmt_cell(row[c], c).replace("|", "/") for c in frame.columns) + " |")
-    return "\n".join(lines)
+    rows = ["| " + " | ".join(_fmt_cell(row[c], c).replace("|", "/") for c in frame.columns) + " |"
+            for _, row in frame.iterrows()]
+    return "\n".join(["| " + " | ".join(map(str, frame.columns)) + " |", "|" + "---|" * len(frame.columns), *rows])
 
 
 def summary_for_reading(summary: pd.DataFrame) -> pd.DataFrame:
