@@ -90,7 +90,8 @@ def first_rank_failure(result_path, world_size: int) -> dict | None:
     Earliest, because a peer's failure makes the others fail too (connection closed)."""
     found = []
     for rank in range(world_size):
-        with contextlib.suppress(OSError, ValueError), open(rank_result_path(str(result_path), rank)) as fh:
+        path = rank_result_path(str(result_path), rank)
+        with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as fh:
             found.append(json.load(fh))
     return min(found, key=lambda r: r.get("failed_at", float("inf"))) if found else None
 
