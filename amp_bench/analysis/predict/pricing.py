@@ -62,10 +62,6 @@ EFFICIENCY_CAP = 0.95  # however its factors combine, no op runs above this shar
 FP8_GEMM = "gemm_16bit"  # no FP8 measurement is in the project: an FP8 GEMM is taken as efficient as a 16-bit one
 
 
-def priors() -> dict[str, float]:
-    return {name: prior for name, (prior, _, _) in PARAMETERS.items()}
-
-
 @dataclass(frozen=True)
 class Ops:
     """An inventory as arrays, one entry per distinct op (ops repeated layer after layer are one entry with
