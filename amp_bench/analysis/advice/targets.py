@@ -21,16 +21,13 @@ MIN_GAIN = 1.02  # a priced gain under 2% is not told from none: not printed as 
 CHANGED = {"channels_last": ("conv",), "pad_dims": ("gemm",), "optimizer_impl": ("optimizer",)}
 
 
-def _touched_ms(rule: str, base: Predicted) -> float:
-    return sum(ms for category, (_, ms) in base.categories.items() if category in CHANGED[rule])
-
-
 def target_gain(rule: str, base: Predicted, variant: Predicted, how: str) -> TargetGain:
     """The change's gain on one target from the two priced steps, with its interval."""
     saving = base.step_ms - variant.step_ms
     low_factor, high_factor = INTERVALS["recorded"]
     least, most = sorted((saving * low_factor, saving * high_factor))
-    most = min(most, _touched_ms(rule, base)) if saving > 0 else most
+    if saving > 0:  # at most the time of the categories the change reprices
+        most = min(most, sum(ms for category, (_, ms) in base.categories.items() if category in CHANGED[rule]))
     return TargetGain(step_ms=base.step_ms, predicted_ms=variant.step_ms, low_ms=base.step_ms - most,
                       high_ms=base.step_ms - least, how=how)
 
