@@ -113,11 +113,8 @@ def price_inventory(works, target: GpuSpec, tf32: tuple[bool, bool], batch: int)
 def _measured(works, specs: list[GpuSpec], tf32: list) -> bool:
     """Whether every math unit the step's compute runs on, and the bandwidth, has a measured achievable
     fraction on every GPU involved (else the default one stands in, and the interval widens)."""
-    for spec, flags in zip(specs, tf32, strict=True):
-        units = {math_unit(w, spec, flags) for w in works} - {None}
-        if not units | {"bandwidth"} <= set(fractions(spec)[0]):
-            return False
-    return True
+    return all(({math_unit(w, spec, flags) for w in works} - {None}) | {"bandwidth"} <= set(fractions(spec)[0])
+               for spec, flags in zip(specs, tf32, strict=True))
 
 
 def predict_mode(case: CaseSource, precision: str, target: GpuSpec, fp32_as: str | None = None):
