@@ -474,19 +474,18 @@ def fp8(evidence: Evidence) -> Advice | None:
     converted = [layer for layer in aligned if not any(v % 16 for v in layer.checked().values())]
     if not converted or not flops or not aligned_ms:
         return None
-    times = [(layer, aligned_ms * layer.flops() / flops) for layer in converted]
-    saving = sum(ms * (1 - 1 / fp8_gain(layer.dims["rows"], layer.dims["in"], layer.dims["out"]))
-                 for layer, ms in times)
-    touched = sum(ms for _, ms in times)
+    times = [aligned_ms * layer.flops() / flops for layer in converted]
+    gains = [fp8_gain(layer.dims["rows"], layer.dims["in"], layer.dims["out"]) for layer in converted]
+    saving = sum(ms * (1 - 1 / gain) for ms, gain in zip(times, gains, strict=True))
+    touched = sum(times)
     kept = [layer.label() for layer in linears if layer not in converted]
     compiled = (evidence.case.get("compile_mode") or EAGER) != EAGER
-    gains = sorted(fp8_gain(layer.dims["rows"], layer.dims["in"], layer.dims["out"]) for layer in converted)
     return _item("fp8", evidence, saving, touched, SPREAD["fp8"], change="train the linear layers in fp8 (torchao "
                  "float8, tensorwise; precision fp8)", variant={"precision": "fp8"} if compiled else None,
                  doubt="" if compiled else "this step is eager and float8 is fast only compiled: compile the bf16 "
                                            "step first, then try fp8 against it",
                  evidence=(f"{len(converted)} of {len(linears)} linear layers would train in float8, {touched:.1f} ms "
-                           f"of GEMMs; per-layer gains {gains[0]:.2f}-{gains[-1]:.2f}x"
+                           f"of GEMMs; per-layer gains {min(gains):.2f}-{max(gains):.2f}x"
                            + (f"; stays bf16 (not multiples of 16): {', '.join(kept[:2])}" if kept else "")),
                  how=(f"each converted layer's FLOP share of the aligned GEMMs' {aligned_ms:.1f} ms over its gain "
                       f"on torchao's anchors (log-linear in M*K*N): {touched:.1f} -> {touched - saving:.1f} ms "
