@@ -88,13 +88,10 @@ def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tupl
         status, reason = (result.get("status"), result.get("reason")) if result else death(outcome, spec.timeout_s)
         return [{**base, "precision": precision, "seed": seed, "status": status, "reason": reason,
                  "log_file": log_file} for seed in spec.seeds]
-    steps, epochs, probes, scales = tables
     rows = []
     for run in result["runs"]:
         keys = {"run_id": store.run_id, "precision": precision, "seed": run["seed"]}
-        steps += [{**keys, **s} for s in run.pop("step_table", [])]
-        epochs += [{**keys, **e} for e in run.pop("epoch_table", [])]
-        probes += [{**keys, **p} for p in run.pop("probe_table", [])]
-        scales += [{**keys, **p} for p in run.pop("fp8_scale_table", [])]
+        for table, name in zip(tables, ("step_table", "epoch_table", "probe_table", "fp8_scale_table"), strict=True):
+            table.extend({**keys, **r} for r in run.pop(name, []))
         rows.append({**base, **run, "worker_start": outcome.started_by, "log_file": log_file})
     return rows
