@@ -59,6 +59,7 @@ class MetricResult:
     detail: str = ""
 
 
+NO_FIGURES = (None,) * 6  # baseline, candidate, ratio, ci_low, ci_high, p_value: a verdict without figures
 CONTENDED = "not comparable (contended)"  # every repeat of a case on one side ran on a busy machine
 # status `unsupported` (the hardware cannot run the mode): a case-level verdict, metric "status"
 NOT_RUN = "not run on either side"  # neutral: no verdict was expected
@@ -214,13 +215,13 @@ def _judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context: _C
     b_busy, c_busy = base_busy[b.index], cand_busy[c.index]
     # a side left with too few clean repeats by contention (flagged at the window's edges, or stopped early
     # as `contended`) has no verdict (exit 3), as a headline has no figure; otherwise they are left out
-    whole = [side for side, rows, ok, busy in (("baseline", b_all, b, b_busy), ("candidate", c_all, c, c_busy))
-             if _too_few_clean(rows, ok, busy)]
+    whole = [side for side, rows, busy in (("baseline", b_all, b_busy), ("candidate", c_all, c_busy))
+             if _too_few_clean(rows, busy)]
     if whole:
         reasons = sorted({x for rows in (b_all, c_all) for x in contention_reason(rows) if x})
         detail = " and ".join(whole) + ": too few repeats clean of contention" + (f" ({'; '.join(reasons)})"
                                                                                  if reasons else "")
-        return [MetricResult(case_id, metric, None, None, None, None, None, None, CONTENDED, detail)
+        return [MetricResult(case_id, metric, *NO_FIGURES, CONTENDED, detail)
                 for metric in ("step_time", "throughput", "peak_memory")]
     if b_busy.any() or c_busy.any():
         excluded[case_id] = (int(b_busy.sum()), int(c_busy.sum()))
@@ -230,14 +231,13 @@ def _judge_case(case_id, base_rows, cand_rows, base_busy, cand_busy, context: _C
         statuses = b_all if b.empty else c_all
         status = ", ".join(sorted(set(statuses["status"]))) or "absent"
         comparison.unmatched.append(f"{case_id}: no ok result in the {side} ({status})")
-        return [MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
-                             f"{side}: {status}")]
+        return [MetricResult(case_id, "step_time", *NO_FIGURES, "not enough data", f"{side}: {status}")]
     step = _step_time(case_id, b, c, context)
     return [step, _throughput(case_id, b, c, context, step if step.ratio is not None else None),
             _peak_memory(case_id, b, c, context.memory)]
 
 
-def _too_few_clean(rows: pd.DataFrame, ok: pd.DataFrame, busy: pd.Series) -> bool:
+def _too_few_clean(rows: pd.DataFrame, busy: pd.Series) -> bool:
     """Did contention leave this side fewer clean repeats than a figure needs (MIN_CLEAN_PAIRS, or its one)?"""
     if rows.empty or not rows["status"].isin(["ok", "contended"]).all():
         return False
@@ -289,7 +289,7 @@ def _status_verdict(case_id: str, b: pd.DataFrame, c: pd.DataFrame) -> MetricRes
         verdict, detail = NEW, f"baseline: {reasons(b)}"
     else:
         return None
-    return MetricResult(case_id, "status", None, None, None, None, None, None, verdict, detail)
+    return MetricResult(case_id, "status", *NO_FIGURES, verdict, detail)
 
 
 def _step_samples(samples: pd.DataFrame, rows: pd.DataFrame, case_id: str) -> list[np.ndarray]:
@@ -315,10 +315,9 @@ def _throughput(case_id, b, c, context: _CaseContext, step: MetricResult | None)
     base, cand = values(b), values(c)
     floor = context.floors.get(case_id)
     if base.empty or cand.empty:
-        return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
-                            "no throughput figure on one side")
+        return MetricResult(case_id, "throughput", *NO_FIGURES, "not enough data", "no throughput figure on one side")
     if min(len(base), len(cand)) < intervals.MIN_REPEATS and not floor:
-        return MetricResult(case_id, "throughput", None, None, None, None, None, None, "not enough data",
+        return MetricResult(case_id, "throughput", *NO_FIGURES, "not enough data",
                             _too_few_repeats(len(base), len(cand)))
     bm, cm = float(base.median()), float(cand.median())
     ratio = cm / bm
@@ -343,10 +342,10 @@ def _step_time(case_id, b, c, context: _CaseContext) -> MetricResult:
     n_base, n_cand = sum(map(len, base_steps)), sum(map(len, cand_steps))
     floor = context.floors.get(case_id)
     if n_base < MIN_SAMPLES or n_cand < MIN_SAMPLES:
-        return MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
+        return MetricResult(case_id, "step_time", *NO_FIGURES, "not enough data",
                             f"{n_base} baseline and {n_cand} candidate step samples (need {MIN_SAMPLES} each)")
     if min(len(base_steps), len(cand_steps)) < intervals.MIN_REPEATS and not floor:
-        return MetricResult(case_id, "step_time", None, None, None, None, None, None, "not enough data",
+        return MetricResult(case_id, "step_time", *NO_FIGURES, "not enough data",
                             _too_few_repeats(len(base_steps), len(cand_steps)))
     ratio, low, high = intervals.bootstrap_median_ratio(base_steps, cand_steps, context.rng)
     notes = [f"{n_base} vs {n_cand} steps"]
@@ -367,8 +366,7 @@ def _step_time(case_id, b, c, context: _CaseContext) -> MetricResult:
 def _peak_memory(case_id, b, c, threshold: Threshold) -> MetricResult:
     base_mem, cand_mem = headline_memory(b).dropna(), headline_memory(c).dropna()
     if base_mem.empty or cand_mem.empty:
-        return MetricResult(case_id, "peak_memory", None, None, None, None, None, None, "not enough data",
-                            "no peak-memory figure on one side")
+        return MetricResult(case_id, "peak_memory", *NO_FIGURES, "not enough data", "no peak-memory figure on one side")
     bm, cm = float(base_mem.median()), float(cand_mem.median())
     # memory is near-deterministic: the interval is the range across repeats
     low, high = float(cand_mem.min()) / float(base_mem.max()), float(cand_mem.max()) / float(base_mem.min())
