@@ -86,9 +86,7 @@ def share_out(order: list[tuple[Case, int]], tasks: int) -> list[list[int]]:
 
 
 def time_limit_min(cases: list[Case], spec: ExecutorSpec) -> int:
-    if spec.time_min:
-        return spec.time_min
-    return min(MAX_TIME_MIN, math.ceil((sum(c.timeout_s for c in cases) + PROBE_MARGIN_S) / 60))
+    return spec.time_min or min(MAX_TIME_MIN, math.ceil((sum(c.timeout_s for c in cases) + PROBE_MARGIN_S) / 60))
 
 
 def gpus_for(cases: list[Case], device_type: str, spec: ExecutorSpec) -> int:
