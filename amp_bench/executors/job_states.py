@@ -130,11 +130,9 @@ def _process_running(pid: int) -> bool:
 
 def query_local(job_ids: list[str]) -> dict[str, JobState]:
     """submitit's local executor: a job is its controller process (the job id is its pid)."""
-    out = {}
-    for job_id in map(str, job_ids):
-        running = job_id.isdigit() and _process_running(int(job_id))
-        out[job_id] = JobState(job_id, "RUNNING" if running else "COMPLETED", "", "localhost", "local")
-    return out
+    running = {job_id: job_id.isdigit() and _process_running(int(job_id)) for job_id in map(str, job_ids)}
+    return {job_id: JobState(job_id, "RUNNING" if alive else "COMPLETED", "", "localhost", "local")
+            for job_id, alive in running.items()}
 
 
 def states(job_ids: list[str], cluster: str, runner: Runner = run_command) -> dict[str, JobState]:

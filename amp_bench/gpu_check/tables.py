@@ -3,6 +3,7 @@ anchors (docs/sources.md), the plain hand-written loop, fidelity, headroom, fail
 Each takes plain frames/dicts and returns markdown lines; torch-free."""
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -258,11 +259,9 @@ def failure_logs(suite: pd.DataFrame, cases: int = 6, tail: int = 12) -> list[st
     lines = []
     for _, r in bad.head(cases).iterrows():
         path = Path(r["run_dir"]) / str(r["log_file"])
-        try:
+        with contextlib.suppress(OSError):  # a log gone: the case's row still says how it ended
             text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-tail:]
-        except OSError:
-            continue
-        lines += [f"### {r['case_id']} ({r['status']}): last lines of its log", "", "```", *text, "```", ""]
+            lines += [f"### {r['case_id']} ({r['status']}): last lines of its log", "", "```", *text, "```", ""]
     return (["## Logs of failed cases", ""] + lines) if lines else []
 
 

@@ -191,15 +191,11 @@ class RankExits:
         *lines, self.pending = self.pending.split(b"\n")
         self.pids.update({int(pid): int(rank) for rank, pid in (line.split() for line in lines)})
         for pid, rank in self.pids.items():
-            if rank in self.exits:
-                continue
-            try:
-                ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # reaped before this peek: the agent's own summary names it, or nothing does
-                continue
-            if ended is not None:
-                killed = ended.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
-                self.exits[rank] = (pid, -ended.si_status if killed else ended.si_status)
+            with contextlib.suppress(ChildProcessError):  # reaped before this peek: the agent's summary names it
+                ended = rank not in self.exits and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                if ended:  # None while it runs
+                    killed = ended.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+                    self.exits[rank] = (pid, -ended.si_status if killed else ended.si_status)
 
     def summary(self) -> str:
         """The ranks that ended badly, in the lines of torchrun's failure summary."""

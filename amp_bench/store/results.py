@@ -205,8 +205,7 @@ class RunStore:
                     self._parts[key] = (stamp, json.loads(Path(entry.path).read_text(encoding="utf-8")))
                 except ValueError as exc:
                     raise UserError(f"{entry.path}: unreadable result part ({exc})") from None
-        for key in set(self._parts) - seen:
-            del self._parts[key]
+        self._parts = {key: part for key, part in self._parts.items() if key in seen}
         self._next = max(self._next, len(self._parts))
 
     def refresh(self) -> None:

@@ -11,6 +11,7 @@ really took and only scales it.
 from __future__ import annotations
 
 import ast
+import contextlib
 from dataclasses import dataclass
 from math import prod
 
@@ -87,12 +88,10 @@ def _lists(concrete) -> list[list[int]]:
     out = []
     for text in concrete or []:
         if isinstance(text, str) and text.startswith("["):
-            try:
+            with contextlib.suppress(ValueError, SyntaxError):  # not a Python literal: not a list of ints
                 value = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                continue
-            if isinstance(value, list) and all(isinstance(v, (int, bool)) for v in value):
-                out.append([int(v) for v in value])
+                if isinstance(value, list) and all(isinstance(v, (int, bool)) for v in value):
+                    out.append([int(v) for v in value])
     return out
 
 
