@@ -500,10 +500,9 @@ def _zygote(path: str, preload: list[str], same: dict) -> int:
 
 
 def _reaped_one() -> bool:
-    try:
+    with contextlib.suppress(ChildProcessError):
         return os.waitpid(-1, os.WNOHANG)[0] > 0
-    except ChildProcessError:
-        return False
+    return False
 
 
 def _session_process(conn: socket.socket, zygote_pid: int, same: dict) -> None:

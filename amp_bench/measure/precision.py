@@ -81,10 +81,9 @@ def check_fp32_math(mode_name: str, fp32_math: str, flags: dict, env=None) -> No
 
 
 def _read(getter):
-    try:
+    with contextlib.suppress(RuntimeError, AttributeError):
         return getter()
-    except (RuntimeError, AttributeError):
-        return None
+    return None
 
 
 def read_fp32_math_flags() -> dict[str, object]:

@@ -41,10 +41,9 @@ def _now() -> dt.datetime:
 
 
 def _boot_id() -> str:
-    try:
+    with contextlib.suppress(OSError):
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+    return ""
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -141,10 +140,9 @@ def _live(beat: dict, now: dt.datetime) -> bool:
 
 
 def _age_s(beat: dict, now: dt.datetime) -> float:
-    try:
+    with contextlib.suppress(KeyError, TypeError, ValueError):
         return (now - dt.datetime.fromisoformat(beat["at"])).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return float("inf")
+    return float("inf")
 
 
 @dataclass

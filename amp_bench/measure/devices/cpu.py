@@ -53,12 +53,11 @@ PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 def _glibc():
     """glibc's handle, or None where the C library is another one (musl, macOS)."""
     import ctypes
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None)
         libc.gnu_get_libc_version  # noqa: B018 - glibc only
         return libc
-    except (OSError, AttributeError):
-        return None
+    return None
 
 
 def keep_freed_memory(case, libc_of=_glibc) -> str:

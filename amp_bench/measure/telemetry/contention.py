@@ -19,6 +19,7 @@ reading is taken before the first warmup step); if that is still too short, cont
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import time
@@ -51,10 +52,9 @@ class HostTimes:
 
 
 def _clock_ticks() -> int:
-    try:
+    with contextlib.suppress(ValueError, OSError, AttributeError):
         return os.sysconf("SC_CLK_TCK")
-    except (ValueError, OSError, AttributeError):
-        return 100
+    return 100
 
 
 _ALL_CPUS = "cpu"  # /proc/stat's first line: every CPU together
@@ -90,17 +90,15 @@ def parse_proc_stat(text: str) -> tuple[int, float, str]:
 def process_cpu_s(pid: int, proc: str = "/proc") -> float:
     """A process's CPU seconds so far. A lockstep member that ended stays a zombie, its time readable,
     until every window is over (measure/conductor.py); 0 once it is gone."""
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         return parse_proc_stat(Path(proc, str(pid), "stat").read_text(encoding="ascii", errors="replace"))[1]
-    except (OSError, ValueError, IndexError):
-        return 0.0
+    return 0.0
 
 
 def read_loadavg(path: str = "/proc/loadavg") -> float | None:
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         return float(Path(path).read_text(encoding="ascii").split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+    return None
 
 
 def resolvable_s(cpus: int, threads: int, ticks_per_s: float | None = None) -> float:

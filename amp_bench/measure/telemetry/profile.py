@@ -57,10 +57,9 @@ class _PhaseMarks:
 
 
 def _takes_marks(step_fn) -> bool:
-    try:
+    with contextlib.suppress(TypeError, ValueError):
         return "marks" in inspect.signature(step_fn).parameters
-    except (TypeError, ValueError):
-        return False
+    return False
 
 
 MIN_STEPS, MAX_STEPS = 3, 8  # a spread needs three; past eight the trace's export and parsing dominate
