@@ -42,7 +42,16 @@ def explained_run(tmp_path_factory):
     proc = cli("run", folder / "suite.yaml", "--device", "cpu", "--results-dir", folder / "results", "--no-report",
                "--on-contention", "flag", "--target", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return next((folder / "results").iterdir())
+    run = next((folder / "results").iterdir())
+    # On a CPU the shape probe's foreach and fused SGD updates can time within noise of each other (15.9 and
+    # 16.1 ms seen), and a change under 2% of the step is not listed: the fused side is recorded 4x faster, so the
+    # optimizer rule always prices a change to try (what is tried, run and scored is what the tests assert)
+    (probe,) = run.glob("traces/*.probe.json")
+    reading = json.loads(probe.read_text())
+    for shape in reading["changes"]["optimizer_impl"]["shapes"]:
+        shape["changed_ms"] = shape["now_ms"] / 4
+    probe.write_text(json.dumps(reading))
+    return run
 
 
 def test_an_advice_item_is_tried_in_pairs_and_scored(explained_run, tmp_path):
