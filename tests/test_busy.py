@@ -108,7 +108,7 @@ class _StarvedOnce:
 
 
 SLOW_SUITE = """
-models: [{ref: "python:toy_models:sleepy", label: slow, options: {ms: 300}}]
+models: [{ref: "python:toy_models:sleepy", label: slow, options: {ms: 300, judged: false}}]
 batch_sizes: [4]
 precisions: [fp32]
 warmup_steps: 1
