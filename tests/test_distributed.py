@@ -242,6 +242,7 @@ def test_two_gloo_processes_fp32_and_bf16_against_one(write_suite, tmp_path):
     assert set(results["dist_backend"]) == {"gloo"} and set(results["nnodes"]) == {1}
     assert set(results["scaling"]) == {"weak: per-process batch fixed"}
     assert (results["num_threads"] == 1).all()
+    assert set(results["worker_start"]) == {"fork"}  # the torchrun launcher too: a child of the run's fork server
     assert list(results["global_batch_size"]) == [8 * w for w in results["world_size"]]
     for row in results.itertuples():
         # global throughput: every rank's samples over the job's window

@@ -31,6 +31,22 @@ def test_a_server_that_could_not_fork_safely_says_why():
     assert not forkserver.forkable_env({"CUDA_VISIBLE_DEVICES": "1"})
 
 
+def test_the_server_runs_the_worker_or_the_torchrun_launcher_and_nothing_else():
+    """A DDP case's torchrun launcher is a child too (its ranks set the thread count they are given); any other
+    launcher, or another interpreter, starts fresh."""
+    from amp_bench.launchers import torchrun
+    case = types.SimpleNamespace(nproc_per_node=2, nnodes=1)
+    launcher = torchrun.launch_command(case, rdzv_id="x")
+    module, argv = forkserver.forked_program(launcher, ["case", "spec.json", "result.json"])
+    assert module == "amp_bench.launchers.torchrun" and argv[0] == "launch"
+    assert argv[-5:] == ["-m", "amp_bench.worker", "case", "spec.json", "result.json"]
+    assert forkserver.forked_program(None, ["probe"]) == ("amp_bench.worker", ["probe"])
+    assert forkserver.forked_program(["/other/python", *launcher[1:]], []) is None
+    assert forkserver.forked_program([sys.executable, "-m", "some.launcher"], []) is None
+    assert forkserver.forkable_env({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}, module)
+    assert not forkserver.forkable_env({"ONEDNN_MAX_CPU_ISA": "AVX2"}, module)
+
+
 def test_preloads_name_what_a_worker_imports_without_importing_it():
     names = preload_modules(["torchvision/resnet18", "transformers/gpt2", "python:toy_models:mlp"])
     assert names[:2] == ["torch", "torch._dynamo"]

@@ -16,8 +16,9 @@ them, and the parent needs what the reaping gives (wait4's ru_maxrss, the row's 
 SIGKILL status, the OOM signal); each case also needs its own session (so a timeout kills everything
 it started), its log as stdout and stderr from the first byte, and its own environment (the compile
 cache, the explain trace path). This server forks, sets those up in the child, runs exactly what
-`python -m amp_bench.worker ARGS` would run, reaps the child and sends the parent its pid, status and
-rusage over a Unix socket (fds travel with SCM_RIGHTS, as multiprocessing's forkserver does).
+`python -m amp_bench.worker ARGS` (or a DDP case's torchrun launcher) would run, reaps the child and sends
+the parent its pid, status and rusage over a Unix socket (fds travel with SCM_RIGHTS, as multiprocessing's
+forkserver does).
 
 A shared server (a zygote) serves many runs: `start_zygote(path, preload)` starts one listening on a
 Unix socket, and every run whose environment names it (AMP_BENCH_FORK_ZYGOTE=path) joins it instead of
@@ -58,6 +59,11 @@ from amp_bench.platform.forking import unsafe_to_fork
 # the kernels' ISA, the devices CUDA sees, the allocator's settings, the loader's paths)
 IMPORT_TIME_ENV = ("OMP_", "KMP_", "GOMP_", "MKL_", "ONEDNN_", "DNNL_", "CUDA_VISIBLE_DEVICES", "LD_",
                    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCH_NUM_THREADS")
+WORKER = "amp_bench.worker"
+# the programs a child of the server runs in place of `python -m MODULE`, each with the import-time variables
+# it applies itself: the torchrun launcher's ranks set their thread count from OMP_NUM_THREADS as they start
+# (torchrun._forked_rank, set_fresh_thread_count), and ranks it cannot fork start as fresh interpreters
+FORKABLE_MODULES = {WORKER: (), "amp_bench.launchers.torchrun": ("OMP_NUM_THREADS",)}
 ZYGOTE_ENV = "AMP_BENCH_FORK_ZYGOTE"  # a shared server's socket path: runs join it (start_zygote)
 READY_TIMEOUT_S = 180.0
 _MESSAGE = 65536
@@ -149,10 +155,10 @@ class ForkServer:
 
     # ------------------------------------------------------------------ one child
 
-    def fork(self, args: list[str], env: dict[str, str], event_fd: int, log_fd: int) -> Forked:
-        """Ask for a child running `python -m amp_bench.worker ARGS` with this environment, its events
+    def fork(self, args: list[str], env: dict[str, str], event_fd: int, log_fd: int, module: str = WORKER) -> Forked:
+        """Ask for a child running `python -m MODULE ARGS` (FORKABLE_MODULES) with this environment, its events
         on `event_fd` and its output in `log_fd`; returns once it exists."""
-        request = json.dumps({"args": args, "env": env, "cwd": os.getcwd()}).encode()
+        request = json.dumps({"module": module, "args": args, "env": env, "cwd": os.getcwd()}).encode()
         try:
             socket.send_fds(self.sock, [request], [event_fd, log_fd])
             answer = self._receive(30.0)
@@ -270,21 +276,33 @@ def what_a_fork_keeps(environ) -> dict:
                     if key.startswith(READ_AT_IMPORT_ENV) and key not in SET_BY_LIBRARIES_ENV}}
 
 
-def forkable_env(extra_env: dict[str, str] | None) -> bool:
-    """Can a forked child take this case's own environment? Not when it sets what torch reads as it loads."""
-    return not any(key.startswith(IMPORT_TIME_ENV) for key in (extra_env or {}))
+def forked_program(launcher: list[str] | None, args: list[str]) -> tuple[str, list[str]] | None:
+    """(module, its argv) that a child of the server runs for `LAUNCHER... ARGS` (no launcher: the worker),
+    or None where only a fresh interpreter can (another program, another interpreter)."""
+    if launcher is None:
+        return WORKER, args
+    if len(launcher) > 2 and launcher[:2] == [sys.executable, "-m"] and launcher[2] in FORKABLE_MODULES:
+        return launcher[2], [*launcher[3:], *args]
+    return None
+
+
+def forkable_env(extra_env: dict[str, str] | None, module: str = WORKER) -> bool:
+    """Can a forked child take this case's own environment? Not when it sets what torch reads as it loads
+    (but what the program applies itself)."""
+    applied = FORKABLE_MODULES[module]
+    return not any(key.startswith(IMPORT_TIME_ENV) and key not in applied for key in (extra_env or {}))
 
 
 def launch(args: list[str], result_path: Path, log_path: Path, timeout_s: float, on_event=None,
            launcher: list[str] | None = None, extra_env: dict[str, str] | None = None,
            server: ForkServer | None = None, contention=None) -> WorkerOutcome:
-    """Run `python -m amp_bench.worker ARGS`: a child of the fork server where it can take the case (no
-    launcher such as torchrun, no import-time variable of the case's own, a server that is ready and
-    safe), else a fresh interpreter (process.run_worker). Never raises for worker failures.
-    `contention(pid)`: a watch that may stop the worker early (launchers/busy.py)."""
-    if server is not None and launcher is None and forkable_env(extra_env) and server.ready():
+    """Run `python -m amp_bench.worker ARGS` (or `LAUNCHER... ARGS`): a child of the fork server where it can take
+    the case (forked_program, forkable_env, a server that is ready and safe), else a fresh interpreter
+    (process.run_worker). Never raises for worker failures. `contention(pid)`: a watch that may stop it early."""
+    program = forked_program(launcher, args)
+    if server is not None and program is not None and forkable_env(extra_env, program[0]) and server.ready():
         try:
-            return _run_forked(server, args, result_path, log_path, timeout_s, on_event, extra_env, contention)
+            return _run_forked(server, program, result_path, log_path, timeout_s, on_event, extra_env, contention)
         except ForkServerGone:
             pass  # the server is gone (server.unusable says why): this case and the rest spawn
     return process.run_worker(args, result_path, log_path, timeout_s, on_event=on_event, launcher=launcher,
@@ -304,13 +322,14 @@ def launch_spec(job: str, spec: dict, log_path: Path | None, timeout_s: float,
         return launch([job, str(spec_path), str(result_path)], result_path, log_path, timeout_s, server=server)
 
 
-def _run_forked(server: ForkServer, args, result_path: Path, log_path: Path, timeout_s: float, on_event,
-                extra_env, contention=None) -> WorkerOutcome:
+def _run_forked(server: ForkServer, program: tuple[str, list[str]], result_path: Path, log_path: Path,
+                timeout_s: float, on_event, extra_env, contention=None) -> WorkerOutcome:
     """process.run_worker's contract, with the child forked by the server: the same deadline, events,
     kill of the case's session and sweep of what it started, and the outcome from the server's reap."""
     result_path.unlink(missing_ok=True)
     child, read_fd, token, started, watch = process.start_worker(
-        lambda env, write_fd, log_fd: server.fork(args, env, write_fd, log_fd), log_path, extra_env, contention)
+        lambda env, write_fd, log_fd: server.fork(program[1], env, write_fd, log_fd, program[0]), log_path,
+        extra_env, contention)
     deadline_hit, stopped = False, ""
     try:
         ended = server.wait(child, read_fd, started + timeout_s, process._watched(on_event, watch), watch)
@@ -355,7 +374,7 @@ def import_modules(names: list[str], search_dirs: list[str]) -> tuple[list[str],
 
 def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
     """In the forked child: become the case's own session with its log and environment, set the
-    thread count a fresh worker would have had, and run what `python -m amp_bench.worker` runs. It
+    thread count a fresh worker would have had, and run what `python -m MODULE` runs (FORKABLE_MODULES). It
     ends with os._exit once its output is flushed: its result is already written, and tearing down
     an interpreter that holds a model, its optimizer and oneDNN's caches cost about a second a case
     (ResNet-50 on a 2-core CPU), which nothing reads. A process the case started is killed with its
@@ -375,9 +394,9 @@ def _child(request: dict, event_fd: int, log_fd: int, server_pid: int) -> None:
         os.environ.update(AMP_BENCH_EVENT_FD=str(event_fd), AMP_BENCH_PARENT_PID=str(server_pid))
         os.chdir(request["cwd"])
         set_fresh_thread_count()
-        sys.argv = ["amp_bench.worker", *request["args"]]
+        sys.argv = [request["module"], *request["args"]]
         import runpy
-        runpy.run_module("amp_bench.worker", run_name="__main__", alter_sys=True)
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -531,14 +550,20 @@ def _run_session(conn: socket.socket, zygote_pid: int, same: dict) -> int:
     if theirs != same:
         conn.send(json.dumps({"mismatch": sorted(k for k in same if theirs.get(k) != same[k])}).encode())
         return 0
-    started = time.monotonic()
-    imported, failed = import_modules(options.get("preload", []), options.get("search_dirs", []))
-    unsafe = unsafe_to_fork()
-    conn.send(json.dumps({"imported": imported, "failed": failed, "unsafe": unsafe, "zygote": True,
-                          "seconds": round(time.monotonic() - started, 3)}).encode())
+    _, unsafe = _import_and_answer(conn, options, zygote=True)
     if not unsafe:
         _serve(conn)
     return 0
+
+
+def _import_and_answer(sock: socket.socket, options: dict, **also) -> tuple[dict, str]:
+    """Import what the run asks for, then tell it so, and why its server may not fork: (failed, unsafe)."""
+    started = time.monotonic()
+    imported, failed = import_modules(options.get("preload", []), options.get("search_dirs", []))
+    unsafe = unsafe_to_fork()
+    sock.send(json.dumps({"imported": imported, "failed": failed, "unsafe": unsafe, **also,
+                          "seconds": round(time.monotonic() - started, 3)}).encode())
+    return failed, unsafe
 
 
 def main(argv: list[str]) -> int:
@@ -549,11 +574,7 @@ def main(argv: list[str]) -> int:
         return _zygote(argv[1], options["preload"], options["same"])
     sock = socket.socket(fileno=int(argv[0]))
     options = json.loads(argv[1])
-    started = time.monotonic()
-    imported, failed = import_modules(options["preload"], options.get("search_dirs", []))
-    unsafe = unsafe_to_fork()
-    sock.send(json.dumps({"imported": imported, "failed": failed, "unsafe": unsafe,
-                          "seconds": round(time.monotonic() - started, 3)}).encode())
+    failed, unsafe = _import_and_answer(sock, options)
     if failed:
         print(f"fork server: not preloaded (the workers import them): {failed}", flush=True)
     if unsafe:

@@ -5,8 +5,9 @@ amp_bench.launchers.torchrun launch TORCHRUN-ARGS...` is torchrun itself, run in
 die-with-parent guard, so that torchrun (and through it every rank) dies with the orchestrator.
 Rank side (`Rank`, every rank's record aggregated into one row, weak scaling): measure/ddp.py.
 
-Ranks are forked from the launcher, which imports once what every rank imports (torch, torch._dynamo, the
-measuring modules, the model library: 4-5 s of CPU a rank on a 2-core VM) and gives torchrun's agent a function
+The launcher is a child of the run's fork server where the run has one (else a fresh interpreter), so what every
+rank imports (torch, torch._dynamo, the measuring modules, the model library: 4-5 s of CPU a process on a 2-core VM)
+is imported once a run; ranks are forked from it: torchrun's agent gets a function
 entrypoint with its `fork` start method; where those imports leave it more than one thread or touch CUDA
 (platform/forking.py), torchrun starts each rank as a fresh interpreter, in a session of its own with inherited
 descriptors closed. Either way ranks carry die-with-parent too, rank 0 reopens the event pipe through /proc,
