@@ -26,9 +26,10 @@ def test_a_server_that_could_not_fork_safely_says_why():
             "an import initialised CUDA in the lockstep conductor"
     finally:
         sys.modules["torch"] = saved
-    assert forkserver.forkable_env({"TORCHINDUCTOR_CACHE_DIR": "/x", "AMP_BENCH_EXPLAIN_TRACE": "/t"})
-    assert not forkserver.forkable_env({"OMP_NUM_THREADS": "1"})  # read as torch loads: the case spawns
-    assert not forkserver.forkable_env({"CUDA_VISIBLE_DEVICES": "1"})
+    own_env = {"TORCHINDUCTOR_CACHE_DIR": "/x", "AMP_BENCH_EXPLAIN_TRACE": "/t"}  # read when used: it forks
+    assert forkserver.forked_program(None, ["case"], own_env) == ("amp_bench.worker", ["case"])
+    assert forkserver.forked_program(None, [], {"OMP_NUM_THREADS": "1"}) is None  # read as torch loads: it spawns
+    assert forkserver.forked_program(None, [], {"CUDA_VISIBLE_DEVICES": "1"}) is None
 
 
 def test_the_server_runs_the_worker_or_the_torchrun_launcher_and_nothing_else():
@@ -43,8 +44,8 @@ def test_the_server_runs_the_worker_or_the_torchrun_launcher_and_nothing_else():
     assert forkserver.forked_program(None, ["probe"]) == ("amp_bench.worker", ["probe"])
     assert forkserver.forked_program(["/other/python", *launcher[1:]], []) is None
     assert forkserver.forked_program([sys.executable, "-m", "some.launcher"], []) is None
-    assert forkserver.forkable_env({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}, module)
-    assert not forkserver.forkable_env({"ONEDNN_MAX_CPU_ISA": "AVX2"}, module)
+    assert forkserver.forked_program(launcher, [], {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"})
+    assert forkserver.forked_program(launcher, [], {"ONEDNN_MAX_CPU_ISA": "AVX2"}) is None
 
 
 def test_preloads_name_what_a_worker_imports_without_importing_it():

@@ -276,31 +276,26 @@ def what_a_fork_keeps(environ) -> dict:
                     if key.startswith(READ_AT_IMPORT_ENV) and key not in SET_BY_LIBRARIES_ENV}}
 
 
-def forked_program(launcher: list[str] | None, args: list[str]) -> tuple[str, list[str]] | None:
-    """(module, its argv) that a child of the server runs for `LAUNCHER... ARGS` (no launcher: the worker),
-    or None where only a fresh interpreter can (another program, another interpreter)."""
-    if launcher is None:
-        return WORKER, args
-    if len(launcher) > 2 and launcher[:2] == [sys.executable, "-m"] and launcher[2] in FORKABLE_MODULES:
-        return launcher[2], [*launcher[3:], *args]
-    return None
-
-
-def forkable_env(extra_env: dict[str, str] | None, module: str = WORKER) -> bool:
-    """Can a forked child take this case's own environment? Not when it sets what torch reads as it loads
-    (but what the program applies itself)."""
-    applied = FORKABLE_MODULES[module]
-    return not any(key.startswith(IMPORT_TIME_ENV) and key not in applied for key in (extra_env or {}))
+def forked_program(launcher: list[str] | None, args: list[str], extra_env: dict[str, str] | None = None):
+    """(module, its argv) that a child of the server runs for `LAUNCHER... ARGS` (no launcher: the worker); None where
+    only a fresh interpreter can: another program or interpreter, or a variable of the case's own that torch reads as
+    it loads (IMPORT_TIME_ENV) and the program does not apply itself (FORKABLE_MODULES)."""
+    launcher = launcher or [sys.executable, "-m", WORKER]
+    module = launcher[2] if len(launcher) > 2 and launcher[:2] == [sys.executable, "-m"] else ""
+    if module not in FORKABLE_MODULES or any(key.startswith(IMPORT_TIME_ENV) and key not in FORKABLE_MODULES[module]
+                                             for key in (extra_env or {})):
+        return None
+    return module, [*launcher[3:], *args]
 
 
 def launch(args: list[str], result_path: Path, log_path: Path, timeout_s: float, on_event=None,
            launcher: list[str] | None = None, extra_env: dict[str, str] | None = None,
            server: ForkServer | None = None, contention=None) -> WorkerOutcome:
     """Run `python -m amp_bench.worker ARGS` (or `LAUNCHER... ARGS`): a child of the fork server where it can take
-    the case (forked_program, forkable_env, a server that is ready and safe), else a fresh interpreter
-    (process.run_worker). Never raises for worker failures. `contention(pid)`: a watch that may stop it early."""
-    program = forked_program(launcher, args)
-    if server is not None and program is not None and forkable_env(extra_env, program[0]) and server.ready():
+    the case (forked_program, a server that is ready and safe), else a fresh interpreter (process.run_worker).
+    Never raises for worker failures. `contention(pid)`: a watch that may stop it early."""
+    program = forked_program(launcher, args, extra_env)
+    if server is not None and program is not None and server.ready():
         try:
             return _run_forked(server, program, result_path, log_path, timeout_s, on_event, extra_env, contention)
         except ForkServerGone:
