@@ -42,20 +42,19 @@ def native_on_this_cpu(precision: str) -> bool:
     return precision_support(precision, probe_device("cpu")).supported
 
 
-# Seconds each of the longest test files took on the 2-core EPYC (wall time per file in two runs of the
-# test command, three and four xdist processes, 2026-12-04). loadfile hands a process one file at a time
-# as it runs dry; handed out longest first, the short files fill the end. xdist itself would order the
-# files by how many tests they hold (its --loadscope-reorder, on by default), which put test_slurm and
-# test_pytest_plugin last and left one process running alone for 45 s of a 315 s part: pytest_configure
-# turns that off. A file not listed keeps its place after these; a stale figure costs only some of that.
-LONG_FILES = {"test_gpu_check.py": 115, "test_distributed.py": 89, "test_runner.py": 61, "test_compare.py": 58,
-              "test_slurm.py": 54, "test_predict.py": 52, "test_cluster.py": 38, "test_explain_cli.py": 37,
-              "test_compile.py": 36, "test_nightly.py": 35, "test_forkserver.py": 32, "test_report_browser.py": 29,
-              "test_structure.py": 23, "test_fidelity.py": 21, "test_cli_e2e.py": 18, "test_headroom.py": 18,
-              "test_pytest_plugin.py": 15, "test_explain_report.py": 13, "test_lockstep.py": 13,
-              "test_history.py": 12, "test_busy.py": 12, "test_gpus_and_exports.py": 11,
-              "test_suite_validation.py": 10, "test_predict_report.py": 10, "test_fp8.py": 10,
-              "test_report_data.py": 10, "test_predict_browser.py": 9, "test_explain_traces.py": 8}
+# Seconds each of the longest test files took on the 2-core EPYC (the sum of its tests' setup, call and
+# teardown times in one run of the test command, three xdist processes, bf16 instructions hidden,
+# 2026-12-07). loadfile hands a process one file at a time as it runs dry; handed out longest first, the
+# short files fill the end. xdist itself would order the files by how many tests they hold (its
+# --loadscope-reorder, on by default), which put test_slurm and test_pytest_plugin last and left one
+# process running alone for 45 s of a 315 s part: pytest_configure turns that off. A file not listed keeps
+# its place after these; a stale figure costs only some of that.
+LONG_FILES = {"test_gpu_check.py": 86, "test_forkserver.py": 46, "test_runner.py": 43, "test_cluster.py": 37,
+              "test_distributed.py": 32, "test_slurm.py": 29, "test_compile.py": 27, "test_predict.py": 24,
+              "test_compare.py": 23, "test_report_browser.py": 21, "test_cli_e2e.py": 21, "test_explain_cli.py": 20,
+              "test_nightly.py": 19, "test_pytest_plugin.py": 19, "test_gpu_advice.py": 16, "test_headroom.py": 16,
+              "test_structure.py": 15, "test_fidelity.py": 14, "test_disturbed_pairs.py": 13, "test_phases.py": 13,
+              "test_history.py": 11, "test_gpu_predictions.py": 10, "test_advice_try.py": 9}
 
 
 def pytest_configure(config):
