@@ -5,17 +5,18 @@ Why one table here rather than a `type=` at each option: the options are declare
 module, and the same option (--device, --results-dir, -o) must mean the same everywhere; `harden` gives
 every value-taking option of every command its check from OPTION_TYPES (by option, or by command and
 option where one name means two things), and tests/test_cli_values.py holds every option to having one.
-An option that sets a suite field (suite/options.py) gets `declared`, the field's own check, so the command
-line and a suite file agree on every limit. An empty value is always an error, never the default. Imports
-stay inside the checks: `--help` imports nothing more.
+An option that sets a suite field (suite/options.py) gets `declared`, the field's own check, and any other
+number a check of suite/checks.py (`checked`), so the command line and a suite file agree on every limit. An
+empty value is always an error, never the default. Other imports stay inside the checks: `--help` imports no more.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
+
+from amp_bench.suite import checks
 
 
 def _fail(message: str):
@@ -31,44 +32,26 @@ def text(value: str) -> str:
     return value
 
 
-def integer(lo: int, hi: int, what: str = "an integer") -> Callable[[str], int]:
-    def parse(value: str) -> int:
-        try:
-            number = int(text(value).strip())
-        except ValueError:
-            _fail(f"expected {what} from {lo} to {hi}, got {value!r}")
-        if not lo <= number <= hi:
-            _fail(f"expected {what} from {lo} to {hi}, got {number}")
-        return number
-    return parse
-
-
-def number(lo_exclusive: float, hi: float, what: str = "a number") -> Callable[[str], float]:
-    def parse(value: str) -> float:
-        try:
-            figure = float(text(value).strip())
-        except ValueError:
-            _fail(f"expected {what} above {lo_exclusive:g} and at most {hi:g}, got {value!r}")
-        if not math.isfinite(figure) or not lo_exclusive < figure <= hi:
-            _fail(f"expected {what} above {lo_exclusive:g} and at most {hi:g}, got {value}")
-        return figure
-    return parse
-
-
-def declared(option) -> Callable:
-    """The value of an option that sets a suite field (suite/options.py), checked by that field's own check:
-    a repeatable option's value as one item of its list."""
+def checked(convert: Callable, make_check: Callable[[], Callable], as_item: bool = False) -> Callable:
+    """A value converted to its field's type (int, float or str) and held to a check of suite/checks.py, made
+    when a value is read, so the command line and a suite file say every limit alike; `as_item`: the check is
+    a list's (a repeatable option), and the value one item of it."""
     def parse(value: str):
         try:
-            converted = option.convert(text(value).strip())  # int, float or str: the field's type
+            converted = convert(text(value).strip())
         except ValueError:
-            _fail(f"expected {option.convert.__name__}, got {value!r}")
+            _fail(f"expected {convert.__name__}, got {value!r}")
         problems: list[str] = []
-        option.check()([converted] if option.given == "values" else converted, "", problems)
+        make_check()([converted] if as_item else converted, "", problems)
         if problems:
             _fail(re.sub(r"^(\[\d+\])?: ", "", problems[0]))
         return converted  # as given: the run checks it again, as it checks a suite's
     return parse
+
+
+def declared(option) -> Callable:
+    """The value of an option that sets a suite field (suite/options.py), checked by that field's own check."""
+    return checked(option.convert, option.check, option.given == "values")
 
 
 def device(value: str) -> str:
@@ -204,11 +187,11 @@ def option_types() -> dict[str, Callable]:
         "--reference": text, "--machine": text, "--suite": text, "--note": text, "--history": text,
         "--threshold-time": threshold("time"), "--threshold-throughput": threshold("throughput"),
         "--threshold-speedup": threshold("speedup"), "--threshold-memory": threshold("memory", allow_bytes=True),
-        "--max-age": number(0, 3650, "days"),
+        "--max-age": checked(float, lambda: checks.number(0, 3650)),
     }
 
 
-SEED = integer(0, 2**32 - 1, "a seed")
+SEED = checked(int, lambda: checks.integer(0, 2**32 - 1, "a seed"))
 # (command, option or positional): where a name means something else in one command
 COMMAND_TYPES: dict[tuple[str, str], Callable] = {
     **{(command, "suite"): suite_file for command in ("run", "explain", "fidelity", "headroom")},
