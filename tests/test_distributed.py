@@ -93,12 +93,12 @@ def test_multi_node_settings_reach_the_torchrun_command(write_suite):
     suite = load_suite(write_suite(DDP_SUITE.replace("[1, 2]", "4") + "nnodes: 2\nrdzv_endpoint: 'node0:29500'\n"))
     case = suite.cases("cpu")[0]
     assert case.world_size == 8 and case.case_id == "mlp-bs8-2x4-fp32"
-    command = torchrun.launch_command(case, rdzv_id="job-1")
+    command = torchrun.launch_command(case, "job-1", "run/work/job-1")
     assert command[1:4] == ["-m", "amp_bench.launchers.torchrun", "launch"]
     assert {"--nproc-per-node=4", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=node0:29500",
-            "--rdzv-id=job-1", "--max-restarts=0"} <= set(command)
+            "--rdzv-id=job-1", "--max-restarts=0", "--log-dir=run/work/job-1"} <= set(command)
     assert "--standalone" not in command and command[-2:] == ["-m", "amp_bench.worker"]
-    single = torchrun.launch_command(load_suite(write_suite(DDP_SUITE)).cases("cpu")[2], rdzv_id="x")
+    single = torchrun.launch_command(load_suite(write_suite(DDP_SUITE)).cases("cpu")[2], "x", "logs")
     assert "--standalone" in single and "--nproc-per-node=2" in single
 
 
@@ -307,6 +307,7 @@ def test_a_killed_oom_or_hung_rank_ends_its_case_and_the_run_goes_on(write_suite
     run_dir = results.attrs["run_dir"]
     assert not _alive(run_dir)
     assert not list(Path(run_dir, "work").glob("*.rank*"))
+    assert not [p for p in Path(run_dir, "work").iterdir() if p.is_dir()]  # torchrun's log folders: a hung case's too
     log = Path(run_dir, rows.loc["killed", "log_file"]).read_text()
     assert "Root Cause" in log
     assert "fresh interpreter" not in log  # the launcher forked its ranks

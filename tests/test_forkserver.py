@@ -37,7 +37,7 @@ def test_the_server_runs_the_worker_or_the_torchrun_launcher_and_nothing_else():
     launcher, or another interpreter, starts fresh."""
     from amp_bench.launchers import torchrun
     case = types.SimpleNamespace(nproc_per_node=2, nnodes=1)
-    launcher = torchrun.launch_command(case, rdzv_id="x")
+    launcher = torchrun.launch_command(case, "x", "logs")
     module, argv = forkserver.forked_program(launcher, ["case", "spec.json", "result.json"])
     assert module == "amp_bench.launchers.torchrun" and argv[0] == "launch"
     assert argv[-5:] == ["-m", "amp_bench.worker", "case", "spec.json", "result.json"]

@@ -146,6 +146,7 @@ def finish(row: Row, outcome: WorkerOutcome, case: Case, repeat: int, store: Run
     result_path.unlink(missing_ok=True)
     for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
         rank_file.unlink(missing_ok=True)
+    shutil.rmtree(result_path.parent / stem, ignore_errors=True)  # a DDP case's torchrun log folders
     return row, samples
 
 
@@ -154,7 +155,7 @@ def worker_setting(case: Case, store: RunStore, stem: str, row: Row) -> tuple:
     compile cache, where the explain trace goes."""
     launcher = extra_env = None
     if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
-        launcher = torchrun.launch_command(case, rdzv_id=f"{case.rdzv_id or case.suite}-{stem}")
+        launcher = torchrun.launch_command(case, f"{case.rdzv_id or case.suite}-{stem}", store.dir / "work" / stem)
         extra_env = torchrun.launch_env(case)
     cache_dir = compile_cache_dir(store, case, stem)
     if cache_dir is not None:  # inductor's and triton's

@@ -25,9 +25,10 @@ from amp_bench.measure.ddp import rank_result_path, threads_per_rank
 
 # --------------------------------------------------------------------------- parent side
 
-def launch_command(case, rdzv_id: str) -> list[str]:
-    """argv that runs `amp_bench.worker` on every rank of the case (append the worker's args)."""
-    args = [sys.executable, "-m", "amp_bench.launchers.torchrun", "launch",
+def launch_command(case, rdzv_id: str, log_dir) -> list[str]:
+    """argv that runs `amp_bench.worker` on every rank of the case (append the worker's args). torchrun's folders
+    for each rank's logs go in `log_dir`: left to torchrun, they are a /tmp/torchelastic_* a case, never removed."""
+    args = [sys.executable, "-m", "amp_bench.launchers.torchrun", "launch", f"--log-dir={log_dir}",
             f"--nproc-per-node={case.nproc_per_node}",
             "--max-restarts=0",  # a benchmark rank that fails must end the case, not restart it
             "--monitor-interval=0.1"]  # notice a dead rank (and stop the others) within 0.1 s
