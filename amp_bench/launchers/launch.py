@@ -69,7 +69,7 @@ def run_job(store: RunStore, job: str, stem: str, spec: dict, timeout_s: float,
     """Run one worker job (`case`, `fidelity`) with its spec; its log is logs/STEM.log. The spec and
     result files are removed afterwards (the result is in the outcome). With a fork server, the
     worker is its child where it can be (forkserver.launch)."""
-    spec_path, result_path = store.dir / "work" / f"{stem}.json", store.dir / "work" / f"{stem}.result.json"
+    spec_path, result_path = store.work_path(stem, ".json"), store.work_path(stem, ".result.json")
     log_path = store.dir / "logs" / f"{stem}.log"
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
     try:
@@ -129,7 +129,7 @@ def finish(row: Row, outcome: WorkerOutcome, case: Case, repeat: int, store: Run
            cache_dir, window: int | None = None) -> tuple[Row, list[dict]]:
     """The worker's outcome into its row, with how its process ran (`window`: which of its windows the row is):
     (row, per-step samples); its result file and a cold compile cache removed."""
-    result_path = store.dir / "work" / f"{stem}.result.json"
+    result_path = store.work_path(stem, ".result.json")
     record = dict(outcome.result or {})
     process = {"log_file": str(outcome.log_path.relative_to(store.dir)), "worker_start": outcome.started_by,
                "worker_wall_s": round(outcome.wall_s, 4),
@@ -146,7 +146,7 @@ def finish(row: Row, outcome: WorkerOutcome, case: Case, repeat: int, store: Run
     result_path.unlink(missing_ok=True)
     for rank_file in result_path.parent.glob(f"{result_path.name}.rank*"):
         rank_file.unlink(missing_ok=True)
-    shutil.rmtree(result_path.parent / stem, ignore_errors=True)  # a DDP case's torchrun log folders
+    shutil.rmtree(store.work_path(stem), ignore_errors=True)  # a DDP case's torchrun log folders
     return row, samples
 
 
@@ -155,7 +155,7 @@ def worker_setting(case: Case, store: RunStore, stem: str, row: Row) -> tuple:
     compile cache, where the explain trace goes."""
     launcher = extra_env = None
     if case.distributed:  # torchrun starts the worker on every rank (docs/distributed.md)
-        launcher = torchrun.launch_command(case, f"{case.rdzv_id or case.suite}-{stem}", store.dir / "work" / stem)
+        launcher = torchrun.launch_command(case, f"{case.rdzv_id or case.suite}-{stem}", store.work_path(stem))
         extra_env = torchrun.launch_env(case)
     cache_dir = compile_cache_dir(store, case, stem)
     if cache_dir is not None:  # inductor's and triton's

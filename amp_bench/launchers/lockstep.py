@@ -42,9 +42,9 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
         row = launch.base_row(case, repeat, device, versions, store.run_id)
         case = launch.for_repeat(case, repeat)
         _, extra_env, cache_dir = launch.worker_setting(case, store, stem, row)
-        spec_path = store.dir / "work" / f"{stem}.json"
+        spec_path = store.work_path(stem, ".json")
         spec_path.write_text(json.dumps(launch.case_spec(case, device, support)), encoding="utf-8")
-        specs.append({"spec": str(spec_path), "result": str(store.dir / "work" / f"{stem}.result.json"),
+        specs.append({"spec": str(spec_path), "result": str(store.work_path(stem, ".result.json")),
                       "log": str(store.dir / "logs" / f"{stem}.log"), "env": extra_env or {},
                       "timeout_s": case.timeout_s})
         Path(specs[-1]["result"]).unlink(missing_ok=True)
@@ -70,7 +70,7 @@ def run_lockstep(members: list[tuple[Case, int, str]], device: DeviceInfo, versi
     finally:
         for spec in specs:
             Path(spec["spec"]).unlink(missing_ok=True)
-    (store.dir / "work" / f"{stem}.result.json").unlink(missing_ok=True)
+    store.work_path(stem, ".result.json").unlink(missing_ok=True)
     conductor = outcome.result or {}
     if conductor.get("status") == "refused":
         return _one_after_another(members, device, versions, store, supports, on_event, server, conductor["reason"])

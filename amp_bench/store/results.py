@@ -131,6 +131,10 @@ class RunStore:
         store._load_parts()
         return store
 
+    def work_path(self, stem: str, suffix: str = "") -> Path:
+        """A worker's file in work/: its spec (.json), its result (.result.json), torchrun's log folders (no suffix)."""
+        return self.dir / "work" / f"{stem}{suffix}"
+
     def _init_state(self) -> None:
         self.manifest: dict = {}
         self._parts: dict[str, tuple[tuple, dict]] = {}  # key -> ((mtime_ns, size), {"row", "samples"})

@@ -81,7 +81,7 @@ def _train_in_worker(store, info, spec, precision: str, base: dict, tables: tupl
     outcome = run_job(store, "fidelity", stem, {"spec": spec.to_json(), "precision": precision,
                                                 "device": info.to_json(), "support": dataclasses.asdict(support)},
                       spec.timeout_s, on_event=lambda e: reporter.worker_event(precision, e), server=server)
-    (store.dir / "work" / f"{stem}.result.json").unlink(missing_ok=True)
+    store.work_path(stem, ".result.json").unlink(missing_ok=True)
     result = outcome.result or {}
     log_file = str(outcome.log_path.relative_to(store.dir))
     if "runs" not in result:
